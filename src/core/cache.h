@@ -1,0 +1,76 @@
+// The cache interface every backend implements: the application's face (admission, sequence
+// verbs) and the kernel's face (update_and_attend). Layer: core. Core declares it and never
+// touches the float data; a byte layer (cpu) implements it. See SPEC §3–§6.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "core/geometry.h"
+#include "core/status.h"
+
+namespace kvcache {
+
+// Layout kinds, as registered with the factory. Use these, not literals.
+inline constexpr std::string_view kSequenceKind = "sequence";
+inline constexpr std::string_view kCellKind = "cell";
+inline constexpr std::string_view kCpuBackend = "cpu";
+
+// One layer's call of a step. Shapes are row-major float32:
+//   q [T, q_heads, head_dim], k [T, kv_heads, head_dim], v [T, kv_heads, value_dim],
+//   out [T, q_heads, value_dim]. k and v both empty = attend only (a KV-shared layer reading
+//   a cache layer that an earlier layer of this step already wrote).
+struct AttendArgs {
+  int32_t layer = 0;                    // cache layer index
+  int32_t n_tokens = 0;                 // T; must equal the declared step
+  int32_t q_heads = 0;                  // a positive multiple of the layer's kv_heads
+  std::span<const int64_t> positions;   // T positions (must match the layout's placement)
+  std::span<const float> q, k, v;
+  float scale = 0.0f;                   // logit scale (e.g. 1/sqrt(head_dim))
+  float softcap = 0.0f;                 // 0 = none; else logits = c * tanh(logits / c)
+  std::span<float> out;
+};
+
+// Thread-safety: not thread-safe; one caller drives a cache (kernels may use threads inside).
+// Every call that returns a non-ok Status or refused result changes nothing.
+class Cache {
+ public:
+  virtual ~Cache() = default;
+
+  virtual std::string_view kind() const = 0;  // kSequenceKind or kCellKind
+  virtual const CacheGeometry& geometry() const = 0;
+  virtual const CacheConfig& config() const = 0;
+
+  // ---- application face ----
+  // Sequence ids. The sequence layout has exactly one sequence, id 0, always live; seq_new
+  // and seq_clone there return Unimplemented.
+  virtual Result<int32_t> seq_new() = 0;
+  virtual Result<int32_t> seq_clone(int32_t src, std::optional<int64_t> upto) = 0;
+  virtual Status seq_rm(int32_t seq) = 0;
+  // Drop the sequence's positions >= pos. OutOfRange when the cache no longer holds pos
+  // (sequence layout: below the ring floor); growth is refused.
+  virtual Status rewind(int32_t seq, int64_t pos) = 0;
+  virtual int64_t pos(int32_t seq) const = 0;      // next position; 0 when empty or unknown
+  virtual int64_t seq_len(int32_t seq) const = 0;  // cells owned
+  virtual int32_t max_seqs() const = 0;
+  virtual int64_t capacity() const = 0;            // cells
+  virtual int64_t free_cells() const = 0;          // cells a new step could still claim
+  virtual int64_t used_end() const = 0;            // one past the highest occupied cell
+  virtual void clear() = 0;
+
+  // Admission: one id per token of the next forward (the sequence layout: all 0). Refused
+  // when empty, an id is not live, a step is wider than the layout allows, or the pool lacks
+  // room; a refusal leaves any earlier declaration standing.
+  virtual Status declare_step(std::span<const int32_t> seq_ids) = 0;
+
+  // ---- kernel face ----
+  // Writes the step's K/V where the layout placed them and attends each query over what it
+  // may see. A shape or protocol error writes no byte and claims no cell.
+  virtual Status update_and_attend(const AttendArgs& args) = 0;
+
+  // Bytes of K/V storage allocated now (grows lazily up to the maximum).
+  virtual int64_t allocated_bytes() const = 0;
+};
+
+}  // namespace kvcache

@@ -1,0 +1,98 @@
+// Cell layout (kind "cell"): many sequences over one pool of cells. Layer: core.
+// A cell holds one token (its position and its owner count); a fork adds owners instead of
+// copying. Every sequence holds the contiguous positions [0, pos(seq)), so it is kept as a
+// position-indexed list of cells: visibility for a query is one slice of that list, found in
+// O(1), and a step costs O(its tokens) plus what the kernel then reads — never O(capacity)
+// and never O(other sequences' cells). Free cells are refilled lowest-first. See SPEC §4.
+// Plan, then commit: admission and placement check everything before mutating; every
+// refusal changes nothing (an earlier standing declaration stays).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "core/geometry.h"
+#include "core/status.h"
+
+namespace kvcache {
+
+inline constexpr int32_t kDefaultMaxSeqs = 256;
+
+// Thread-safety: not thread-safe. Spans returned stay valid until the next mutating call.
+class CellLayout {
+ public:
+  // InvalidArgument with the validation reason, or for max_seqs < 1.
+  static Result<CellLayout> create(const CacheGeometry& geometry, const CacheConfig& config,
+                                   int32_t max_seqs = kDefaultMaxSeqs);
+
+  const CacheGeometry& geometry() const;
+  const CacheConfig& config() const;
+  int32_t n_layers() const;
+
+  // ---- sequence verbs (each ends any open step) ----
+  // Lowest free id. ResourceExhausted when max_seqs ids are live.
+  Result<int32_t> seq_new();
+  // A new sequence owning src's cells at positions < upto (all when unset). Nothing copied.
+  // NotFound: src not live. ResourceExhausted: no id. InvalidArgument: upto < 0.
+  Result<int32_t> seq_clone(int32_t src, std::optional<int64_t> upto);
+  // Drops every claim and releases the id. NotFound when not live.
+  Status seq_rm(int32_t seq);
+  // Drops the sequence's positions >= pos; the id stays. NotFound: not live.
+  // OutOfRange: pos < 0 or pos > pos(seq) (rewind never grows).
+  Status rewind(int32_t seq, int64_t pos);
+  void clear();  // frees every cell and id
+
+  // ---- queries ----
+  bool live(int32_t seq) const;
+  int64_t pos(int32_t seq) const;      // next position; 0 when empty or not live
+  int64_t seq_len(int32_t seq) const;  // cells owned; 0 when not live
+  int32_t max_seqs() const;
+  int64_t capacity() const;            // pool size in cells
+  int64_t free_cells() const;
+  int64_t used_end() const;            // one past the highest occupied cell; 0 when empty
+  int64_t cell_pos(int32_t cell) const;     // -1 when free
+  int32_t cell_owners(int32_t cell) const;  // 0 when free
+  // The sequence's cells in position order (index = position). Empty when not live.
+  std::span<const int32_t> seq_cells(int32_t seq) const;
+
+  // ---- a step ----
+  // One id per token of the next forward. InvalidArgument: empty. NotFound: an id not live.
+  // ResourceExhausted: fewer free cells than tokens. A refusal keeps an earlier declaration.
+  Status declare_step(std::span<const int32_t> seq_ids);
+  bool step_open() const;
+  std::span<const int32_t> step_seq_ids() const;
+
+  // The first layer placed claims one cell per token; token i's position must equal its
+  // sequence's next position (advancing within the step). Later layers must pass the same
+  // positions and reuse the placement. Returns the cell of each token.
+  // FailedPrecondition: no declaration, the step was invalidated by a verb, or this layer was
+  // already placed. InvalidArgument: layer out of range, positions.size() != declared tokens,
+  // a position that does not continue its sequence (the declaration still stands), or
+  // positions differing from the placed ones.
+  Result<std::span<const int32_t>> place(int32_t layer, std::span<const int64_t> positions);
+  bool placed(int32_t layer) const;  // placed in the current step
+  std::span<const int32_t> step_cells() const;  // empty before the first placement
+
+  // Cells token i of the current step sees on `layer`, oldest position first: the slice of its
+  // sequence's list at positions [max(0, p - W + 1), p] (W = the layer's window; all of
+  // [0, p] on a full layer). Valid once the step is placed; layers with the same window get
+  // the same slice. FailedPrecondition when the layer is not placed in this step.
+  Result<std::span<const int32_t>> visible(int32_t layer, int32_t token) const;
+  // Position of the first cell in visible(layer, token).
+  int64_t visible_first_pos(int32_t layer, int32_t token) const;
+
+ private:
+  struct State;
+  explicit CellLayout(std::unique_ptr<State> state);
+  std::unique_ptr<State> s_;
+
+ public:
+  CellLayout(CellLayout&&) noexcept;
+  CellLayout& operator=(CellLayout&&) noexcept;
+  ~CellLayout();
+};
+
+}  // namespace kvcache

@@ -1,0 +1,124 @@
+#include "core/geometry.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace kvcache {
+
+std::string_view to_string(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "f32";
+    case DType::kF16: return "f16";
+    case DType::kBF16: return "bf16";
+  }
+  return "unknown";
+}
+
+std::optional<DType> parse_dtype(std::string_view name) {
+  if (name == "f32") return DType::kF32;
+  if (name == "f16") return DType::kF16;
+  if (name == "bf16") return DType::kBF16;
+  return std::nullopt;
+}
+
+int64_t dtype_size(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
+
+std::string Invalid::message() const {
+  std::string s = layer >= 0 ? "layers[" + std::to_string(layer) + "]." + field : field;
+  return s + " = " + std::to_string(value) + ", expected " + expected;
+}
+
+std::optional<int64_t> checked_mul(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r)) return std::nullopt;
+  return r;
+}
+
+std::optional<int64_t> checked_add(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (a < 0 || b < 0 || __builtin_add_overflow(a, b, &r)) return std::nullopt;
+  return r;
+}
+
+std::optional<int64_t> bytes_per_cell(const LayerGeometry& l, DType dtype) {
+  auto width = checked_add(l.head_dim, l.value_dim);
+  if (!width) return std::nullopt;
+  auto elems = checked_mul(l.kv_heads, *width);
+  if (!elems) return std::nullopt;
+  return checked_mul(*elems, dtype_size(dtype));
+}
+
+std::optional<int64_t> bytes_per_cell(const CacheGeometry& g, DType dtype) {
+  int64_t total = 0;
+  for (const auto& l : g.layers) {
+    auto b = bytes_per_cell(l, dtype);
+    if (!b) return std::nullopt;
+    auto t = checked_add(total, *b);
+    if (!t) return std::nullopt;
+    total = *t;
+  }
+  return total;
+}
+
+std::optional<Invalid> why_invalid(const CacheGeometry& g) {
+  if (g.layers.empty()) return Invalid{"layers", -1, 0, "at least one layer"};
+  if (g.layers.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
+    return Invalid{"layers", -1, static_cast<int64_t>(g.layers.size()), "<= 2^31-1 layers"};
+  for (size_t i = 0; i < g.layers.size(); ++i) {
+    const auto& l = g.layers[i];
+    const auto li = static_cast<int32_t>(i);
+    if (l.kv_heads <= 0) return Invalid{"kv_heads", li, l.kv_heads, "> 0"};
+    if (l.head_dim <= 0) return Invalid{"head_dim", li, l.head_dim, "> 0"};
+    if (l.value_dim <= 0) return Invalid{"value_dim", li, l.value_dim, "> 0"};
+    if (l.window < 0) return Invalid{"window", li, l.window, ">= 0 (0 = full)"};
+    if (!bytes_per_cell(l, DType::kF32))
+      return Invalid{"kv_heads", li, l.kv_heads, "kv_heads * (head_dim + value_dim) * 4 to fit in 64 bits"};
+  }
+  if (!bytes_per_cell(g, DType::kF32))
+    return Invalid{"layers", -1, static_cast<int64_t>(g.layers.size()),
+                   "total bytes per cell to fit in 64 bits"};
+  return std::nullopt;
+}
+
+std::optional<Invalid> why_invalid(const CacheConfig& c) {
+  if (c.capacity <= 0) return Invalid{"capacity", -1, c.capacity, "> 0"};
+  if (c.capacity > std::numeric_limits<int32_t>::max())
+    return Invalid{"capacity", -1, c.capacity, "<= 2147483647 cells"};
+  if (c.initial_capacity < 0)
+    return Invalid{"initial_capacity", -1, c.initial_capacity, ">= 0"};
+  if (c.max_write && *c.max_write <= 0)
+    return Invalid{"max_write", -1, *c.max_write, "> 0 when set"};
+  if (c.kv_dtype != DType::kF32 && c.kv_dtype != DType::kF16 && c.kv_dtype != DType::kBF16)
+    return Invalid{"kv_dtype", -1, static_cast<int64_t>(c.kv_dtype), "f32, f16 or bf16"};
+  return std::nullopt;
+}
+
+std::optional<Invalid> why_invalid(const CacheGeometry& g, const CacheConfig& c) {
+  if (auto r = why_invalid(g)) return r;
+  if (auto r = why_invalid(c)) return r;
+  // The whole pool at capacity must be addressable.
+  auto per_cell = bytes_per_cell(g, c.kv_dtype);
+  if (!per_cell || !checked_mul(*per_cell, c.capacity))
+    return Invalid{"capacity", -1, c.capacity, "capacity * bytes per cell to fit in 64 bits"};
+  return std::nullopt;
+}
+
+Status validate(const CacheGeometry& g, const CacheConfig& c, std::string_view what) {
+  if (auto r = why_invalid(g, c)) return invalid_argument(std::string(what) + ": " + r->message());
+  return ok_status();
+}
+
+int64_t step_limit(const CacheGeometry& g, const CacheConfig& c) {
+  int64_t limit = c.max_write ? *c.max_write : c.capacity;
+  for (const auto& l : g.layers)
+    if (l.sliding()) limit = std::min<int64_t>(limit, c.max_write ? *c.max_write : l.window);
+  return std::min(limit, c.capacity);
+}
+
+int64_t sequence_slots(const LayerGeometry& l, const CacheConfig& c) {
+  if (!l.sliding()) return c.capacity;
+  const int64_t m = c.max_write ? *c.max_write : l.window;
+  return std::min<int64_t>(static_cast<int64_t>(l.window) + m - 1, c.capacity);
+}
+
+}  // namespace kvcache

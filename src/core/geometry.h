@@ -1,0 +1,88 @@
+// Cache geometry (published by the model) and cache config (chosen at run time), with the
+// validation every construction path runs. Layer: core. Integers only; no K/V bytes here.
+// See SPEC §2. Sizes that reach memory are computed with overflow checks.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace kvcache {
+
+// Storage type of K and V. Serialized by name; append only.
+enum class DType : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
+
+std::string_view to_string(DType dtype);                    // "f32", "f16", "bf16"
+std::optional<DType> parse_dtype(std::string_view name);    // nullopt when unknown
+int64_t dtype_size(DType dtype);                            // bytes per element
+
+// One cache layer: an attention layer that owns K/V storage.
+struct LayerGeometry {
+  int32_t kv_heads = 0;   // > 0
+  int32_t head_dim = 0;   // key width, > 0
+  int32_t value_dim = 0;  // value width, > 0 (equals head_dim unless the model says otherwise)
+  int32_t window = 0;     // 0 = Full; W > 0 = Sliding(W): position p sees (p - W, p]
+
+  bool sliding() const { return window > 0; }
+  friend bool operator==(const LayerGeometry&, const LayerGeometry&) = default;
+};
+
+struct CacheGeometry {
+  std::vector<LayerGeometry> layers;  // one per cache layer; at least one
+  friend bool operator==(const CacheGeometry&, const CacheGeometry&) = default;
+};
+
+struct CacheConfig {
+  int64_t capacity = 0;                 // cells (> 0): longest length / pool size
+  DType kv_dtype = DType::kF32;
+  int64_t initial_capacity = 0;         // cells allocated up front (>= 0; clamped to capacity)
+  std::optional<int32_t> max_write;     // > 0 when set: most tokens one step may write
+  friend bool operator==(const CacheConfig&, const CacheConfig&) = default;
+};
+
+// Why a geometry or config is invalid: the field, the cache layer (-1 when not per layer),
+// the offending value and the expectation. Rendered by message().
+struct Invalid {
+  std::string field;     // "kv_heads", "capacity", "layers", ...
+  int32_t layer = -1;    // cache layer index, -1 = not per layer
+  int64_t value = 0;
+  std::string expected;  // "> 0", ">= 0", "at least one layer", ...
+  std::string message() const;  // "layers[2].head_dim = -1, expected > 0"
+};
+
+// Explaining forms: nullopt when valid.
+std::optional<Invalid> why_invalid(const CacheGeometry& geometry);
+std::optional<Invalid> why_invalid(const CacheConfig& config);
+std::optional<Invalid> why_invalid(const CacheGeometry& geometry, const CacheConfig& config);
+
+inline bool valid(const CacheGeometry& g) { return !why_invalid(g).has_value(); }
+inline bool valid(const CacheConfig& c) { return !why_invalid(c).has_value(); }
+inline bool valid(const CacheGeometry& g, const CacheConfig& c) {
+  return !why_invalid(g, c).has_value();
+}
+// The same check as a Status: InvalidArgument "<what>: <reason>" or ok.
+Status validate(const CacheGeometry& g, const CacheConfig& c, std::string_view what);
+
+// Overflow-checked arithmetic for sizes; nullopt on overflow or a negative operand.
+std::optional<int64_t> checked_mul(int64_t a, int64_t b);
+std::optional<int64_t> checked_add(int64_t a, int64_t b);
+
+// Bytes one cell takes in one layer: kv_heads * (head_dim + value_dim) * dtype_size.
+// nullopt on overflow. Geometry must be valid.
+std::optional<int64_t> bytes_per_cell(const LayerGeometry& layer, DType dtype);
+// Sum over layers; nullopt on overflow.
+std::optional<int64_t> bytes_per_cell(const CacheGeometry& geometry, DType dtype);
+
+// Largest step a sequence-layout cache accepts: min over sliding layers of (max_write or W),
+// else max_write, else capacity.
+int64_t step_limit(const CacheGeometry& geometry, const CacheConfig& config);
+
+// Ring slots a sliding layer keeps in the sequence layout: min(W + M - 1, capacity) where
+// M = max_write or W. Full layers: capacity.
+int64_t sequence_slots(const LayerGeometry& layer, const CacheConfig& config);
+
+}  // namespace kvcache

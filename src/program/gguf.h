@@ -1,0 +1,121 @@
+// GGUF v3 model files: a bounds-checked, memory-mapped reader and a writer. Layer: program.
+// The reader caps every count and length before allocating and refuses hostile files with a
+// DataLoss/InvalidArgument Status naming the offset, key or tensor. It knows nothing of the
+// cache; model_geometry.h turns metadata into a geometry.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "core/status.h"
+
+namespace kvcache::gguf {
+
+// Metadata value types, as numbered by the GGUF spec.
+enum class ValueType : uint32_t {
+  kUint8 = 0, kInt8 = 1, kUint16 = 2, kInt16 = 3, kUint32 = 4, kInt32 = 5, kFloat32 = 6,
+  kBool = 7, kString = 8, kArray = 9, kUint64 = 10, kInt64 = 11, kFloat64 = 12,
+};
+std::string_view to_string(ValueType type);
+
+// Tensor types (ggml numbering) this project reads.
+enum class TensorType : uint32_t { kF32 = 0, kF16 = 1, kQ8_0 = 8, kBF16 = 30 };
+std::string_view to_string(TensorType type);
+
+// One metadata value. Scalars of every integer width are held as int64_t/uint64_t; arrays
+// hold their element type and elements (nested arrays allowed).
+struct Value {
+  ValueType type = ValueType::kUint8;
+  ValueType elem_type = ValueType::kUint8;  // kArray only
+  std::variant<int64_t, uint64_t, double, bool, std::string, std::vector<Value>> data;
+};
+
+struct TensorInfo {
+  std::string name;
+  TensorType type = TensorType::kF32;
+  std::vector<int64_t> dims;  // ggml order: dims[0] is the fastest-varying (row length)
+  uint64_t offset = 0;        // from the start of the data section
+  std::span<const uint8_t> bytes;  // into the mapped file; valid while the GgufFile lives
+  int64_t n_elements() const;
+};
+
+// Thread-safety: immutable after open; concurrent reads are safe.
+class GgufFile {
+ public:
+  // Maps the file. NotFound when missing; DataLoss/InvalidArgument for malformed content.
+  static Result<GgufFile> open(const std::string& path);
+  // Parses bytes held by the caller (fuzzing, tests); the bytes are copied.
+  static Result<GgufFile> parse(std::span<const uint8_t> bytes);
+
+  uint32_t version() const;
+  uint64_t alignment() const;
+  const std::vector<std::pair<std::string, Value>>& metadata() const;
+  const Value* find(std::string_view key) const;  // nullptr when absent
+  const std::vector<TensorInfo>& tensors() const;
+  const TensorInfo* tensor(std::string_view name) const;  // nullptr when absent
+
+  // Typed getters: NotFound when absent, InvalidArgument naming key and actual type when the
+  // type does not fit. get_int accepts every integer type; get_float accepts floats and ints.
+  Result<int64_t> get_int(std::string_view key) const;
+  Result<double> get_float(std::string_view key) const;
+  Result<std::string> get_string(std::string_view key) const;
+  Result<bool> get_bool(std::string_view key) const;
+  Result<std::vector<int64_t>> get_int_array(std::string_view key) const;
+  Result<std::vector<double>> get_float_array(std::string_view key) const;
+  Result<std::vector<std::string>> get_string_array(std::string_view key) const;
+
+  // A tensor converted to float32 (F32, F16, BF16, Q8_0), row-major with dims reversed
+  // (i.e. the usual [rows, cols] view of a ggml [cols, rows] tensor). NotFound when absent.
+  Result<std::vector<float>> tensor_f32(std::string_view name) const;
+
+  GgufFile(GgufFile&&) noexcept;
+  GgufFile& operator=(GgufFile&&) noexcept;
+  ~GgufFile();
+
+ private:
+  struct Impl;
+  explicit GgufFile(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Builds a GGUF v3 file in memory or on disk. Values and tensors are written in insertion
+// order; tensor data is aligned to `alignment` (general.alignment is written when != 32).
+class GgufWriter {
+ public:
+  explicit GgufWriter(uint64_t alignment = 32);
+  void set(std::string key, Value value);  // replaces an earlier value of the same key
+  void set_int32(std::string key, int32_t v);
+  void set_uint32(std::string key, uint32_t v);
+  void set_float32(std::string key, float v);
+  void set_string(std::string key, std::string v);
+  void set_bool(std::string key, bool v);
+  void set_int32_array(std::string key, std::span<const int32_t> v);
+  void set_float32_array(std::string key, std::span<const float> v);
+  void set_string_array(std::string key, std::span<const std::string> v);
+  // dims in ggml order; `data` must hold exactly the bytes of that shape and type.
+  Status add_tensor(std::string name, TensorType type, std::vector<int64_t> dims,
+                    std::vector<uint8_t> data);
+  Status add_tensor_f32(std::string name, std::vector<int64_t> dims, std::span<const float> data,
+                        TensorType store_as = TensorType::kF32);  // converts to F16/BF16
+  std::vector<uint8_t> bytes() const;
+  Status write(const std::string& path) const;
+
+ private:
+  uint64_t alignment_;
+  std::vector<std::pair<std::string, Value>> metadata_;
+  struct PendingTensor {
+    std::string name;
+    TensorType type;
+    std::vector<int64_t> dims;
+    std::vector<uint8_t> data;
+  };
+  std::vector<PendingTensor> tensors_;
+};
+
+}  // namespace kvcache::gguf

@@ -1,0 +1,121 @@
+#include "core/geometry.h"
+
+#include <gtest/gtest.h>
+
+namespace kvcache {
+namespace {
+
+CacheGeometry two_layers() {
+  return CacheGeometry{{{8, 64, 64, 0}, {4, 128, 96, 512}}};
+}
+
+CacheConfig config(int64_t capacity) {
+  CacheConfig c;
+  c.capacity = capacity;
+  return c;
+}
+
+TEST(Geometry, ValidGeometryAndConfigPass) {
+  EXPECT_TRUE(valid(two_layers()));
+  EXPECT_TRUE(valid(config(16)));
+  EXPECT_TRUE(valid(two_layers(), config(16)));
+}
+
+TEST(Geometry, EmptyGeometryIsRefusedNamingLayers) {
+  auto why = why_invalid(CacheGeometry{});
+  ASSERT_TRUE(why.has_value());
+  EXPECT_EQ(why->field, "layers");
+  EXPECT_EQ(why->message(), "layers = 0, expected at least one layer");
+}
+
+TEST(Geometry, EachBadFieldIsNamedWithItsLayer) {
+  struct Case {
+    LayerGeometry layer;
+    const char* field;
+    int64_t value;
+  };
+  const Case cases[] = {
+      {{0, 64, 64, 0}, "kv_heads", 0},   {{-2, 64, 64, 0}, "kv_heads", -2},
+      {{2, 0, 64, 0}, "head_dim", 0},    {{2, -1, 64, 0}, "head_dim", -1},
+      {{2, 64, 0, 0}, "value_dim", 0},   {{2, 64, -5, 0}, "value_dim", -5},
+      {{2, 64, 64, -1}, "window", -1},
+  };
+  for (const auto& c : cases) {
+    CacheGeometry g = two_layers();
+    g.layers.push_back(c.layer);
+    auto why = why_invalid(g);
+    ASSERT_TRUE(why.has_value()) << c.field;
+    EXPECT_EQ(why->field, c.field);
+    EXPECT_EQ(why->layer, 2);
+    EXPECT_EQ(why->value, c.value);
+    EXPECT_EQ(why->message().rfind("layers[2]." + std::string(c.field), 0), 0u) << why->message();
+  }
+}
+
+TEST(Geometry, ConfigFieldsAreChecked) {
+  auto why = why_invalid(config(0));
+  ASSERT_TRUE(why);
+  EXPECT_EQ(why->message(), "capacity = 0, expected > 0");
+
+  CacheConfig c = config(8);
+  c.initial_capacity = -1;
+  why = why_invalid(c);
+  ASSERT_TRUE(why);
+  EXPECT_EQ(why->field, "initial_capacity");
+  EXPECT_EQ(why->value, -1);
+
+  c = config(8);
+  c.max_write = 0;
+  why = why_invalid(c);
+  ASSERT_TRUE(why);
+  EXPECT_EQ(why->field, "max_write");
+}
+
+TEST(Geometry, InitialCapacityAboveCapacityIsAccepted) {
+  CacheConfig c = config(8);
+  c.initial_capacity = 1000;
+  EXPECT_TRUE(valid(two_layers(), c));
+}
+
+TEST(Geometry, SizeProductsThatOverflowAreRefused) {
+  CacheGeometry g{{{1 << 30, 1 << 30, 1 << 30, 0}}};
+  auto why = why_invalid(g);
+  ASSERT_TRUE(why);
+  EXPECT_EQ(why->field, "kv_heads");
+
+  // 2^20 heads * (2^10 + 2^10) dims * 4 bytes = 2^33 per cell; 2^31-1 cells overflows 2^63.
+  CacheGeometry big{{{1 << 20, 1 << 10, 1 << 10, 0}}};
+  ASSERT_TRUE(valid(big));
+  auto why_cfg = why_invalid(big, config(2147483647));
+  ASSERT_TRUE(why_cfg);
+  EXPECT_EQ(why_cfg->field, "capacity");
+  EXPECT_EQ(validate(big, config(2147483647), "build").code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Geometry, BytesPerCellSumsLayers) {
+  // layer 0: 8 * (64 + 64) * 2 = 2048; layer 1: 4 * (128 + 96) * 2 = 1792.
+  EXPECT_EQ(bytes_per_cell(two_layers(), DType::kF16), 2048 + 1792);
+  EXPECT_EQ(bytes_per_cell(two_layers().layers[0], DType::kF32), 4096);
+}
+
+TEST(Geometry, StepLimitAndRingSlots) {
+  CacheGeometry g{{{1, 4, 4, 0}, {1, 4, 4, 4}}};
+  CacheConfig c = config(100);
+  EXPECT_EQ(step_limit(g, c), 4);  // max_write unset: W of the narrowest sliding layer
+  EXPECT_EQ(sequence_slots(g.layers[1], c), 7);  // W + W - 1
+  EXPECT_EQ(sequence_slots(g.layers[0], c), 100);
+  c.max_write = 1;
+  EXPECT_EQ(step_limit(g, c), 1);
+  EXPECT_EQ(sequence_slots(g.layers[1], c), 4);  // W + 1 - 1
+  EXPECT_EQ(sequence_slots(g.layers[1], config(3)), 3);  // clamped to capacity
+}
+
+TEST(Geometry, DTypeNamesRoundTrip) {
+  for (DType d : {DType::kF32, DType::kF16, DType::kBF16})
+    EXPECT_EQ(parse_dtype(to_string(d)), d);
+  EXPECT_FALSE(parse_dtype("q4_0").has_value());
+  EXPECT_EQ(dtype_size(DType::kBF16), 2);
+}
+
+}  // namespace
+}  // namespace kvcache

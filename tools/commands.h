@@ -1,0 +1,20 @@
+// The kvcache CLI's subcommands. Layer: tools (the only layer that reads argv/environment).
+// Each subcommand lives in its own cmd_*.cpp: add_X registers its options on the app and
+// returns a runner that is called when that subcommand was chosen; the runner returns the
+// process exit code (0 ok, 1 error after printing the message to stderr, 2 usage).
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace kvcache::tools {
+
+using Runner = std::function<int()>;
+
+Runner add_inspect(CLI::App& app);
+Runner add_export(CLI::App& app);
+Runner add_run(CLI::App& app);
+Runner add_op_test(CLI::App& app);
+
+}  // namespace kvcache::tools
