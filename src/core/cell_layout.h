@@ -21,7 +21,12 @@ namespace kvcache {
 
 inline constexpr int32_t kDefaultMaxSeqs = 256;
 
+// Costs: a verb costs O(the cells it touches) (seq_clone/seq_rm/rewind: the sequence's
+// affected positions); declare_step O(tokens); place O(tokens * log64 capacity) on the first
+// layer, O(tokens) after; visible O(1). Cell metadata grows with the highest cell used, not
+// with capacity. Free cells and ids are found with a BitTree (core/bit_tree.h).
 // Thread-safety: not thread-safe. Spans returned stay valid until the next mutating call.
+// Move-only; a moved-from layout may only be destroyed or assigned to.
 class CellLayout {
  public:
   // InvalidArgument with the validation reason, or for max_seqs < 1.
@@ -32,7 +37,8 @@ class CellLayout {
   const CacheConfig& config() const;
   int32_t n_layers() const;
 
-  // ---- sequence verbs (each ends any open step) ----
+  // ---- sequence verbs (each accepted verb ends any open step; a refused one changes
+  // nothing, so a standing step survives it) ----
   // Lowest free id. ResourceExhausted when max_seqs ids are live.
   Result<int32_t> seq_new();
   // A new sequence owning src's cells at positions < upto (all when unset). Nothing copied.
@@ -81,7 +87,7 @@ class CellLayout {
   // [0, p] on a full layer). Valid once the step is placed; layers with the same window get
   // the same slice. FailedPrecondition when the layer is not placed in this step.
   Result<std::span<const int32_t>> visible(int32_t layer, int32_t token) const;
-  // Position of the first cell in visible(layer, token).
+  // Position of the first cell in visible(layer, token); -1 when visible() would refuse.
   int64_t visible_first_pos(int32_t layer, int32_t token) const;
 
  private:

@@ -36,7 +36,7 @@ struct SequencePlan {
   int64_t slots = 0;             // R (rings) or capacity (full)
 };
 
-// Thread-safety: not thread-safe.
+// A copyable value (small metadata). Thread-safety: not thread-safe.
 class SequenceLayout {
  public:
   // Validates (same checks as the factory). InvalidArgument with the reason.
@@ -51,6 +51,9 @@ class SequenceLayout {
   int64_t slots(int32_t layer) const;                 // storage rows the layer needs at most
   bool can_extend(int64_t n) const;                   // L + n <= capacity, n <= step_limit
   // Lowest length rewind() accepts: max(0, L - M) over sliding layers, 0 without them.
+  // After a rewind the rings hold fewer positions, so the floor is also kept at or above
+  // (lowest position a ring still holds) + W - 1 whenever that ring (W > 1) has dropped a
+  // position: otherwise the next step would read back positions the ring overwrote.
   int64_t rewind_floor() const;
 
   // Pure: the plan for `layer` of a T-token step starting at `start`. InvalidArgument for a
@@ -79,6 +82,8 @@ class SequenceLayout {
 
  private:
   SequenceLayout(CacheGeometry g, CacheConfig c);
+  void commit_step();  // the step's first placement: advance L once, track ring contents
+  void end_step();     // a verb ran: the open step (if any) is over
   CacheGeometry geometry_;
   CacheConfig config_;
   int64_t step_limit_ = 0;
@@ -88,6 +93,8 @@ class SequenceLayout {
   int64_t step_start_ = 0;
   bool step_committed_ = false;
   std::vector<bool> placed_;
+  // Per layer: lowest position its ring still holds (0 for full layers and unwrapped rings).
+  std::vector<int64_t> ring_low_;
 };
 
 }  // namespace kvcache

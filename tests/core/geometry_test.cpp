@@ -71,6 +71,33 @@ TEST(Geometry, ConfigFieldsAreChecked) {
   EXPECT_EQ(why->field, "max_write");
 }
 
+TEST(Geometry, ConfigMessagesNameFieldValueAndExpectation) {
+  EXPECT_EQ(why_invalid(config(-5))->message(), "capacity = -5, expected > 0");
+  CacheConfig c = config(8);
+  c.initial_capacity = -3;
+  EXPECT_EQ(why_invalid(c)->message(), "initial_capacity = -3, expected >= 0");
+  EXPECT_EQ(why_invalid(c)->layer, -1);
+  c = config(8);
+  c.max_write = -2;
+  EXPECT_EQ(why_invalid(c)->message(), "max_write = -2, expected > 0 when set");
+  c.max_write = 1;
+  EXPECT_FALSE(why_invalid(c).has_value());
+  // The combined form reports the geometry first and prefixes the operation.
+  CacheGeometry g = two_layers();
+  g.layers[0].kv_heads = 0;
+  Status st = validate(g, config(0), "build");
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "build: layers[0].kv_heads = 0, expected > 0");
+  EXPECT_TRUE(validate(two_layers(), config(1), "build").ok());
+}
+
+TEST(Geometry, CapacityAboveInt32IsRefused) {
+  auto why = why_invalid(config(int64_t{1} << 31));
+  ASSERT_TRUE(why);
+  EXPECT_EQ(why->field, "capacity");
+  EXPECT_TRUE(valid(config(2147483647)));
+}
+
 TEST(Geometry, InitialCapacityAboveCapacityIsAccepted) {
   CacheConfig c = config(8);
   c.initial_capacity = 1000;

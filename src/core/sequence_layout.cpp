@@ -1,0 +1,175 @@
+#include "core/sequence_layout.h"
+
+#include <algorithm>
+#include <string>
+
+namespace kvcache {
+namespace {
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+// Positions [first, first + n) of a ring of r slots as at most two slot runs, oldest first.
+int32_t ring_runs(int64_t first, int64_t n, int64_t r, std::array<SlotRun, 2>& runs) {
+  if (n <= 0) return 0;
+  const int64_t s0 = first % r;
+  if (s0 + n <= r) {
+    runs[0] = {s0, s0 + n};
+    return 1;
+  }
+  runs[0] = {s0, r};
+  runs[1] = {0, s0 + n - r};
+  return 2;
+}
+
+}  // namespace
+
+SequenceLayout::SequenceLayout(CacheGeometry g, CacheConfig c)
+    : geometry_(std::move(g)), config_(c) {
+  step_limit_ = kvcache::step_limit(geometry_, config_);
+  placed_.assign(geometry_.layers.size(), false);
+  ring_low_.assign(geometry_.layers.size(), 0);
+}
+
+Result<SequenceLayout> SequenceLayout::create(const CacheGeometry& geometry,
+                                              const CacheConfig& config) {
+  KVCACHE_RETURN_IF_ERROR(validate(geometry, config, "sequence_layout.create"));
+  return SequenceLayout(geometry, config);
+}
+
+int64_t SequenceLayout::slots(int32_t layer) const {
+  if (layer < 0 || layer >= n_layers()) return 0;
+  return sequence_slots(geometry_.layers[layer], config_);
+}
+
+bool SequenceLayout::can_extend(int64_t n) const {
+  return n >= 0 && n <= step_limit_ && length_ + n <= config_.capacity;
+}
+
+int64_t SequenceLayout::rewind_floor() const {
+  int64_t floor = 0;
+  for (size_t i = 0; i < geometry_.layers.size(); ++i) {
+    const LayerGeometry& l = geometry_.layers[i];
+    if (!l.sliding()) continue;
+    const int64_t m = config_.max_write ? *config_.max_write : l.window;
+    floor = std::max(floor, length_ - m);
+    // After a rewind the ring may hold less than R positions: the next step must still find
+    // its W-1 look-back positions intact (a window of 1 looks back at nothing).
+    if (ring_low_[i] > 0 && l.window > 1) floor = std::max(floor, ring_low_[i] + l.window - 1);
+  }
+  return std::min(std::max<int64_t>(floor, 0), length_);
+}
+
+Result<SequencePlan> SequenceLayout::plan(int32_t layer, int64_t start, int32_t n_tokens) const {
+  if (layer < 0 || layer >= n_layers())
+    return invalid_argument("sequence_layout.plan: layer " + str(layer) + ", expected 0.." +
+                            str(n_layers() - 1));
+  if (n_tokens <= 0 || n_tokens > step_limit_)
+    return invalid_argument("sequence_layout.plan: step of " + str(n_tokens) +
+                            " tokens, expected 1.." + str(step_limit_));
+  if (start < 0 || start + n_tokens > config_.capacity)
+    return invalid_argument("sequence_layout.plan: positions [" + str(start) + ", " +
+                            str(start + n_tokens) + "), expected within [0, " +
+                            str(config_.capacity) + ")");
+  const LayerGeometry& l = geometry_.layers[layer];
+  SequencePlan p;
+  p.start = start;
+  p.n_tokens = n_tokens;
+  p.window = l.window;
+  p.slots = sequence_slots(l, config_);
+  const int64_t end = start + n_tokens;
+  if (!l.sliding()) {
+    p.write[0] = {start, end};
+    p.n_write = 1;
+    p.read[0] = {0, end};
+    p.n_read = 1;
+    p.read_begin = 0;
+    return p;
+  }
+  p.n_write = ring_runs(start, n_tokens, p.slots, p.write);
+  p.read_begin = std::max<int64_t>(0, start - l.window + 1);
+  p.n_read = ring_runs(p.read_begin, end - p.read_begin, p.slots, p.read);
+  return p;
+}
+
+Status SequenceLayout::declare_step(int32_t n_tokens) {
+  if (n_tokens <= 0 || n_tokens > step_limit_)
+    return invalid_argument("sequence_layout.declare_step: " + str(n_tokens) +
+                            " tokens, expected 1.." + str(step_limit_) +
+                            " (the widest step this layout accepts)");
+  if (length_ + n_tokens > config_.capacity)
+    return resource_exhausted("sequence_layout.declare_step: " + str(n_tokens) +
+                              " tokens at length " + str(length_) + " exceed capacity " +
+                              str(config_.capacity));
+  step_tokens_ = n_tokens;
+  step_start_ = length_;
+  step_committed_ = false;
+  std::fill(placed_.begin(), placed_.end(), false);
+  return ok_status();
+}
+
+Result<SequencePlan> SequenceLayout::place(int32_t layer) {
+  if (layer < 0 || layer >= n_layers())
+    return invalid_argument("sequence_layout.place: layer " + str(layer) + ", expected 0.." +
+                            str(n_layers() - 1));
+  if (step_tokens_ == 0)
+    return failed_precondition("sequence_layout.place: layer " + str(layer) +
+                               " has no declared step (declare_step first)");
+  if (placed_[layer])
+    return failed_precondition("sequence_layout.place: layer " + str(layer) +
+                               " was already placed in this step (declare the next step first)");
+  Result<SequencePlan> p = plan(layer, step_start_, step_tokens_);
+  if (!p.ok()) return p;
+  if (!step_committed_) commit_step();
+  placed_[layer] = true;
+  return p;
+}
+
+void SequenceLayout::commit_step() {
+  const int64_t end = step_start_ + step_tokens_;
+  for (size_t i = 0; i < geometry_.layers.size(); ++i) {
+    if (!geometry_.layers[i].sliding()) continue;
+    const int64_t r = sequence_slots(geometry_.layers[i], config_);
+    ring_low_[i] = std::max(ring_low_[i], end - r);
+  }
+  length_ = end;
+  step_committed_ = true;
+}
+
+Result<SequencePlan> SequenceLayout::placed(int32_t layer) const {
+  if (layer < 0 || layer >= n_layers())
+    return invalid_argument("sequence_layout.placed: layer " + str(layer) + ", expected 0.." +
+                            str(n_layers() - 1));
+  if (step_tokens_ == 0 || !placed_[layer])
+    return failed_precondition("sequence_layout.placed: layer " + str(layer) +
+                               " was not placed in the current step");
+  return plan(layer, step_start_, step_tokens_);
+}
+
+void SequenceLayout::end_step() {
+  step_tokens_ = 0;
+  step_start_ = length_;
+  step_committed_ = false;
+  std::fill(placed_.begin(), placed_.end(), false);
+}
+
+Status SequenceLayout::rewind(int64_t new_len) {
+  if (new_len < 0 || new_len > length_)
+    return out_of_range("sequence_layout.rewind: length " + str(new_len) + ", expected 0.." +
+                        str(length_) + " (rewind never grows)");
+  const int64_t floor = rewind_floor();
+  if (new_len < floor)
+    return out_of_range("sequence_layout.rewind: length " + str(new_len) +
+                        " is below the floor " + str(floor) +
+                        " (sliding-window rings no longer hold the positions it needs)");
+  length_ = new_len;
+  end_step();
+  return ok_status();
+}
+
+void SequenceLayout::clear() {
+  length_ = 0;
+  std::fill(ring_low_.begin(), ring_low_.end(), 0);
+  end_step();
+}
+
+}  // namespace kvcache
