@@ -1,0 +1,349 @@
+#!/usr/bin/python3
+"""Independent float64 oracle for `kvcache op-test` (SPEC §9).
+
+For every case directory under --cases (a directory holding case.json) this runs
+`kvcache op-test CASE --out TMP`, then replays the case on its own small model of the cache —
+the sequence layout as one length with per-position K/V, the cell layout as cells with a
+position and a set of owners — and compares: result.json ok / verb values / error code, and
+every output array (float64 softmax over the keys each query may see, K/V rounded to the
+storage dtype first). Exits non-zero with a readable diff on any mismatch.
+Run: /usr/bin/python3 scripts/op_test_oracle.py --kvcache build/tools/kvcache --cases examples/op_test
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+MAX_SEQS = 256
+TOL = {"f32": 1e-5, "f16": 2e-3, "bf16": 2e-2}
+
+
+class Refused(Exception):
+    def __init__(self, code, why):
+        super().__init__(why)
+        self.code = code
+
+
+def round_to(dtype, a):
+    a = np.asarray(a, dtype=np.float32)
+    if dtype == "f16":
+        return a.astype(np.float16).astype(np.float64)
+    if dtype == "bf16":
+        u = a.view(np.uint32).astype(np.uint64)
+        u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+        return (u & 0xFFFFFFFF).astype(np.uint32).view(np.float32).astype(np.float64)
+    return a.astype(np.float64)
+
+
+class SequenceModel:
+    """One sequence: length L; kv[layer][pos] = (k, v)."""
+
+    def __init__(self, case):
+        self.geo, self.cfg = case["geometry"], case["config"]
+        self.cap = self.cfg["capacity"]
+        self.mw = self.cfg.get("max_write")
+        self.clear()
+
+    def clear(self):
+        self.length = 0
+        self.kv = [dict() for _ in self.geo]
+        return True
+
+    def step_limit(self):
+        lim = self.mw if self.mw else self.cap
+        for g in self.geo:
+            if g.get("window", 0) > 0:
+                lim = min(lim, self.mw if self.mw else g["window"])
+        return min(lim, self.cap)
+
+    def floor(self):
+        f = 0
+        for g in self.geo:
+            if g.get("window", 0) > 0:
+                f = max(f, self.length - (self.mw if self.mw else g["window"]))
+        return max(0, f)
+
+    def verb(self, v):
+        op = v["op"]
+        if op in ("seq_new", "seq_clone"):
+            return None
+        if op == "seq_rm":
+            return False
+        if op == "clear":
+            return self.clear()
+        if op == "rewind":
+            p = v["pos"]
+            if v.get("seq", 0) != 0 or p > self.length or p < self.floor():
+                return False
+            self.length = p
+            return True
+        raise ValueError(op)
+
+    def admit(self, ids, positions):
+        T = len(ids)
+        if any(i != 0 for i in ids):
+            raise Refused("not_found", "only sequence 0")
+        if T > self.step_limit():
+            raise Refused("invalid_argument", "wider than the step limit")
+        if self.length + T > self.cap:
+            raise Refused("resource_exhausted", "capacity")
+        want = list(range(self.length, self.length + T))
+        if positions is not None and list(positions) != want:
+            raise Refused("invalid_argument", f"positions {positions} != {want}")
+        return [(0, p) for p in want]
+
+    def commit(self, T):
+        self.length += T
+
+    def write(self, layer, seq, pos, k, v):
+        self.kv[layer][pos] = (k, v)
+
+    def keys(self, layer, seq, pos):
+        w = self.geo[layer].get("window", 0)
+        lo = max(0, pos - w + 1) if w > 0 else 0
+        return [self.kv[layer][p] for p in range(lo, pos + 1)]
+
+
+class CellModel:
+    """Cells with a position and owners; per sequence its cells by position."""
+
+    def __init__(self, case):
+        self.geo, self.cap = case["geometry"], case["config"]["capacity"]
+        self.clear()
+
+    def clear(self):
+        self.seqs = {}      # id -> list of cell ids, index = position
+        self.cells = {}     # cell id -> {"pos", "owners", "kv": [per layer (k, v)]}
+        return True
+
+    def new_id(self):
+        for i in range(MAX_SEQS):
+            if i not in self.seqs:
+                return i
+        return None
+
+    def verb(self, v):
+        op = v["op"]
+        if op == "clear":
+            return self.clear()
+        if op == "seq_new":
+            i = self.new_id()
+            if i is not None:
+                self.seqs[i] = []
+            return i
+        if op == "seq_clone":
+            src, upto = v["src"], v.get("upto")
+            if src not in self.seqs or (upto is not None and upto < 0):
+                return None
+            i = self.new_id()
+            if i is None:
+                return None
+            cells = self.seqs[src][: (len(self.seqs[src]) if upto is None else upto)]
+            for c in cells:
+                self.cells[c]["owners"] += 1
+            self.seqs[i] = list(cells)
+            return i
+        if op == "seq_rm":
+            s = v["seq"]
+            if s not in self.seqs:
+                return False
+            self.drop(s, 0)
+            del self.seqs[s]
+            return True
+        if op == "rewind":
+            s, p = v["seq"], v["pos"]
+            if s not in self.seqs or p < 0 or p > len(self.seqs[s]):
+                return False
+            self.drop(s, p)
+            return True
+        raise ValueError(op)
+
+    def drop(self, s, p):
+        for c in self.seqs[s][p:]:
+            self.cells[c]["owners"] -= 1
+            if self.cells[c]["owners"] == 0:
+                del self.cells[c]
+        self.seqs[s] = self.seqs[s][:p]
+
+    def admit(self, ids, positions):
+        if not ids:
+            raise Refused("invalid_argument", "empty step")
+        for i in ids:
+            if i not in self.seqs:
+                raise Refused("not_found", f"sequence {i} is not live")
+        if len(ids) > self.cap - len(self.cells):
+            raise Refused("resource_exhausted", "not enough free cells")
+        nxt, out = {}, []
+        for i, p in zip(ids, positions):
+            want = nxt.get(i, len(self.seqs[i]))
+            if p != want:
+                raise Refused("invalid_argument", f"sequence {i} position {p} != {want}")
+            nxt[i] = want + 1
+            out.append((i, p))
+        return out
+
+    def commit(self, placed):
+        used = set(self.cells)
+        cid = 0
+        for s, p in placed:
+            while cid in used:
+                cid += 1
+            used.add(cid)
+            self.cells[cid] = {"pos": p, "owners": 1, "kv": [None] * len(self.geo)}
+            self.seqs[s].append(cid)
+
+    def write(self, layer, seq, pos, k, v):
+        self.cells[self.seqs[seq][pos]]["kv"][layer] = (k, v)
+
+    def keys(self, layer, seq, pos):
+        w = self.geo[layer].get("window", 0)
+        lo = max(0, pos - w + 1) if w > 0 else 0
+        return [self.cells[c]["kv"][layer] for c in self.seqs[seq][lo: pos + 1]]
+
+
+def attend(case, layer, q, keyss, scale, softcap):
+    g = case["geometry"][layer]
+    hq, hkv = q.shape[1], g["kv_heads"]
+    out = np.zeros((q.shape[0], hq, g.get("value_dim", g["head_dim"])))
+    for t in range(q.shape[0]):
+        K = np.stack([k for k, _ in keyss[t]])  # [n, hkv, D]
+        V = np.stack([v for _, v in keyss[t]])
+        for h in range(hq):
+            kh = h // (hq // hkv)
+            s = K[:, kh, :] @ q[t, h].astype(np.float64) * scale
+            if softcap > 0:
+                s = softcap * np.tanh(s / softcap)
+            p = np.exp(s - s.max())
+            out[t, h] = (p / p.sum()) @ V[:, kh, :]
+    return out
+
+
+def simulate(case, case_dir):
+    """Expected result.json steps and outputs {file name: array}."""
+    model = SequenceModel(case) if case["kind"] == "sequence" else CellModel(case)
+    dtype = case["config"].get("kv_dtype", "f32")
+    steps, outputs = [], {}
+    for si, st in enumerate(case["steps"]):
+        verbs = [model.verb(v) for v in st.get("verbs", [])]
+        entry = {"ok": True, "verbs": verbs, "code": None}
+        layers = st.get("layers", [])
+        if layers:
+            try:
+                outputs.update(run_tokens(case, case_dir, model, st, si, dtype))
+            except Refused as r:
+                entry["ok"], entry["code"] = False, r.code
+        steps.append(entry)
+    return steps, outputs
+
+
+def run_tokens(case, case_dir, model, st, si, dtype):
+    load = lambda name: np.load(os.path.join(case_dir, name))
+    layers = st["layers"]
+    T = load(layers[0]["q"]).shape[0]
+    ids = st.get("seq_ids") or [0] * T
+    positions = st.get("positions")
+    if positions is None and case["kind"] == "cell":
+        nxt, positions = {}, []
+        for i in ids:
+            p = nxt.get(i, len(model.seqs.get(i, [])))
+            positions.append(p)
+            nxt[i] = p + 1
+    written = set()
+    for e in layers:  # the checks the tool makes before declaring
+        g = case["geometry"][e["layer"]]
+        if case["q_heads"][e["layer"]] % g["kv_heads"] != 0:
+            raise Refused("invalid_argument", "q_heads")
+        if "k" not in e and e["layer"] not in written:
+            raise Refused("failed_precondition", "attend only before the layer is written")
+        if "k" in e and e["layer"] in written:
+            raise Refused("failed_precondition", "layer written twice")
+        if "k" in e:
+            written.add(e["layer"])
+    placed = model.admit(ids, positions)
+    model.commit(placed if case["kind"] == "cell" else T)
+    outs, seen = {}, {}
+    for e in layers:
+        l = e["layer"]
+        g = case["geometry"][l]
+        if "k" in e:
+            k, v = round_to(dtype, load(e["k"])), round_to(dtype, load(e["v"]))
+            for t, (s, p) in enumerate(placed):
+                model.write(l, s, p, k[t], v[t])
+        scale = case.get("scale")
+        scale = 1.0 / math.sqrt(g["head_dim"]) if scale is None else scale
+        keyss = [model.keys(l, s, p) for s, p in placed]
+        n = seen.get(l, 0)
+        seen[l] = n + 1
+        name = f"s{si}_l{l}" + (f"_{n}" if n else "") + ".npy"
+        outs[name] = attend(case, l, load(e["q"]), keyss, scale, case.get("softcap", 0.0) or 0.0)
+    return outs
+
+
+def check_case(kvcache, case_dir, threads):
+    with open(os.path.join(case_dir, "case.json")) as f:
+        case = json.load(f)
+    problems = []
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [kvcache, "op-test", case_dir, "--out", out] + (["--threads", str(threads)] if threads else [])
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            return [f"`{' '.join(cmd)}` exited {r.returncode}: {r.stderr.strip()}"]
+        with open(os.path.join(out, "result.json")) as f:
+            got = json.load(f)["steps"]
+        want, outputs = simulate(case, case_dir)
+        if len(got) != len(want):
+            return [f"result.json has {len(got)} steps, expected {len(want)}"]
+        for i, (g, w) in enumerate(zip(got, want)):
+            if g["ok"] != w["ok"] or g["verbs"] != w["verbs"]:
+                problems.append(f"step {i}: got ok={g['ok']} verbs={g['verbs']} "
+                                f"(error {g['error']}), expected ok={w['ok']} verbs={w['verbs']}")
+            elif not w["ok"] and (g["error"] or {}).get("code") != w["code"]:
+                problems.append(f"step {i}: error {g['error']}, expected code {w['code']}")
+        present = {n for n in os.listdir(out) if n.endswith(".npy")}
+        if present != set(outputs):
+            problems.append(f"output files {sorted(present)}, expected {sorted(outputs)}")
+        tol = TOL[case["config"].get("kv_dtype", "f32")]
+        for name, ref in sorted(outputs.items()):
+            if name not in present:
+                continue
+            a = np.load(os.path.join(out, name)).astype(np.float64)
+            if a.shape != ref.shape:
+                problems.append(f"{name}: shape {a.shape}, expected {ref.shape}")
+                continue
+            err = np.abs(a - ref) - tol * (1 + np.abs(ref))
+            if (err > 0).any():
+                idx = np.unravel_index(np.argmax(err), err.shape)
+                problems.append(f"{name}: worst at {idx}: got {a[idx]:.7g}, expected {ref[idx]:.7g} "
+                                f"(tolerance {tol} abs+rel)")
+    return problems
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kvcache", required=True, help="path of the kvcache binary")
+    ap.add_argument("--cases", required=True, help="directory of case directories")
+    ap.add_argument("--threads", type=int, default=0)
+    args = ap.parse_args()
+    dirs = sorted(d for d in (os.path.join(args.cases, n) for n in os.listdir(args.cases))
+                  if os.path.isfile(os.path.join(d, "case.json")))
+    if not dirs:
+        print(f"op_test_oracle: no case directories under {args.cases}", file=sys.stderr)
+        return 1
+    failed = 0
+    for d in dirs:
+        problems = check_case(args.kvcache, d, args.threads)
+        print(f"{'FAIL' if problems else 'ok  '} {os.path.basename(d)}")
+        for p in problems:
+            print(f"     {p}")
+        failed += bool(problems)
+    print(f"{len(dirs) - failed}/{len(dirs)} cases agree with the oracle")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+// Attention over a layer's stored K/V: the problem description the caches build, the readable
+// reference kernel and the optimized kernel (SIMD picked at run time, online softmax, threads).
+// Layer: cpu. A query visits only the keys in its KeySet; nothing else is read.
+// Shapes (row-major f32): q [T, q_heads, head_dim], out [T, q_heads, value_dim]. Query head h
+// uses kv head h / (q_heads / kv_heads).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "core/cache.h"
+#include "cpu/kv_pool.h"
+#include "cpu/thread_pool.h"
+
+namespace kvcache::cpu {
+
+// The rows one query sees, oldest first: a list of cells (cell layout) or up to two runs of
+// contiguous rows (sequence layout; two when a ring wraps).
+struct KeySet {
+  std::span<const int32_t> cells;  // used when n_runs == 0
+  int64_t run_begin[2] = {0, 0};
+  int64_t run_size[2] = {0, 0};
+  int32_t n_runs = 0;
+
+  int64_t size() const {
+    return n_runs == 0 ? static_cast<int64_t>(cells.size()) : run_size[0] + run_size[1];
+  }
+  // Row of the j-th key (0 <= j < size()).
+  int64_t row(int64_t j) const {
+    if (n_runs == 0) return cells[static_cast<size_t>(j)];
+    return j < run_size[0] ? run_begin[0] + j : run_begin[1] + (j - run_size[0]);
+  }
+};
+
+struct AttentionProblem {
+  int32_t n_tokens = 0;  // T
+  int32_t q_heads = 0;   // a positive multiple of kv.kv_heads
+  const float* q = nullptr;
+  float* out = nullptr;
+  float scale = 1.0f;
+  float softcap = 0.0f;       // 0 = none
+  KvView kv;
+  std::span<const KeySet> keys;  // one per token, each non-empty
+};
+
+// Double accumulation, two-pass softmax, one query head at a time. Single-threaded.
+void attend_reference(const AttentionProblem& p);
+
+// Instruction sets the optimized kernel has; kAuto picks the best the CPU supports.
+enum class Isa { kAuto, kScalar, kAvx2, kAvx512 };
+Isa best_isa();
+bool isa_supported(Isa isa);  // kAuto and kScalar always
+std::string_view to_string(Isa isa);
+// Optimized kernel. `isa` must be supported by this CPU (kAuto always is). Splits work over
+// (token, kv head) and, when that gives too few tasks for the pool, over the key range too.
+void attend(const AttentionProblem& p, ThreadPool& pool, Isa isa = Isa::kAuto);
+
+// Shape and range checks of one update_and_attend call against its layer (no state read):
+// layer in range, n_tokens > 0, q_heads a positive multiple of kv_heads, every span sized for
+// its shape (k and v both empty = attend only), finite scale, softcap >= 0. InvalidArgument
+// naming the field, the value and the expectation.
+Status check_attend_args(const CacheGeometry& geometry, const AttendArgs& args);
+
+}  // namespace kvcache::cpu

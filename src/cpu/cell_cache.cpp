@@ -1,0 +1,135 @@
+// CellCache: the cpu byte layer behind CellLayout (many sequences over one pool of cells).
+// Every layer's pool holds row = cell index; pools grow lazily by doubling up to capacity.
+// A query visits exactly the cells CellLayout::visible() lists for it.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/cell_layout.h"
+#include "cpu/cache_common.h"
+#include "cpu/caches.h"
+
+namespace kvcache::cpu {
+
+namespace {
+
+class CellCache final : public Cache {
+ public:
+  CellCache(CellLayout layout, const CpuCacheOptions& options)
+      : layout_(std::move(layout)), options_(options) {}
+
+  Status init() {
+    const CacheConfig& c = layout_.config();
+    for (const LayerGeometry& l : layout_.geometry().layers) {
+      pools_.emplace_back(l, c.kv_dtype, c.capacity);
+      KVCACHE_RETURN_IF_ERROR(pools_.back().reserve(std::min(c.initial_capacity, c.capacity)));
+    }
+    return ok_status();
+  }
+
+  std::string_view kind() const override { return kCellKind; }
+  const CacheGeometry& geometry() const override { return layout_.geometry(); }
+  const CacheConfig& config() const override { return layout_.config(); }
+
+  Result<int32_t> seq_new() override { return layout_.seq_new(); }
+  Result<int32_t> seq_clone(int32_t src, std::optional<int64_t> upto) override {
+    return layout_.seq_clone(src, upto);
+  }
+  Status seq_rm(int32_t seq) override { return layout_.seq_rm(seq); }
+  Status rewind(int32_t seq, int64_t pos) override { return layout_.rewind(seq, pos); }
+  int64_t pos(int32_t seq) const override { return layout_.pos(seq); }
+  int64_t seq_len(int32_t seq) const override { return layout_.seq_len(seq); }
+  int32_t max_seqs() const override { return layout_.max_seqs(); }
+  int64_t capacity() const override { return layout_.capacity(); }
+  int64_t free_cells() const override { return layout_.free_cells(); }
+  int64_t used_end() const override { return layout_.used_end(); }
+  void clear() override { layout_.clear(); }
+  Status declare_step(std::span<const int32_t> seq_ids) override {
+    return layout_.declare_step(seq_ids);
+  }
+
+  Status update_and_attend(const AttendArgs& a) override {
+    KVCACHE_RETURN_IF_ERROR(check_attend_args(layout_.geometry(), a));
+    KVCACHE_RETURN_IF_ERROR(check_step(a));
+    const std::string at = "update_and_attend: layer " + std::to_string(a.layer) + ": ";
+    LayerPool& pool = pools_[a.layer];
+    std::span<const int32_t> cells;
+    if (a.k.empty()) {
+      if (!layout_.placed(a.layer))
+        return failed_precondition(at + "attend only (k and v empty) needs the layer placed "
+                                        "earlier in this step");
+      cells = layout_.step_cells();
+      for (int32_t i = 0; i < a.n_tokens; ++i)
+        if (layout_.cell_pos(cells[i]) != a.positions[i])
+          return invalid_argument(at + "positions[" + std::to_string(i) + "] = " +
+                                  std::to_string(a.positions[i]) + ", expected the placed " +
+                                  std::to_string(layout_.cell_pos(cells[i])));
+    } else {
+      if (layout_.placed(a.layer))
+        return failed_precondition(at + "already placed in this step");
+      KVCACHE_RETURN_IF_ERROR(pool.reserve(rows_needed(a.n_tokens)));
+      Result<std::span<const int32_t>> placed = layout_.place(a.layer, a.positions);
+      if (!placed.ok()) return placed.status();
+      cells = *placed;
+      const LayerGeometry& l = layout_.geometry().layers[a.layer];
+      for (int32_t i = 0; i < a.n_tokens; ++i)
+        pool.write(cells[i], a.k.data() + int64_t{i} * l.kv_heads * l.head_dim,
+                   a.v.data() + int64_t{i} * l.kv_heads * l.value_dim);
+    }
+    keys_.resize(a.n_tokens);
+    for (int32_t i = 0; i < a.n_tokens; ++i) {
+      Result<std::span<const int32_t>> vis = layout_.visible(a.layer, i);
+      if (!vis.ok()) return internal_error(at + "placed step has no visibility: " +
+                                           vis.status().message());
+      keys_[i] = KeySet{};
+      keys_[i].cells = *vis;
+    }
+    detail::run_kernel(options_, detail::make_problem(a, pool, keys_));
+    return ok_status();
+  }
+
+  int64_t allocated_bytes() const override {
+    int64_t total = 0;
+    for (const auto& p : pools_) total += p.bytes();
+    return total;
+  }
+
+ private:
+  Status check_step(const AttendArgs& a) const {
+    if (!layout_.step_open())
+      return failed_precondition("update_and_attend: layer " + std::to_string(a.layer) +
+                                 ": no declared step (call declare_step first)");
+    const auto declared = static_cast<int64_t>(layout_.step_seq_ids().size());
+    if (a.n_tokens != declared)
+      return invalid_argument("update_and_attend: layer " + std::to_string(a.layer) +
+                              ": n_tokens = " + std::to_string(a.n_tokens) +
+                              ", expected the declared " + std::to_string(declared));
+    return ok_status();
+  }
+
+  // Rows a placement of n tokens can touch: the step's cells when another layer placed them,
+  // else (free cells are refilled lowest-first) below used_end + n.
+  int64_t rows_needed(int32_t n) const {
+    std::span<const int32_t> cells = layout_.step_cells();
+    if (!cells.empty()) return int64_t{*std::max_element(cells.begin(), cells.end())} + 1;
+    return std::min(layout_.capacity(), layout_.used_end() + n);
+  }
+
+  CellLayout layout_;
+  CpuCacheOptions options_;
+  std::vector<LayerPool> pools_;
+  std::vector<KeySet> keys_;
+};
+
+}  // namespace
+
+Result<std::shared_ptr<Cache>> make_cell_cache(const CacheGeometry& g, const CacheConfig& c,
+                                               const CpuCacheOptions& options) {
+  Result<CellLayout> layout = CellLayout::create(g, c);
+  if (!layout.ok()) return layout.status();
+  auto cache = std::make_shared<CellCache>(std::move(layout).value(), options);
+  KVCACHE_RETURN_IF_ERROR(cache->init());
+  return std::shared_ptr<Cache>(std::move(cache));
+}
+
+}  // namespace kvcache::cpu

@@ -1,0 +1,70 @@
+#include "cpu/kv_pool.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "cpu/dtype_convert.h"
+
+namespace kvcache::cpu {
+
+void AlignedFree::operator()(std::byte* p) const { std::free(p); }
+
+AlignedBytes aligned_alloc_bytes(int64_t n) {
+  if (n <= 0) return nullptr;
+  const int64_t rounded = (n + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, static_cast<size_t>(rounded));
+  if (p == nullptr) return nullptr;
+  std::memset(p, 0, static_cast<size_t>(rounded));
+  return AlignedBytes(static_cast<std::byte*>(p));
+}
+
+LayerPool::LayerPool(const LayerGeometry& layer, DType dtype, int64_t max_rows)
+    : layer_(layer), dtype_(dtype), max_rows_(max_rows) {}
+
+int64_t LayerPool::bytes() const {
+  return rows_ * layer_.kv_heads * (layer_.head_dim + layer_.value_dim) * dtype_size(dtype_);
+}
+
+Status LayerPool::reserve(int64_t needed) {
+  if (needed <= rows_) return ok_status();
+  if (needed > max_rows_)
+    return invalid_argument("pool.reserve: " + std::to_string(needed) + " rows, expected <= " +
+                            std::to_string(max_rows_));
+  const int64_t target = std::min(max_rows_, std::max(needed, rows_ * 2));
+  const int64_t es = dtype_size(dtype_);
+  const int64_t k_row = layer_.head_dim * es, v_row = layer_.value_dim * es;
+  AlignedBytes k = aligned_alloc_bytes(layer_.kv_heads * target * k_row);
+  AlignedBytes v = aligned_alloc_bytes(layer_.kv_heads * target * v_row);
+  if (!k || !v)
+    return resource_exhausted("pool.reserve: allocating " + std::to_string(target) +
+                              " rows failed");
+  for (int32_t h = 0; h < layer_.kv_heads && rows_ > 0; ++h) {
+    std::memcpy(k.get() + h * target * k_row, k_.get() + h * rows_ * k_row,
+                static_cast<size_t>(rows_ * k_row));
+    std::memcpy(v.get() + h * target * v_row, v_.get() + h * rows_ * v_row,
+                static_cast<size_t>(rows_ * v_row));
+  }
+  k_ = std::move(k);
+  v_ = std::move(v);
+  rows_ = target;
+  return ok_status();
+}
+
+void LayerPool::write(int64_t cell, const float* k, const float* v) {
+  const int64_t es = dtype_size(dtype_);
+  for (int32_t h = 0; h < layer_.kv_heads; ++h) {
+    store_row(dtype_, k + h * layer_.head_dim,
+              k_.get() + (h * rows_ + cell) * layer_.head_dim * es, layer_.head_dim);
+    store_row(dtype_, v + h * layer_.value_dim,
+              v_.get() + (h * rows_ + cell) * layer_.value_dim * es, layer_.value_dim);
+  }
+}
+
+KvView LayerPool::view() const {
+  return KvView{dtype_, layer_.kv_heads, layer_.head_dim, layer_.value_dim,
+                rows_, k_.get(), v_.get()};
+}
+
+}  // namespace kvcache::cpu

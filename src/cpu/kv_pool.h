@@ -1,0 +1,66 @@
+// LayerPool: one cache layer's K and V storage in its kv_dtype. Layer: cpu.
+// Head-major: per kv head a contiguous array of rows [cell][dim], so the q heads of one GQA
+// group stream one contiguous region per head. Rows grow lazily by doubling up to a maximum;
+// growth copies each head's rows to the same cell indices (cells are never renumbered).
+// Buffers are 64-byte aligned. Move-only (big buffers).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/geometry.h"
+#include "core/status.h"
+
+namespace kvcache::cpu {
+
+struct AlignedFree {
+  void operator()(std::byte* p) const;
+};
+using AlignedBytes = std::unique_ptr<std::byte[], AlignedFree>;
+// 64-byte aligned, zeroed; nullptr on failure or n == 0.
+AlignedBytes aligned_alloc_bytes(int64_t n);
+
+// Read-only view of one layer's K/V rows for the kernels.
+struct KvView {
+  DType dtype = DType::kF32;
+  int32_t kv_heads = 0, head_dim = 0, value_dim = 0;
+  int64_t rows = 0;  // rows allocated per head
+  const std::byte* k = nullptr;  // k + (h * rows + cell) * head_dim * esize
+  const std::byte* v = nullptr;  // v + (h * rows + cell) * value_dim * esize
+  int64_t esize() const { return dtype_size(dtype); }
+  const std::byte* k_row(int32_t h, int64_t cell) const {
+    return k + ((h * rows + cell) * head_dim) * esize();
+  }
+  const std::byte* v_row(int32_t h, int64_t cell) const {
+    return v + ((h * rows + cell) * value_dim) * esize();
+  }
+};
+
+// Thread-safety: not thread-safe; kernels read through view() while nobody writes.
+class LayerPool {
+ public:
+  LayerPool(const LayerGeometry& layer, DType dtype, int64_t max_rows);
+  LayerPool(LayerPool&&) = default;
+  LayerPool& operator=(LayerPool&&) = default;
+
+  int64_t rows() const { return rows_; }
+  int64_t max_rows() const { return max_rows_; }
+  int64_t bytes() const;  // allocated now
+  // Makes at least `needed` rows exist (doubling, clamped to max_rows). InvalidArgument when
+  // needed > max_rows; ResourceExhausted when the allocation fails. Keeps every byte.
+  Status reserve(int64_t needed);
+  // Converts one token's K [kv_heads, head_dim] and V [kv_heads, value_dim] into `cell`.
+  // The cell must be < rows().
+  void write(int64_t cell, const float* k, const float* v);
+  KvView view() const;
+
+ private:
+  LayerGeometry layer_;
+  DType dtype_;
+  int64_t max_rows_ = 0;
+  int64_t rows_ = 0;
+  AlignedBytes k_, v_;
+};
+
+}  // namespace kvcache::cpu

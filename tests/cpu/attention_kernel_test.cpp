@@ -1,0 +1,222 @@
+// The optimized attention kernel against the reference over a sampled grid of shapes, dtypes,
+// key sets (contiguous, wrapped ring runs, scattered cells), instruction sets and thread
+// counts; and the reference itself against a brute force written from the inputs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "cpu/attention.h"
+#include "cpu/kv_pool.h"
+#include "test_util.h"
+
+namespace kvcache::cpu {
+namespace {
+
+using testing::random_floats;
+
+struct Shape {
+  int32_t t, hq, hkv, dim, value_dim;
+  int64_t context;  // keys the last token sees (before windowing)
+  int32_t window;   // 0 = all
+  DType dtype;
+  int key_mode;     // 0 = one run, 1 = two runs (wrapped ring), 2 = scattered cell list
+  float softcap;
+};
+
+// A pool with `rows` random rows per head; also returns the values written (pre-rounding).
+LayerPool filled_pool(std::mt19937& rng, const Shape& s, int64_t rows) {
+  LayerGeometry l{s.hkv, s.dim, s.value_dim, s.window};
+  LayerPool pool(l, s.dtype, rows);
+  EXPECT_TRUE(pool.reserve(rows).ok());
+  for (int64_t r = 0; r < rows; ++r) {
+    auto k = random_floats(rng, size_t(s.hkv) * s.dim);
+    auto v = random_floats(rng, size_t(s.hkv) * s.value_dim);
+    pool.write(r, k.data(), v.data());
+  }
+  return pool;
+}
+
+struct Keys {
+  std::vector<std::vector<int32_t>> lists;
+  std::vector<KeySet> sets;
+};
+
+// Token t sees the last min(window, context - T + 1 + t) keys of a context laid out by mode.
+Keys make_keys(std::mt19937& rng, const Shape& s, int64_t rows) {
+  Keys out;
+  std::vector<int32_t> order(rows);
+  for (int64_t i = 0; i < rows; ++i) order[i] = static_cast<int32_t>(i);
+  std::shuffle(order.begin(), order.end(), rng);
+  out.lists.resize(s.t);
+  for (int32_t t = 0; t < s.t; ++t) {
+    const int64_t hi = s.context - s.t + t;  // inclusive last logical key
+    const int64_t lo = s.window > 0 ? std::max<int64_t>(0, hi - s.window + 1) : 0;
+    KeySet ks;
+    if (s.key_mode == 2) {
+      for (int64_t j = lo; j <= hi; ++j) out.lists[t].push_back(order[j]);
+    } else if (s.key_mode == 1) {  // logical j lives in row (j + rows/2) % rows
+      const int64_t b = (lo + rows / 2) % rows, n = hi - lo + 1;
+      ks.n_runs = b + n <= rows ? 1 : 2;
+      ks.run_begin[0] = b;
+      ks.run_size[0] = std::min(n, rows - b);
+      ks.run_size[1] = n - ks.run_size[0];
+    } else {
+      ks.n_runs = 1;
+      ks.run_begin[0] = lo;
+      ks.run_size[0] = hi - lo + 1;
+    }
+    out.sets.push_back(ks);
+  }
+  for (int32_t t = 0; t < s.t; ++t)
+    if (s.key_mode == 2) out.sets[t].cells = out.lists[t];
+  return out;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double tol,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::abs(double(got[i]) - want[i]) / (1.0 + std::abs(double(want[i])));
+    if (!(err <= worst)) worst = err, at = i;
+  }
+  EXPECT_LE(worst, tol) << what << " worst at " << at << ": " << got[at] << " vs " << want[at];
+}
+
+std::string describe(const Shape& s) {
+  return "T=" + std::to_string(s.t) + " hq=" + std::to_string(s.hq) + " hkv=" +
+         std::to_string(s.hkv) + " D=" + std::to_string(s.dim) + " Dv=" +
+         std::to_string(s.value_dim) + " ctx=" + std::to_string(s.context) + " W=" +
+         std::to_string(s.window) + " dtype=" + std::string(to_string(s.dtype)) +
+         " mode=" + std::to_string(s.key_mode) + " cap=" + std::to_string(s.softcap);
+}
+
+void run_differential(const Shape& s, std::mt19937& rng, std::vector<ThreadPool*> pools) {
+  const int64_t rows = s.context + 3;
+  LayerPool pool = filled_pool(rng, s, rows);
+  Keys keys = make_keys(rng, s, rows);
+  auto q = random_floats(rng, size_t(s.t) * s.hq * s.dim, -2.0f, 2.0f);
+  AttentionProblem p;
+  p.n_tokens = s.t;
+  p.q_heads = s.hq;
+  p.q = q.data();
+  p.scale = 1.0f / std::sqrt(float(s.dim));
+  p.softcap = s.softcap;
+  p.kv = pool.view();
+  p.keys = keys.sets;
+  std::vector<float> want(size_t(s.t) * s.hq * s.value_dim);
+  p.out = want.data();
+  attend_reference(p);
+  std::vector<Isa> isas = {Isa::kScalar};
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512})
+    if (isa_supported(isa)) isas.push_back(isa);
+  for (Isa isa : isas)
+    for (ThreadPool* tp : pools) {
+      std::vector<float> got(want.size(), -99.0f);
+      p.out = got.data();
+      attend(p, *tp, isa);
+      expect_close(got, want, 2e-5,
+                   describe(s) + " isa=" + std::string(to_string(isa)) + " threads=" +
+                       std::to_string(tp->size()));
+    }
+}
+
+TEST(AttentionKernel, OptimizedMatchesReferenceOverSampledGrid) {
+  std::mt19937 rng(1234);
+  ThreadPool p1(1), p2(2), p3(3), p4(4);
+  const int ts[] = {1, 3, 17, 64};
+  const int heads[][2] = {{1, 1}, {4, 1}, {8, 2}, {32, 8}};
+  const int dims[][2] = {{16, 16}, {64, 24}, {80, 80}, {128, 96}, {20, 12}};
+  const int windows[] = {0, 1, 5, 64};
+  const DType dtypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+  int runs = 0;
+  std::bernoulli_distribution keep(0.06);
+  for (int t : ts)
+    for (auto& h : heads)
+      for (auto& d : dims)
+        for (int w : windows)
+          for (DType dt : dtypes) {
+            if (!keep(rng)) continue;
+            const int mode = static_cast<int>(rng() % 3);
+            const int64_t ctx = t + static_cast<int64_t>(rng() % 150);
+            const float cap = (rng() % 4 == 0) ? 5.0f : 0.0f;
+            Shape s{t, h[0], h[1], d[0], d[1], ctx, w, dt, mode, cap};
+            run_differential(s, rng, {&p1, (runs % 2 ? &p2 : &p4), &p3});
+            ++runs;
+          }
+  EXPECT_GT(runs, 40);  // the sample must cover a real part of the grid
+}
+
+TEST(AttentionKernel, LongDecodeSplitsKeysAndMatchesReference) {
+  // T=1, few kv heads and thousands of keys: attend() splits the key range across tasks.
+  std::mt19937 rng(7);
+  ThreadPool p1(1), p2(2), p4(4);
+  for (DType dt : {DType::kF16, DType::kBF16, DType::kF32})
+    for (int mode : {0, 1, 2})
+      run_differential(Shape{1, 8, 2, 64, 64, 5000, 0, dt, mode, 0.0f}, rng, {&p1, &p2, &p4});
+  run_differential(Shape{2, 4, 1, 32, 16, 3000, 2500, DType::kF16, 1, 0.0f}, rng, {&p4});
+}
+
+TEST(AttentionKernel, ReferenceMatchesBruteForceFromInputs) {
+  std::mt19937 rng(99);
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
+    for (float cap : {0.0f, 2.0f}) {
+      const int32_t hq = 6, hkv = 2, dim = 12, dv = 5, n_keys = 9, T = 2;
+      LayerGeometry l{hkv, dim, dv, 0};
+      LayerPool pool(l, dt, n_keys);
+      ASSERT_TRUE(pool.reserve(n_keys).ok());
+      std::vector<std::vector<float>> ks, vs;  // per row, rounded to dtype
+      for (int r = 0; r < n_keys; ++r) {
+        auto k = random_floats(rng, hkv * dim), v = random_floats(rng, hkv * dv);
+        pool.write(r, k.data(), v.data());
+        ks.push_back(testing::rounded(dt, k));
+        vs.push_back(testing::rounded(dt, v));
+      }
+      // Token 0 sees cells {4, 1, 7}; token 1 sees {4, 1, 7, 0, 8}.
+      std::vector<int32_t> c0 = {4, 1, 7}, c1 = {4, 1, 7, 0, 8};
+      std::vector<KeySet> sets(2);
+      sets[0].cells = c0;
+      sets[1].cells = c1;
+      auto q = random_floats(rng, T * hq * dim, -3, 3);
+      std::vector<float> out(T * hq * dv);
+      AttentionProblem p{T, hq, q.data(), out.data(), 0.4f, cap, pool.view(), sets};
+      attend_reference(p);
+      for (int t = 0; t < T; ++t)
+        for (int h = 0; h < hq; ++h) {
+          const int g = h / (hq / hkv);
+          std::vector<const float*> kp, vp;
+          for (int32_t c : (t == 0 ? c0 : c1)) {
+            kp.push_back(ks[c].data() + g * dim);
+            vp.push_back(vs[c].data() + g * dv);
+          }
+          auto want = testing::brute_attend(q.data() + (t * hq + h) * dim, kp, vp, dim, dv,
+                                            0.4, cap);
+          for (int d = 0; d < dv; ++d)
+            EXPECT_NEAR(out[(t * hq + h) * dv + d], want[d], 1e-6)
+                << "dtype " << to_string(dt) << " t " << t << " h " << h;
+        }
+    }
+}
+
+TEST(AttentionKernel, SingleKeyReturnsItsValueExactly) {
+  // softmax over one key is 1, so the output is the stored value row.
+  LayerGeometry l{1, 8, 3, 0};
+  LayerPool pool(l, DType::kBF16, 4);
+  ASSERT_TRUE(pool.reserve(4).ok());
+  std::vector<float> k(8, 0.5f), v = {1.5f, -2.0f, 0.25f};
+  pool.write(2, k.data(), v.data());
+  std::vector<KeySet> sets(1);
+  sets[0].n_runs = 1;
+  sets[0].run_begin[0] = 2;
+  sets[0].run_size[0] = 1;
+  std::vector<float> q(2 * 8, 1.0f), out(2 * 3);
+  ThreadPool tp(2);
+  attend(AttentionProblem{1, 2, q.data(), out.data(), 1.0f, 0.0f, pool.view(), sets}, tp);
+  EXPECT_EQ(out, (std::vector<float>{1.5f, -2.0f, 0.25f, 1.5f, -2.0f, 0.25f}));
+}
+
+}  // namespace
+}  // namespace kvcache::cpu

@@ -1,0 +1,120 @@
+// A test driver for the cpu caches: runs steps with random q/k/v through a Cache and checks
+// every output against a brute force over its own simple model of what each sequence holds
+// (per sequence, per layer, the K/V of each position, rounded to the storage dtype).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cache.h"
+#include "test_util.h"
+
+namespace kvcache::cpu::testing {
+
+class CacheDriver {
+ public:
+  CacheDriver(Cache& cache, std::vector<int32_t> q_heads, uint32_t seed)
+      : cache_(cache), q_heads_(std::move(q_heads)), rng_(seed) {}
+
+  // Model updates for verbs the test ran successfully on the cache.
+  void on_new(int32_t seq) { seqs_[seq] = Seq(n_layers()); }
+  void on_clone(int32_t src, int32_t dst, int64_t upto) {
+    Seq s = seqs_.at(src);
+    for (auto& l : s.k) l.resize(std::min<size_t>(l.size(), upto));
+    for (auto& l : s.v) l.resize(std::min<size_t>(l.size(), upto));
+    seqs_[dst] = s;
+  }
+  void on_rm(int32_t seq) { seqs_.erase(seq); }
+  void on_rewind(int32_t seq, int64_t pos) {
+    for (auto& l : seqs_.at(seq).k) l.resize(pos);
+    for (auto& l : seqs_.at(seq).v) l.resize(pos);
+  }
+  void on_clear() { seqs_.clear(); }
+  int64_t model_pos(int32_t seq) const {
+    auto it = seqs_.find(seq);
+    return it == seqs_.end() ? 0 : static_cast<int64_t>(it->second.k[0].size());
+  }
+
+  // Declares and runs one step over every layer; checks outputs. Returns the outputs.
+  std::vector<std::vector<float>> step(const std::vector<int32_t>& ids, float softcap = 0.0f) {
+    const auto T = static_cast<int32_t>(ids.size());
+    EXPECT_TRUE(cache_.declare_step(ids).ok());
+    std::vector<int64_t> positions(T);
+    std::map<int32_t, int64_t> next;
+    for (int32_t i = 0; i < T; ++i) {
+      if (!next.count(ids[i])) next[ids[i]] = model_pos(ids[i]);
+      positions[i] = next[ids[i]]++;
+    }
+    std::vector<std::vector<float>> outs;
+    for (int32_t layer = 0; layer < n_layers(); ++layer) {
+      const LayerGeometry& l = cache_.geometry().layers[layer];
+      const int32_t hq = q_heads_[layer];
+      auto q = random_floats(rng_, size_t(T) * hq * l.head_dim, -2, 2);
+      auto k = random_floats(rng_, size_t(T) * l.kv_heads * l.head_dim);
+      auto v = random_floats(rng_, size_t(T) * l.kv_heads * l.value_dim);
+      std::vector<float> out(size_t(T) * hq * l.value_dim);
+      const float scale = 1.0f / std::sqrt(float(l.head_dim));
+      AttendArgs a{layer, T, hq, positions, q, k, v, scale, softcap, out};
+      Status st = cache_.update_and_attend(a);
+      EXPECT_TRUE(st.ok()) << st.to_string();
+      const DType dt = cache_.config().kv_dtype;
+      for (int32_t i = 0; i < T; ++i) {
+        auto& s = seqs_[ids[i]];
+        if (s.k.empty()) s = Seq(n_layers());
+        const size_t kw = size_t(l.kv_heads) * l.head_dim, vw = size_t(l.kv_heads) * l.value_dim;
+        s.k[layer].push_back(rounded(dt, {k.begin() + i * kw, k.begin() + (i + 1) * kw}));
+        s.v[layer].push_back(rounded(dt, {v.begin() + i * vw, v.begin() + (i + 1) * vw}));
+      }
+      check(layer, ids, positions, q, out, scale, softcap);
+      outs.push_back(out);
+    }
+    return outs;
+  }
+
+  int32_t n_layers() const { return static_cast<int32_t>(cache_.geometry().layers.size()); }
+
+ private:
+  struct Seq {
+    Seq() = default;
+    explicit Seq(int32_t layers) : k(layers), v(layers) {}
+    std::vector<std::vector<std::vector<float>>> k, v;  // [layer][pos] -> [kv_heads * dim]
+  };
+
+  void check(int32_t layer, const std::vector<int32_t>& ids, const std::vector<int64_t>& pos,
+             const std::vector<float>& q, const std::vector<float>& out, float scale,
+             float softcap) {
+    const LayerGeometry& l = cache_.geometry().layers[layer];
+    const int32_t hq = q_heads_[layer], group = hq / l.kv_heads;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const Seq& s = seqs_.at(ids[i]);
+      const int64_t lo = l.window > 0 ? std::max<int64_t>(0, pos[i] - l.window + 1) : 0;
+      for (int32_t h = 0; h < hq; ++h) {
+        const int32_t g = h / group;
+        std::vector<const float*> ks, vs;
+        for (int64_t p = lo; p <= pos[i]; ++p) {
+          ks.push_back(s.k[layer][p].data() + g * l.head_dim);
+          vs.push_back(s.v[layer][p].data() + g * l.value_dim);
+        }
+        auto want = brute_attend(q.data() + (i * hq + h) * l.head_dim, ks, vs, l.head_dim,
+                                 l.value_dim, scale, softcap);
+        for (int32_t d = 0; d < l.value_dim; ++d) {
+          const float got = out[(i * hq + h) * l.value_dim + d];
+          ASSERT_NEAR(got, want[d], 3e-5 * (1 + std::abs(want[d])))
+              << "layer " << layer << " token " << i << " seq " << ids[i] << " pos " << pos[i]
+              << " head " << h << " d " << d;
+        }
+      }
+    }
+  }
+
+  Cache& cache_;
+  std::vector<int32_t> q_heads_;
+  std::mt19937 rng_;
+  std::map<int32_t, Seq> seqs_;
+};
+
+}  // namespace kvcache::cpu::testing

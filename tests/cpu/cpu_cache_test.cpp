@@ -1,0 +1,278 @@
+// The cpu caches end to end: outputs against a brute force over a model of each sequence,
+// growth, ring wrap-around, forks, shared positions, refilled holes, attend-only layers,
+// refusals that change nothing, and factory registration.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "cache_driver.h"
+#include "cpu/cache_common.h"
+#include "cpu/cpu_cache.h"
+
+namespace kvcache::cpu {
+namespace {
+
+using testing::CacheDriver;
+
+// Layer 0: full, 4 q heads over 2 kv heads, dims 16/8. Layer 1: sliding(5), 3 q heads over
+// 1 kv head, dims 12/20 (odd widths exercise the SIMD tails).
+CacheGeometry two_layers(int32_t window = 5) {
+  return CacheGeometry{{LayerGeometry{2, 16, 8, 0}, LayerGeometry{1, 12, 20, window}}};
+}
+const std::vector<int32_t> kQHeads = {4, 3};
+
+std::shared_ptr<Cache> make(std::string_view kind, const CacheConfig& c,
+                            CpuCacheOptions o = {}, CacheGeometry g = two_layers()) {
+  auto r = make_cpu_cache(kind, g, c, o);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? *r : nullptr;
+}
+
+CacheConfig config(int64_t capacity, DType dt, int64_t initial, std::optional<int32_t> mw) {
+  CacheConfig c;
+  c.capacity = capacity;
+  c.kv_dtype = dt;
+  c.initial_capacity = initial;
+  c.max_write = mw;
+  return c;
+}
+
+TEST(SequenceCache, ChunkedStepsMatchBruteForceAcrossDtypesThreadsAndGrowth) {
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
+    for (int threads : {1, 2, 4}) {
+      ThreadPool tp(threads);
+      CpuCacheOptions o;
+      o.pool = &tp;
+      // initial 2 cells: the full layer grows 2 -> 4 -> 8 -> ... while the ring (5 + 3 - 1 =
+      // 7 slots) wraps many times.
+      auto cache = make(kSequenceKind, config(64, dt, 2, 3), o);
+      CacheDriver drv(*cache, kQHeads, 11 + threads);
+      const int64_t bytes_at_start = cache->allocated_bytes();
+      for (int n : {3, 1, 2, 3, 3, 1, 1, 2, 3, 1}) drv.step(std::vector<int32_t>(n, 0));
+      EXPECT_EQ(cache->pos(0), 20);
+      EXPECT_GT(cache->allocated_bytes(), bytes_at_start);
+    }
+}
+
+TEST(SequenceCache, RingRunsReadOldestFirstAcrossTheWrap) {
+  // Positions 5..9 in a ring of 7 slots: slots 5, 6 then 0, 1, 2.
+  KeySet ks = detail::ring_keys(5, 9, 7);
+  ASSERT_EQ(ks.n_runs, 2);
+  std::vector<int64_t> rows;
+  for (int64_t j = 0; j < ks.size(); ++j) rows.push_back(ks.row(j));
+  EXPECT_EQ(rows, (std::vector<int64_t>{5, 6, 0, 1, 2}));
+  EXPECT_EQ(detail::ring_keys(0, 3, 7).n_runs, 1);
+}
+
+TEST(SequenceCache, RewindThenContinueMatchesBruteForce) {
+  auto cache = make(kSequenceKind, config(40, DType::kF16, 0, 2));
+  CacheDriver drv(*cache, kQHeads, 5);
+  for (int i = 0; i < 6; ++i) drv.step({0, 0});
+  // floor = L - M = 12 - 2 = 10 (the ring keeps W + M - 1 = 6 slots).
+  EXPECT_EQ(cache->rewind(0, 9).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(cache->rewind(0, 13).code(), StatusCode::kOutOfRange);
+  ASSERT_TRUE(cache->rewind(0, 10).ok());
+  drv.on_rewind(0, 10);
+  drv.step({0});
+  drv.step({0, 0});
+  EXPECT_EQ(cache->pos(0), 13);
+}
+
+TEST(SequenceCache, AttendOnlyLayerEqualsTheWritersAttention) {
+  CacheGeometry g{{LayerGeometry{2, 16, 16, 0}}};
+  auto cache = make(kSequenceKind, config(16, DType::kF32, 0, std::nullopt), {}, g);
+  std::mt19937 rng(3);
+  ASSERT_TRUE(cache->declare_step(std::vector<int32_t>{0, 0, 0}).ok());
+  auto q = testing::random_floats(rng, 3 * 4 * 16), k = testing::random_floats(rng, 3 * 2 * 16),
+       v = testing::random_floats(rng, 3 * 2 * 16);
+  std::vector<int64_t> pos = {0, 1, 2};
+  std::vector<float> out1(3 * 4 * 16), out2(out1.size());
+  ASSERT_TRUE(cache->update_and_attend({0, 3, 4, pos, q, k, v, 0.25f, 0.0f, out1}).ok());
+  ASSERT_TRUE(cache->update_and_attend({0, 3, 4, pos, q, {}, {}, 0.25f, 0.0f, out2}).ok());
+  EXPECT_EQ(out1, out2);
+}
+
+TEST(SequenceCache, RefusalsWriteNothingAndLaterOutputsEqualAFreshRun) {
+  auto run = [](bool with_refusals) {
+    auto cache = make(kSequenceKind, config(8, DType::kBF16, 0, 3));
+    CacheDriver drv(*cache, kQHeads, 77);
+    std::vector<std::vector<float>> all;
+    for (int s = 0; s < 4; ++s) {
+      if (with_refusals) {
+        std::vector<float> q(4 * 16), k(2 * 16), v(2 * 8), out(4 * 8), bad(5);
+        std::vector<int64_t> p = {cache->pos(0)};
+        if (s == 0) {  // nothing declared yet
+          EXPECT_EQ(cache->update_and_attend({0, 1, 4, p, q, k, v, 1, 0, out}).code(),
+                    StatusCode::kFailedPrecondition);
+        }
+        EXPECT_EQ(cache->declare_step(std::vector<int32_t>{0, 0, 0, 0}).code(),
+                  StatusCode::kInvalidArgument);  // wider than max_write = 3
+        EXPECT_EQ(cache->declare_step(std::vector<int32_t>{1}).code(), StatusCode::kNotFound);
+        EXPECT_TRUE(cache->declare_step(std::vector<int32_t>{0}).ok());
+        EXPECT_EQ(cache->update_and_attend({0, 1, 4, p, q, bad, v, 1, 0, out}).code(),
+                  StatusCode::kInvalidArgument);  // k too short
+        EXPECT_EQ(cache->update_and_attend({0, 1, 3, p, q, k, v, 1, 0, out}).code(),
+                  StatusCode::kInvalidArgument);  // 3 q heads over 2 kv heads
+        EXPECT_EQ(cache->update_and_attend({2, 1, 4, p, q, k, v, 1, 0, out}).code(),
+                  StatusCode::kInvalidArgument);  // no layer 2
+        std::vector<int64_t> wrong = {p[0] + 1};
+        EXPECT_EQ(cache->update_and_attend({0, 1, 4, wrong, q, k, v, 1, 0, out}).code(),
+                  StatusCode::kInvalidArgument);
+        EXPECT_EQ(cache->update_and_attend({0, 1, 4, p, q, {}, {}, 1, 0, out}).code(),
+                  StatusCode::kFailedPrecondition);  // attend only before the layer is placed
+        EXPECT_EQ(cache->pos(0), 2 * s);
+      }
+      for (auto& o : drv.step({0, 0})) all.push_back(o);
+    }
+    if (with_refusals) {  // 8 cells used: one more token does not fit
+      EXPECT_EQ(cache->declare_step(std::vector<int32_t>{0}).code(),
+                StatusCode::kResourceExhausted);
+    }
+    return all;
+  };
+  EXPECT_EQ(run(true), run(false));
+}
+
+TEST(CellCache, ForksAttendOverSharedCellsAndSharedPositionsNeverMix) {
+  for (DType dt : {DType::kF32, DType::kF16})
+    for (int threads : {1, 3}) {
+      ThreadPool tp(threads);
+      CpuCacheOptions o;
+      o.pool = &tp;
+      auto cache = make(kCellKind, config(64, dt, 1, std::nullopt), o);
+      CacheDriver drv(*cache, kQHeads, 21);
+      auto a = cache->seq_new(), b = cache->seq_new();
+      ASSERT_TRUE(a.ok() && b.ok());
+      drv.on_new(*a);
+      drv.on_new(*b);
+      // a and b both hold positions 0..3 with different K/V in one step.
+      drv.step({*a, *b, *a, *b, *a, *b, *a, *b});
+      auto c = cache->seq_clone(*a, 3);  // fork: a's cells at positions 0..2
+      ASSERT_TRUE(c.ok());
+      drv.on_clone(*a, *c, 3);
+      EXPECT_EQ(cache->free_cells(), 64 - 8);  // nothing copied
+      drv.step({*c, *a, *b, *c});
+      drv.step({*a});
+      EXPECT_EQ(cache->pos(*c), 5);
+      EXPECT_EQ(cache->pos(*a), 6);
+    }
+}
+
+TEST(CellCache, RefilledHolesAttendCorrectly) {
+  auto cache = make(kCellKind, config(24, DType::kBF16, 0, std::nullopt));
+  CacheDriver drv(*cache, kQHeads, 8);
+  int32_t s[3];
+  for (int32_t& id : s) {
+    id = *cache->seq_new();
+    drv.on_new(id);
+  }
+  drv.step({s[0], s[0], s[1], s[0], s[1], s[0]});
+  drv.step({s[1], s[0], s[1], s[1]});
+  ASSERT_TRUE(cache->seq_rm(s[0]).ok());  // holes at s[0]'s cells
+  drv.on_rm(s[0]);
+  ASSERT_TRUE(cache->rewind(s[1], 3).ok());
+  drv.on_rewind(s[1], 3);
+  // s[2] refills the holes lowest-first; its cells are out of position order with s[1]'s.
+  drv.step({s[2], s[2], s[1], s[2], s[2], s[1], s[2], s[2]});
+  drv.step({s[2], s[1]});
+  EXPECT_EQ(cache->used_end(), 13);
+}
+
+TEST(CellCache, OptimizedMatchesReferenceKernelOnRandomWorkload) {
+  std::mt19937 rng(4242);
+  for (int threads : {1, 2, 4}) {
+    ThreadPool tp(threads);
+    CpuCacheOptions fast, ref;
+    fast.pool = &tp;
+    ref.reference_kernel = true;
+    const CacheGeometry g = two_layers(7);
+    auto c1 = make(kCellKind, config(200, DType::kF16, 4, std::nullopt), fast, g);
+    auto c2 = make(kCellKind, config(200, DType::kF16, 4, std::nullopt), ref, g);
+    CacheDriver d1(*c1, kQHeads, 1), d2(*c2, kQHeads, 1);
+    std::vector<int32_t> live;
+    for (int s = 0; s < 25; ++s) {
+      const int verb = static_cast<int>(rng() % 4);
+      if (verb == 0 || live.empty()) {
+        const int32_t id = *c1->seq_new();
+        ASSERT_EQ(*c2->seq_new(), id);
+        d1.on_new(id), d2.on_new(id), live.push_back(id);
+      } else if (verb == 1 && live.size() > 1) {
+        const int32_t id = live[rng() % live.size()];
+        ASSERT_TRUE(c1->seq_rm(id).ok() && c2->seq_rm(id).ok());
+        d1.on_rm(id), d2.on_rm(id);
+        live.erase(std::find(live.begin(), live.end(), id));
+        continue;
+      } else if (verb == 2) {
+        const int32_t src = live[rng() % live.size()];
+        const int64_t upto = c1->pos(src) / 2;
+        const int32_t id = *c1->seq_clone(src, upto);
+        ASSERT_EQ(*c2->seq_clone(src, upto), id);
+        d1.on_clone(src, id, upto), d2.on_clone(src, id, upto), live.push_back(id);
+      }
+      std::vector<int32_t> ids;
+      for (int i = 0, n = 1 + static_cast<int>(rng() % 5); i < n; ++i)
+        ids.push_back(live[rng() % live.size()]);
+      // Both drivers check against the brute force; here optimized vs reference kernel.
+      auto o1 = d1.step(ids, 3.0f), o2 = d2.step(ids, 3.0f);
+      ASSERT_EQ(o1.size(), o2.size());
+      for (size_t l = 0; l < o1.size(); ++l)
+        for (size_t i = 0; i < o1[l].size(); ++i)
+          ASSERT_NEAR(o1[l][i], o2[l][i], 1e-5) << "step " << s << " layer " << l;
+    }
+  }
+}
+
+TEST(CellCache, PlacementRefusalsClaimNothing) {
+  auto cache = make(kCellKind, config(4, DType::kF32, 0, std::nullopt));
+  const int32_t a = *cache->seq_new();
+  EXPECT_EQ(cache->declare_step(std::vector<int32_t>{a, a, a, a, a}).code(),
+            StatusCode::kResourceExhausted);
+  EXPECT_EQ(cache->declare_step(std::vector<int32_t>{a + 1}).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(cache->declare_step(std::vector<int32_t>{a, a}).ok());
+  std::vector<float> q(2 * 4 * 16), k(2 * 2 * 16), v(2 * 2 * 8), out(2 * 4 * 8);
+  std::vector<int64_t> wrong = {1, 2};
+  EXPECT_EQ(cache->update_and_attend({0, 2, 4, wrong, q, k, v, 1, 0, out}).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(cache->free_cells(), 4);
+  EXPECT_EQ(cache->used_end(), 0);
+  std::vector<int64_t> pos = {0, 1};
+  ASSERT_TRUE(cache->update_and_attend({0, 2, 4, pos, q, k, v, 1, 0, out}).ok());
+  EXPECT_EQ(cache->update_and_attend({0, 2, 4, pos, q, k, v, 1, 0, out}).code(),
+            StatusCode::kFailedPrecondition);  // layer 0 already placed
+  EXPECT_EQ(cache->free_cells(), 2);
+  EXPECT_EQ(cache->seq_len(a), 2);
+}
+
+TEST(CpuCache, GrowthKeepsCellIndicesAndBytes) {
+  CacheGeometry g{{LayerGeometry{1, 4, 4, 0}}};
+  auto cache = make(kCellKind, config(1000, DType::kF32, 1, std::nullopt), {}, g);
+  CacheDriver drv(*cache, {1}, 2);
+  const int32_t a = *cache->seq_new();
+  drv.on_new(a);
+  drv.step({a});
+  EXPECT_EQ(cache->allocated_bytes(), 1 * 1 * 8 * 4);  // one cell: (4 + 4) floats
+  for (int i = 0; i < 9; ++i) drv.step({a, a, a});   // grows 1 -> 2 -> 4 -> 8 -> 16 -> 32
+  EXPECT_EQ(cache->allocated_bytes(), 32 * 8 * 4);
+  EXPECT_EQ(cache->used_end(), 28);
+}
+
+TEST(CpuCache, RegisterBuildersIsIdempotentAndBuildsBothKinds) {
+  CacheFactory f;
+  ASSERT_TRUE(register_builders(f).ok());
+  ASSERT_TRUE(register_builders(f).ok());
+  EXPECT_EQ(f.describe(), "cpu/cell, cpu/sequence");
+  auto seq = f.build(kCpuBackend, kSequenceKind, two_layers(), config(8, DType::kF16, 0, 2));
+  ASSERT_TRUE(seq.ok());
+  EXPECT_EQ((*seq)->kind(), kSequenceKind);
+  EXPECT_EQ((*seq)->seq_new().status().code(), StatusCode::kUnimplemented);
+  auto cell = f.build(kCpuBackend, kCellKind, two_layers(), config(8, DType::kF16, 0, 2));
+  ASSERT_TRUE(cell.ok());
+  EXPECT_EQ((*cell)->kind(), kCellKind);
+  EXPECT_EQ(make_cpu_cache("paged", two_layers(), config(8, DType::kF16, 0, 2)).status().code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(make_cpu_cache(kCellKind, two_layers(), config(0, DType::kF16, 0, 2)).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvcache::cpu

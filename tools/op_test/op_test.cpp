@@ -1,0 +1,371 @@
+#include "op_test/op_test.h"
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/cache.h"
+#include "cpu/attention.h"
+#include "cpu/cpu_cache.h"
+#include "cpu/thread_pool.h"
+#include "op_test/npy.h"
+
+namespace kvcache::tools {
+
+namespace {
+
+using nlohmann::json;
+
+struct LayerCall {
+  int32_t layer = 0;
+  NpyArray q, k, v;  // k and v empty = attend only
+};
+
+struct Verb {
+  std::string op;
+  int32_t seq = 0, src = 0;
+  std::optional<int64_t> upto;
+  int64_t pos = 0;
+};
+
+struct Step {
+  std::vector<Verb> verbs;
+  std::optional<std::vector<int32_t>> seq_ids;
+  std::optional<std::vector<int64_t>> positions;
+  std::vector<LayerCall> layers;
+  int32_t n_tokens = 0;
+};
+
+struct Case {
+  std::string kind;
+  CacheGeometry geometry;
+  CacheConfig config;
+  std::vector<int32_t> q_heads;
+  std::optional<float> scale;
+  float softcap = 0.0f;
+  std::vector<Step> steps;
+};
+
+// Malformed-case errors carry "op-test: <where>: <what>".
+struct Malformed {
+  std::string where;
+  Status bad(const std::string& what) const {
+    return invalid_argument("op-test: " + where + ": " + what);
+  }
+};
+
+Status parse_verb(const json& j, const std::string& kind, const Malformed& at, Verb& v) {
+  if (!j.is_object() || !j.contains("op") || !j["op"].is_string())
+    return at.bad("expected an object with a string \"op\"");
+  v.op = j["op"].get<std::string>();
+  auto need = [&](const char* key) -> bool { return j.contains(key) && j[key].is_number_integer(); };
+  if (v.op == "seq_new" || v.op == "clear") return ok_status();
+  if (v.op == "seq_clone") {
+    if (!need("src")) return at.bad("seq_clone needs an integer \"src\"");
+    v.src = j["src"].get<int32_t>();
+    if (j.contains("upto") && !j["upto"].is_null()) {
+      if (!need("upto")) return at.bad("seq_clone \"upto\" must be an integer or null");
+      v.upto = j["upto"].get<int64_t>();
+    }
+    return ok_status();
+  }
+  if (v.op == "seq_rm") {
+    if (!need("seq")) return at.bad("seq_rm needs an integer \"seq\"");
+    v.seq = j["seq"].get<int32_t>();
+    return ok_status();
+  }
+  if (v.op == "rewind") {
+    if (!need("pos")) return at.bad("rewind needs an integer \"pos\"");
+    v.pos = j["pos"].get<int64_t>();
+    if (j.contains("seq")) {
+      if (!need("seq")) return at.bad("rewind \"seq\" must be an integer");
+      v.seq = j["seq"].get<int32_t>();
+    } else if (kind == "cell") {
+      return at.bad("rewind needs an integer \"seq\" for the cell kind");
+    }
+    return ok_status();
+  }
+  return at.bad("unknown op '" + v.op + "', expected seq_new, seq_clone, seq_rm, rewind or clear");
+}
+
+Status expect_shape(const NpyArray& a, const std::string& what, std::vector<int64_t> want,
+                    const Malformed& at) {
+  if (a.shape == want) return ok_status();
+  auto str = [](const std::vector<int64_t>& s) {
+    std::string r = "[";
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (i) r += ',';
+      r += std::to_string(s[i]);
+    }
+    return r + "]";
+  };
+  return at.bad(what + " has shape " + str(a.shape) + ", expected " + str(want));
+}
+
+Status load_array(const std::filesystem::path& dir, const json& name, const Malformed& at,
+                  NpyArray& out) {
+  if (!name.is_string()) return at.bad("array file names must be strings");
+  const std::string file = name.get<std::string>();
+  if (file.empty() || file.find("..") != std::string::npos || file.front() == '/')
+    return at.bad("array file '" + file + "' must be a plain name inside the case directory");
+  Result<NpyArray> r = read_npy(dir / file);
+  if (!r.ok()) return Status(r.status().code(), "op-test: " + at.where + ": " + r.status().message());
+  out = std::move(r).value();
+  return ok_status();
+}
+
+Status parse_layer(const json& j, const Case& c, const std::filesystem::path& dir,
+                   const Malformed& at, LayerCall& call, int32_t& n_tokens) {
+  if (!j.is_object() || !j.contains("layer") || !j["layer"].is_number_integer())
+    return at.bad("expected an object with an integer \"layer\"");
+  call.layer = j["layer"].get<int32_t>();
+  const auto n_layers = static_cast<int32_t>(c.geometry.layers.size());
+  if (call.layer < 0 || call.layer >= n_layers)
+    return at.bad("layer = " + std::to_string(call.layer) + ", expected in [0, " +
+                  std::to_string(n_layers) + ")");
+  if (!j.contains("q")) return at.bad("missing \"q\"");
+  if (j.contains("k") != j.contains("v")) return at.bad("give both \"k\" and \"v\" or neither");
+  KVCACHE_RETURN_IF_ERROR(load_array(dir, j["q"], at, call.q));
+  if (call.q.shape.size() != 3) return at.bad("q must be 3-D [T, q_heads, head_dim]");
+  const int64_t T = call.q.shape[0];
+  if (T <= 0 || T > (int64_t{1} << 24)) return at.bad("q has T = " + std::to_string(T));
+  if (n_tokens != 0 && T != n_tokens)
+    return at.bad("q has T = " + std::to_string(T) + ", expected the step's " +
+                  std::to_string(n_tokens));
+  n_tokens = static_cast<int32_t>(T);
+  const LayerGeometry& l = c.geometry.layers[call.layer];
+  KVCACHE_RETURN_IF_ERROR(expect_shape(call.q, "q", {T, c.q_heads[call.layer], l.head_dim}, at));
+  if (j.contains("k")) {
+    KVCACHE_RETURN_IF_ERROR(load_array(dir, j["k"], at, call.k));
+    KVCACHE_RETURN_IF_ERROR(load_array(dir, j["v"], at, call.v));
+    KVCACHE_RETURN_IF_ERROR(expect_shape(call.k, "k", {T, l.kv_heads, l.head_dim}, at));
+    KVCACHE_RETURN_IF_ERROR(expect_shape(call.v, "v", {T, l.kv_heads, l.value_dim}, at));
+  }
+  return ok_status();
+}
+
+template <class T>
+Status int_list(const json& j, const char* key, const Malformed& at, std::optional<std::vector<T>>& out) {
+  if (!j.contains(key) || j[key].is_null()) return ok_status();
+  if (!j[key].is_array()) return at.bad(std::string("\"") + key + "\" must be an array of integers");
+  std::vector<T> v;
+  for (const json& x : j[key]) {
+    if (!x.is_number_integer()) return at.bad(std::string("\"") + key + "\" must hold integers");
+    v.push_back(x.get<T>());
+  }
+  out = std::move(v);
+  return ok_status();
+}
+
+Status parse_step(const json& j, const Case& c, const std::filesystem::path& dir, size_t index,
+                  Step& s) {
+  const Malformed at{"steps[" + std::to_string(index) + "]"};
+  if (!j.is_object()) return at.bad("expected an object");
+  if (j.contains("verbs")) {
+    if (!j["verbs"].is_array()) return at.bad("\"verbs\" must be an array");
+    for (size_t i = 0; i < j["verbs"].size(); ++i) {
+      Verb v;
+      KVCACHE_RETURN_IF_ERROR(parse_verb(j["verbs"][i], c.kind,
+                                         {at.where + ".verbs[" + std::to_string(i) + "]"}, v));
+      s.verbs.push_back(v);
+    }
+  }
+  KVCACHE_RETURN_IF_ERROR(int_list(j, "seq_ids", at, s.seq_ids));
+  KVCACHE_RETURN_IF_ERROR(int_list(j, "positions", at, s.positions));
+  if (j.contains("layers")) {
+    if (!j["layers"].is_array()) return at.bad("\"layers\" must be an array");
+    for (size_t i = 0; i < j["layers"].size(); ++i) {
+      LayerCall call;
+      KVCACHE_RETURN_IF_ERROR(parse_layer(j["layers"][i], c, dir,
+                                          {at.where + ".layers[" + std::to_string(i) + "]"}, call,
+                                          s.n_tokens));
+      s.layers.push_back(std::move(call));
+    }
+  }
+  if (s.layers.empty() && (s.seq_ids || s.positions))
+    return at.bad("\"seq_ids\"/\"positions\" given without \"layers\"");
+  if (s.seq_ids && static_cast<int64_t>(s.seq_ids->size()) != s.n_tokens)
+    return at.bad("seq_ids has " + std::to_string(s.seq_ids->size()) + " entries, expected T = " +
+                  std::to_string(s.n_tokens));
+  if (s.positions && static_cast<int64_t>(s.positions->size()) != s.n_tokens)
+    return at.bad("positions has " + std::to_string(s.positions->size()) +
+                  " entries, expected T = " + std::to_string(s.n_tokens));
+  return ok_status();
+}
+
+Status parse_header(const json& j, Case& c) {
+  const Malformed at{"case.json"};
+  if (!j.is_object()) return at.bad("expected a JSON object");
+  if (!j.contains("kind") || !j["kind"].is_string()) return at.bad("missing string \"kind\"");
+  c.kind = j["kind"].get<std::string>();
+  if (c.kind != kSequenceKind && c.kind != kCellKind)
+    return at.bad("unknown kind '" + c.kind + "', expected 'sequence' or 'cell'");
+  if (!j.contains("geometry") || !j["geometry"].is_array() || j["geometry"].empty())
+    return at.bad("\"geometry\" must be a non-empty array of layers");
+  for (const json& l : j["geometry"]) {
+    if (!l.is_object()) return at.bad("geometry entries must be objects");
+    LayerGeometry g;
+    g.kv_heads = l.at("kv_heads").get<int32_t>();
+    g.head_dim = l.at("head_dim").get<int32_t>();
+    g.value_dim = l.contains("value_dim") ? l["value_dim"].get<int32_t>() : g.head_dim;
+    g.window = l.contains("window") ? l["window"].get<int32_t>() : 0;
+    c.geometry.layers.push_back(g);
+  }
+  const json& cfg = j.at("config");
+  c.config.capacity = cfg.at("capacity").get<int64_t>();
+  const std::string dtype = cfg.contains("kv_dtype") ? cfg["kv_dtype"].get<std::string>() : "f32";
+  const std::optional<DType> dt = parse_dtype(dtype);
+  if (!dt) return at.bad("unknown kv_dtype '" + dtype + "', expected f32, f16 or bf16");
+  c.config.kv_dtype = *dt;
+  c.config.initial_capacity = cfg.value("initial_capacity", int64_t{0});
+  if (cfg.contains("max_write") && !cfg["max_write"].is_null())
+    c.config.max_write = cfg["max_write"].get<int32_t>();
+  KVCACHE_RETURN_IF_ERROR(validate(c.geometry, c.config, "op-test: case.json"));
+  const json& qh = j.at("q_heads");
+  if (!qh.is_array() || qh.size() != c.geometry.layers.size())
+    return at.bad("\"q_heads\" must hold one integer per cache layer (" +
+                  std::to_string(c.geometry.layers.size()) + ")");
+  for (const json& x : qh) c.q_heads.push_back(x.get<int32_t>());
+  if (j.contains("scale") && !j["scale"].is_null()) c.scale = j["scale"].get<float>();
+  c.softcap = j.value("softcap", 0.0f);
+  return ok_status();
+}
+
+Status parse_case(const std::filesystem::path& dir, Case& c) {
+  const std::filesystem::path file = dir / "case.json";
+  std::ifstream in(file);
+  if (!in) return not_found("op-test: cannot open '" + file.string() + "'");
+  try {
+    const json j = json::parse(in);
+    KVCACHE_RETURN_IF_ERROR(parse_header(j, c));
+    if (!j.contains("steps") || !j["steps"].is_array())
+      return invalid_argument("op-test: case.json: \"steps\" must be an array");
+    for (size_t i = 0; i < j["steps"].size(); ++i) {
+      Step s;
+      KVCACHE_RETURN_IF_ERROR(parse_step(j["steps"][i], c, dir, i, s));
+      c.steps.push_back(std::move(s));
+    }
+  } catch (const json::exception& e) {
+    return invalid_argument("op-test: '" + file.string() + "': " + e.what());
+  }
+  return ok_status();
+}
+
+json run_verb(Cache& cache, const Verb& v) {
+  if (v.op == "seq_new") {
+    Result<int32_t> r = cache.seq_new();
+    return r.ok() ? json(*r) : json(nullptr);
+  }
+  if (v.op == "seq_clone") {
+    Result<int32_t> r = cache.seq_clone(v.src, v.upto);
+    return r.ok() ? json(*r) : json(nullptr);
+  }
+  if (v.op == "seq_rm") return cache.seq_rm(v.seq).ok();
+  if (v.op == "rewind") return cache.rewind(v.seq, v.pos).ok();
+  cache.clear();
+  return true;
+}
+
+// Declares and runs the step's layers; outputs[i] gets layer call i's result.
+Status run_tokens(Cache& cache, const Case& c, const Step& s,
+                  std::vector<std::vector<float>>& outputs) {
+  const int32_t T = s.n_tokens;
+  const std::vector<int32_t> ids = s.seq_ids ? *s.seq_ids : std::vector<int32_t>(T, 0);
+  std::vector<int64_t> positions;
+  if (s.positions) {
+    positions = *s.positions;
+  } else {  // each token continues its sequence
+    std::map<int32_t, int64_t> next;
+    for (int32_t id : ids) {
+      auto [it, fresh] = next.try_emplace(id, cache.pos(id));
+      positions.push_back(it->second++);
+    }
+  }
+  // Check every call before declaring, so a refusal leaves the cache as it was.
+  std::vector<AttendArgs> args(s.layers.size());
+  std::vector<bool> written(c.geometry.layers.size(), false);
+  outputs.resize(s.layers.size());
+  for (size_t i = 0; i < s.layers.size(); ++i) {
+    const LayerCall& call = s.layers[i];
+    const LayerGeometry& l = c.geometry.layers[call.layer];
+    outputs[i].assign(static_cast<size_t>(T) * std::max(0, c.q_heads[call.layer]) * l.value_dim, 0.0f);
+    args[i] = AttendArgs{call.layer, T, c.q_heads[call.layer], positions, call.q.data,
+                         call.k.data, call.v.data,
+                         c.scale ? *c.scale : 1.0f / std::sqrt(static_cast<float>(l.head_dim)),
+                         c.softcap, outputs[i]};
+    KVCACHE_RETURN_IF_ERROR(cpu::check_attend_args(c.geometry, args[i]));
+    const std::string at = "op-test: layers[" + std::to_string(i) + "] (layer " +
+                           std::to_string(call.layer) + "): ";
+    if (call.k.data.empty() && !written[call.layer])
+      return failed_precondition(at + "attend only needs the layer written earlier in the step");
+    if (!call.k.data.empty() && written[call.layer])
+      return failed_precondition(at + "the layer is already written in this step");
+    if (!call.k.data.empty()) written[call.layer] = true;
+  }
+  KVCACHE_RETURN_IF_ERROR(cache.declare_step(ids));
+  for (const AttendArgs& a : args) KVCACHE_RETURN_IF_ERROR(cache.update_and_attend(a));
+  return ok_status();
+}
+
+}  // namespace
+
+Status run_op_test(const std::filesystem::path& case_dir, const std::filesystem::path& out_dir,
+                   const OpTestOptions& options) {
+  Case c;
+  KVCACHE_RETURN_IF_ERROR(parse_case(case_dir, c));
+  KVCACHE_RETURN_IF_ERROR(cpu::register_builders());
+  Result<std::shared_ptr<Cache>> built =
+      CacheFactory::global().build(kCpuBackend, c.kind, c.geometry, c.config);
+  if (!built.ok()) return built.status();
+  Cache& cache = **built;
+  if (options.threads > 0) cpu::set_global_threads(options.threads);
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) return not_found("op-test: cannot create '" + out_dir.string() + "': " + ec.message());
+  json steps = json::array();
+  for (size_t si = 0; si < c.steps.size(); ++si) {
+    const Step& s = c.steps[si];
+    json verbs = json::array();
+    for (const Verb& v : s.verbs) verbs.push_back(run_verb(cache, v));
+    json entry = {{"ok", true}, {"verbs", verbs}, {"error", nullptr}};
+    if (!s.layers.empty()) {
+      std::vector<std::vector<float>> outputs;
+      Status st = run_tokens(cache, c, s, outputs);
+      if (!st.ok()) {
+        entry["ok"] = false;
+        entry["error"] = {{"code", std::string(to_string(st.code()))}, {"message", st.message()}};
+      } else {
+        std::map<int32_t, int> seen;  // a layer listed again (attend only) gets a suffix
+        for (size_t i = 0; i < s.layers.size(); ++i) {
+          const LayerCall& call = s.layers[i];
+          const int again = seen[call.layer]++;
+          const int64_t shape[3] = {s.n_tokens, c.q_heads[call.layer],
+                                    c.geometry.layers[call.layer].value_dim};
+          std::string name = "s";
+          name += std::to_string(si);
+          name += "_l";
+          name += std::to_string(call.layer);
+          if (again > 0) {
+            name += '_';
+            name += std::to_string(again);
+          }
+          name += ".npy";
+          KVCACHE_RETURN_IF_ERROR(write_npy(out_dir / name, shape, outputs[i]));
+        }
+      }
+    }
+    steps.push_back(entry);
+  }
+  std::ofstream f(out_dir / "result.json");
+  f << json{{"steps", steps}}.dump(2) << "\n";
+  if (!f) return data_loss("op-test: writing '" + (out_dir / "result.json").string() + "' failed");
+  return ok_status();
+}
+
+}  // namespace kvcache::tools
