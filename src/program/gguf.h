@@ -36,6 +36,19 @@ struct Value {
   std::variant<int64_t, uint64_t, double, bool, std::string, std::vector<Value>> data;
 };
 
+// Value builders (added): the variant alternative follows the type (signed -> int64_t,
+// unsigned -> uint64_t, floats -> double). array_value sets every element's type to `elem`.
+Value int_value(ValueType type, int64_t v);      // kInt8..kInt64 (also kUint* from >= 0)
+Value uint_value(ValueType type, uint64_t v);    // kUint8..kUint64
+Value float_value(ValueType type, double v);     // kFloat32 / kFloat64
+Value bool_value(bool v);
+Value string_value(std::string v);
+Value array_value(ValueType elem, std::vector<Value> elements);
+
+// Bytes a tensor of this type and element count takes; nullopt when `n` does not fill whole
+// blocks (Q8_0: 32 elements per 34-byte block) or on overflow.
+std::optional<uint64_t> tensor_bytes(TensorType type, int64_t n);
+
 struct TensorInfo {
   std::string name;
   TensorType type = TensorType::kF32;

@@ -4,6 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/geometry.h"
@@ -11,6 +14,9 @@
 #include "program/gguf.h"
 
 namespace kvcache {
+
+// Most model layers (and cache layers) a file may declare; real models have a few hundred.
+inline constexpr int64_t kMaxModelLayers = 4096;
 
 struct ModelGeometry {
   CacheGeometry cache;               // one entry per cache layer
@@ -27,5 +33,33 @@ Status validate_model_geometry(const ModelGeometry& g);
 Result<ModelGeometry> read_model_geometry(const gguf::GgufFile& file);
 // Writes the kvcache.* keys; refuses what the reader would refuse.
 Status write_model_geometry(const ModelGeometry& g, gguf::GgufWriter& writer);
+
+// --- added -------------------------------------------------------------------------------
+// The llama.cpp-style derivation alone (ignores kvcache.* keys). See llama_geometry.cpp for
+// the per-architecture sliding patterns.
+Result<ModelGeometry> derive_llama_geometry(const gguf::GgufFile& file);
+
+// Per model layer geometry plus a KV-sharing count -> ModelGeometry: the first
+// n_layers - shared_kv_layers layers own a cache each; each of the last shared_kv_layers
+// layers reads the last earlier owning layer of the same type (sliding vs full).
+// InvalidArgument (prefixed by `what`) when shared_kv_layers is out of [0, n_layers) or a
+// shared layer has no earlier owner of its type.
+Result<ModelGeometry> share_kv_layers(const std::vector<LayerGeometry>& per_layer,
+                                      int64_t shared_kv_layers, const std::string& what);
+
+// Sliding layer pattern with a period, as llama.cpp's set_swa_pattern: layer i slides iff
+// period == 0 or (i % period) < period - 1, i.e. (i + 1) % period != 0.
+bool sliding_by_period(int64_t layer, int64_t period);
+
+// --windows support (inspect, run): "0,512,512" -> {0, 512, 512}. Every entry parsed whole,
+// in [0, 2^31-1]; InvalidArgument naming `flag`, the entry and its index otherwise.
+Result<std::vector<int32_t>> parse_window_list(std::string_view text, std::string_view flag);
+// Replaces only the policies: cache layer c gets pattern[c % pattern.size()] (0 = Full).
+// max_step_tokens drops to the narrowest window when larger. Empty pattern: unchanged.
+ModelGeometry with_windows(const ModelGeometry& g, std::span<const int32_t> pattern);
+
+// A built-in example (inspect --example): Gemma-3-like, 26 layers, 4 kv heads, head_dim 256,
+// five Sliding(512) layers then one Full, max_context 32768.
+ModelGeometry example_model_geometry();
 
 }  // namespace kvcache

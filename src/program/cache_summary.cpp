@@ -1,0 +1,166 @@
+// Cache summary: numbers first (JSON), text rendered from the same numbers.
+#include "program/cache_summary.h"
+
+#include <cstdio>
+#include <map>
+
+namespace kvcache {
+namespace {
+
+// An empty layer_cache means "every model layer owns its cache layer".
+ModelGeometry normalized(const ModelGeometry& g) {
+  ModelGeometry n = g;
+  if (n.layer_cache.empty())
+    for (size_t i = 0; i < n.cache.layers.size(); ++i)
+      n.layer_cache.push_back(static_cast<int32_t>(i));
+  return n;
+}
+
+std::string policy_name(int32_t window) {
+  return window > 0 ? "sliding(" + std::to_string(window) + ")" : "full";
+}
+
+}  // namespace
+
+int64_t summary_capacity(const SummaryOptions& o) {
+  if (o.config.capacity > 0) return o.config.capacity;
+  auto c = checked_mul(o.sessions, o.session_tokens);
+  return c ? *c : 0;
+}
+
+std::string human_bytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 6) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
+  return buf;
+}
+
+std::string policy_groups(const ModelGeometry& geometry) {
+  const ModelGeometry g = normalized(geometry);
+  int64_t full = 0;
+  std::map<int32_t, int64_t> sliding;  // window -> model layers
+  for (int32_t c : g.layer_cache) {
+    if (c < 0 || c >= static_cast<int32_t>(g.cache.layers.size())) continue;
+    const int32_t w = g.cache.layers[static_cast<size_t>(c)].window;
+    if (w > 0) ++sliding[w];
+    else ++full;
+  }
+  std::string s = std::to_string(g.layer_cache.size()) + " layers: ";
+  bool first = true;
+  if (full > 0 || sliding.empty()) {
+    s += std::to_string(full) + " full";
+    first = false;
+  }
+  for (auto it = sliding.rbegin(); it != sliding.rend(); ++it) {
+    s += (first ? "" : " + ") + std::to_string(it->second) + " sliding(" +
+         std::to_string(it->first) + ")";
+    first = false;
+  }
+  return s;
+}
+
+nlohmann::json cache_summary_json(const ModelGeometry& geometry, const SummaryOptions& options) {
+  using nlohmann::json;
+  const ModelGeometry g = normalized(geometry);
+  CacheConfig config = options.config;
+  config.capacity = summary_capacity(options);
+  if (Status s = validate_model_geometry(g); !s.ok()) return json{{"error", s.message()}};
+  if (auto why = why_invalid(g.cache, config))
+    return json{{"error", "cache config: " + why->message()}};
+  if (options.sessions <= 0)
+    return json{{"error", "sessions = " + std::to_string(options.sessions) + ", expected > 0"}};
+
+  const DType dtype = config.kv_dtype;
+  json layers = json::array();
+  std::vector<std::vector<int32_t>> readers(g.cache.layers.size());
+  for (size_t i = 0; i < g.layer_cache.size(); ++i)
+    readers[static_cast<size_t>(g.layer_cache[i])].push_back(static_cast<int32_t>(i));
+  int64_t sequence_bytes = 0;
+  for (size_t c = 0; c < g.cache.layers.size(); ++c) {
+    const LayerGeometry& l = g.cache.layers[c];
+    const int64_t per_cell = *bytes_per_cell(l, dtype);  // validated above: no overflow
+    const int64_t slots = sequence_slots(l, config);
+    sequence_bytes += per_cell * slots;  // <= bytes_at_capacity, which fits (validated)
+    layers.push_back({{"kv_heads", l.kv_heads},
+                      {"head_dim", l.head_dim},
+                      {"value_dim", l.value_dim},
+                      {"window", l.window},
+                      {"bytes_per_cell", per_cell},
+                      {"slots", slots},
+                      {"model_layers", readers[c]}});
+  }
+  const int64_t per_cell = *bytes_per_cell(g.cache, dtype);
+  const int64_t at_capacity = per_cell * config.capacity;
+  const int64_t session_tokens =
+      options.session_tokens > 0 ? options.session_tokens : config.capacity / options.sessions;
+  auto per_session = checked_mul(per_cell, session_tokens);
+  json out = {{"layers", layers},
+              {"layer_cache", g.layer_cache},
+              {"n_layers", g.layer_cache.size()},
+              {"n_caches", g.cache.layers.size()},
+              {"groups", policy_groups(g)},
+              {"kv_dtype", std::string(to_string(dtype))},
+              {"capacity", config.capacity},
+              {"sessions", options.sessions},
+              {"session_tokens", session_tokens},
+              {"bytes_per_cell", per_cell},
+              {"bytes_at_capacity", at_capacity},
+              {"bytes_per_session", per_session ? json(*per_session) : json(nullptr)},
+              {"sequence_bytes_at_capacity", sequence_bytes},
+              {"sliding_saving_bytes", at_capacity - sequence_bytes}};
+  if (g.max_context > 0) out["max_context"] = g.max_context;
+  if (g.max_step_tokens > 0) out["max_step_tokens"] = g.max_step_tokens;
+  if (config.max_write) out["max_write"] = *config.max_write;
+  return out;
+}
+
+std::string cache_summary_text(const ModelGeometry& geometry, const SummaryOptions& options) {
+  const nlohmann::json j = cache_summary_json(geometry, options);
+  if (j.contains("error")) return "cache summary: " + j["error"].get<std::string>() + "\n";
+  std::string s;
+  char line[256];
+  s += "cache: " + j["groups"].get<std::string>() + ", " +
+       std::to_string(j["n_caches"].get<int64_t>()) + " cache layers\n";
+  s += "kv dtype " + j["kv_dtype"].get<std::string>() + ", capacity " +
+       std::to_string(j["capacity"].get<int64_t>()) + " cells (" +
+       std::to_string(j["sessions"].get<int64_t>()) + " session(s) x " +
+       std::to_string(j["session_tokens"].get<int64_t>()) + " tokens)\n\n";
+  std::snprintf(line, sizeof line, "%5s  %-16s %8s %8s %9s %-14s %12s %10s\n", "cache",
+                "model layers", "kv_heads", "head_dim", "value_dim", "policy", "bytes/cell",
+                "seq slots");
+  s += line;
+  for (size_t c = 0; c < j["layers"].size(); ++c) {
+    const auto& l = j["layers"][c];
+    std::string readers;
+    for (const auto& r : l["model_layers"]) {
+      if (!readers.empty()) readers += ",";
+      readers += std::to_string(r.get<int32_t>());
+    }
+    if (readers.size() > 16) readers = readers.substr(0, 13) + "...";
+    std::snprintf(line, sizeof line, "%5zu  %-16s %8d %8d %9d %-14s %12s %10lld\n",
+                  c, readers.c_str(),
+                  l["kv_heads"].get<int32_t>(), l["head_dim"].get<int32_t>(),
+                  l["value_dim"].get<int32_t>(), policy_name(l["window"].get<int32_t>()).c_str(),
+                  human_bytes(l["bytes_per_cell"].get<int64_t>()).c_str(),
+                  static_cast<long long>(l["slots"].get<int64_t>()));
+    s += line;
+  }
+  const auto b = [&](const char* k) { return human_bytes(j[k].get<int64_t>()); };
+  s += "\nbytes per cell (all layers): " + b("bytes_per_cell") + "\n";
+  if (!j["bytes_per_session"].is_null()) s += "bytes per session: " + b("bytes_per_session") + "\n";
+  s += "bytes at capacity (capacity cells in every layer, cell layout): " + b("bytes_at_capacity") +
+       "\n";
+  s += "one sequence at capacity, sequence layout (sliding layers keep rings): " +
+       b("sequence_bytes_at_capacity") + "\n";
+  s += "sliding windows save: " + b("sliding_saving_bytes") + "\n";
+  return s;
+}
+
+}  // namespace kvcache

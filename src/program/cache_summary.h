@@ -1,0 +1,48 @@
+// The cache summary of SPEC §8, shared by `kvcache inspect` and `kvcache run`: per cache layer
+// heads, widths, policy and bytes per cell; layers grouped by policy; bytes at capacity; and
+// what sliding windows save. Layer: program. Pure computation over a geometry and a config;
+// it allocates no cache and reads no file.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/geometry.h"
+#include "program/model_geometry.h"
+
+namespace kvcache {
+
+struct SummaryOptions {
+  CacheConfig config;          // capacity 0 = sessions * session_tokens
+  int64_t sessions = 1;        // sessions sharing the pool (reporting only)
+  int64_t session_tokens = 0;  // tokens per session; 0 = capacity / sessions
+};
+
+// The pool size the summary reports: config.capacity when > 0, else sessions*session_tokens.
+int64_t summary_capacity(const SummaryOptions& options);
+
+// JSON object with (stable names) "layers": [{"kv_heads","head_dim","value_dim","window",
+// "bytes_per_cell","slots","model_layers"}], "layer_cache", "kv_dtype", "capacity",
+// "bytes_per_cell", "bytes_at_capacity", plus "n_layers", "n_caches", "groups", "sessions",
+// "session_tokens", "bytes_per_session", "sequence_bytes_at_capacity", "sliding_saving_bytes".
+//   bytes_at_capacity: capacity cells in every cache layer (the cell layout's pool).
+//   sequence_bytes_at_capacity: one sequence of `capacity` tokens in the sequence layout, where
+//     a Sliding(W) layer keeps a ring of min(W + max_write - 1, capacity) slots.
+//   sliding_saving_bytes = bytes_at_capacity - sequence_bytes_at_capacity.
+// When the geometry or config is invalid, or a size overflows, the object is
+// {"error": "<reason>"}.
+nlohmann::json cache_summary_json(const ModelGeometry& geometry, const SummaryOptions& options);
+
+// The same facts as human-readable text: a header line, a per-cache-layer table and totals
+// in human units (KiB/MiB/GiB). Ends with a newline.
+std::string cache_summary_text(const ModelGeometry& geometry, const SummaryOptions& options);
+
+// "26 layers: 4 full + 22 sliding(512)" (counts model layers by the policy of the cache read).
+std::string policy_groups(const ModelGeometry& geometry);
+
+// "1.50 MiB", "512 B".
+std::string human_bytes(int64_t bytes);
+
+}  // namespace kvcache

@@ -1,0 +1,255 @@
+// Cache geometry from llama.cpp's standard keys (files without kvcache.* keys).
+// Sliding layers: {arch}.attention.sliding_window gives W; which layers slide comes from
+// {arch}.attention.sliding_window_pattern when present (a period, read as llama.cpp's
+// set_swa_pattern: layer i slides iff period == 0 or (i + 1) % period != 0; or a BOOL array
+// per layer, true = sliding), else from the architecture: gemma2 2, gemma3 6, gemma3n 5,
+// cohere2 4, gpt-oss 2 (all with the same period rule); every other architecture: no layer
+// slides. {arch}.attention.shared_kv_layers: the last N layers own no cache (share_kv_layers).
+#include <limits>
+#include <map>
+
+#include "program/model_geometry.h"
+
+namespace kvcache {
+namespace {
+
+constexpr int64_t kMaxLayers = kMaxModelLayers;
+
+// A per-layer integer key: a scalar broadcast to every layer or an array of n_layers.
+// NotFound when absent (callers supply defaults).
+Result<std::vector<int64_t>> per_layer_ints(const gguf::GgufFile& f, const std::string& key,
+                                            int64_t n_layers) {
+  const gguf::Value* v = f.find(key);
+  if (!v) return not_found("gguf: " + key + " is missing");
+  if (v->type == gguf::ValueType::kArray) {
+    auto a = f.get_int_array(key);
+    if (!a.ok()) return a.status();
+    if (static_cast<int64_t>(a->size()) != n_layers)
+      return invalid_argument("gguf: " + key + " has " + std::to_string(a->size()) +
+                              " entries, expected " + std::to_string(n_layers) + " (block_count)");
+    return a;
+  }
+  auto s = f.get_int(key);
+  if (!s.ok()) return s.status();
+  return std::vector<int64_t>(static_cast<size_t>(n_layers), *s);
+}
+
+std::string at(const std::string& key, const gguf::Value* v, size_t i) {
+  return v && v->type == gguf::ValueType::kArray ? key + "[" + std::to_string(i) + "]" : key;
+}
+
+// Range-checks per-layer values: > 0 and <= INT32_MAX. A 0 head count is llama.cpp's marker
+// for a layer without attention, which kvcache does not run.
+Status check_positive(const gguf::GgufFile& f, const std::string& key,
+                      const std::vector<int64_t>& v) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] == 0 && key.find("head_count") != std::string::npos)
+      return invalid_argument("gguf: " + at(key, f.find(key), i) +
+                              " = 0: layers without attention are not supported (kvcache runs "
+                              "attention on every layer)");
+    if (v[i] <= 0 || v[i] > std::numeric_limits<int32_t>::max())
+      return invalid_argument("gguf: " + at(key, f.find(key), i) + " = " + std::to_string(v[i]) +
+                              ", expected > 0");
+  }
+  return ok_status();
+}
+
+Result<int64_t> optional_int(const gguf::GgufFile& f, const std::string& key, int64_t fallback) {
+  if (!f.find(key)) return fallback;
+  return f.get_int(key);
+}
+
+// Period used when the file names a sliding window but no pattern; 1 = no layer slides.
+int64_t arch_period(const std::string& arch) {
+  static const std::map<std::string, int64_t> kPeriods = {
+      {"gemma2", 2}, {"gemma3", 6}, {"gemma3n", 5}, {"cohere2", 4}, {"gpt-oss", 2}};
+  auto it = kPeriods.find(arch);
+  return it == kPeriods.end() ? 1 : it->second;
+}
+
+Result<std::vector<bool>> sliding_layers(const gguf::GgufFile& f, const std::string& arch,
+                                         int64_t n_layers) {
+  const std::string key = arch + ".attention.sliding_window_pattern";
+  std::vector<bool> out(static_cast<size_t>(n_layers));
+  const gguf::Value* v = f.find(key);
+  if (v && v->type == gguf::ValueType::kArray) {
+    if (v->elem_type != gguf::ValueType::kBool)
+      return invalid_argument("gguf: " + key + " has type ARRAY of " +
+                              std::string(gguf::to_string(v->elem_type)) +
+                              ", expected ARRAY of BOOL or an integer period");
+    const auto& es = std::get<std::vector<gguf::Value>>(v->data);
+    if (static_cast<int64_t>(es.size()) != n_layers)
+      return invalid_argument("gguf: " + key + " has " + std::to_string(es.size()) +
+                              " entries, expected " + std::to_string(n_layers) + " (block_count)");
+    for (size_t i = 0; i < es.size(); ++i) out[i] = std::get<bool>(es[i].data);
+    return out;
+  }
+  int64_t period = arch_period(arch);
+  if (v) {
+    auto p = f.get_int(key);
+    if (!p.ok()) return p.status();
+    if (*p < 0)
+      return invalid_argument("gguf: " + key + " = " + std::to_string(*p) + ", expected >= 0");
+    period = *p;
+  }
+  for (int64_t i = 0; i < n_layers; ++i) out[static_cast<size_t>(i)] = sliding_by_period(i, period);
+  return out;
+}
+
+}  // namespace
+
+bool sliding_by_period(int64_t layer, int64_t period) {
+  return period == 0 || (layer + 1) % period != 0;
+}
+
+Result<ModelGeometry> share_kv_layers(const std::vector<LayerGeometry>& per_layer,
+                                      int64_t shared_kv_layers, const std::string& what) {
+  const auto n = static_cast<int64_t>(per_layer.size());
+  if (shared_kv_layers < 0 || shared_kv_layers >= n)
+    return invalid_argument(what + " = " + std::to_string(shared_kv_layers) + ", expected 0.." +
+                            std::to_string(n - 1) + " (fewer than the " + std::to_string(n) +
+                            " layers)");
+  const int64_t n_cache = n - shared_kv_layers;
+  ModelGeometry g;
+  for (int64_t i = 0; i < n_cache; ++i) {
+    g.cache.layers.push_back(per_layer[static_cast<size_t>(i)]);
+    g.layer_cache.push_back(static_cast<int32_t>(i));
+  }
+  // The last owning layer of each type; O(n) overall.
+  int64_t last_owner[2] = {-1, -1};  // [full, sliding]
+  for (int64_t i = 0; i < n_cache; ++i) last_owner[per_layer[static_cast<size_t>(i)].sliding()] = i;
+  for (int64_t i = n_cache; i < n; ++i) {
+    const bool sliding = per_layer[static_cast<size_t>(i)].sliding();
+    const int64_t owner = last_owner[sliding];
+    if (owner < 0)
+      return invalid_argument(what + ": shared layer " + std::to_string(i) + " is " +
+                              (sliding ? "sliding" : "full") +
+                              " but no earlier layer of that type owns a cache");
+    g.layer_cache.push_back(static_cast<int32_t>(owner));
+  }
+  return g;
+}
+
+Result<ModelGeometry> derive_llama_geometry(const gguf::GgufFile& f) {
+  auto arch_r = f.get_string("general.architecture");
+  if (!arch_r.ok())
+    return Status(arch_r.status().code(),
+                  "gguf: no kvcache.* keys and no usable general.architecture to derive the cache "
+                  "geometry from (" + arch_r.status().message() + ")");
+  const std::string arch = *arch_r;
+  const std::string p = arch + ".";
+  auto n_r = f.get_int(p + "block_count");
+  if (!n_r.ok()) return n_r.status();
+  const int64_t n = *n_r;
+  if (n <= 0 || n > kMaxLayers)
+    return invalid_argument("gguf: " + p + "block_count = " + std::to_string(n) + ", expected 1.." +
+                            std::to_string(kMaxLayers));
+  auto heads = per_layer_ints(f, p + "attention.head_count", n);
+  if (!heads.ok()) return heads.status();
+  KVCACHE_RETURN_IF_ERROR(check_positive(f, p + "attention.head_count", *heads));
+  std::vector<int64_t> kv_heads = *heads;
+  if (f.find(p + "attention.head_count_kv")) {
+    auto kv = per_layer_ints(f, p + "attention.head_count_kv", n);
+    if (!kv.ok()) return kv.status();
+    kv_heads = *kv;
+  }
+  KVCACHE_RETURN_IF_ERROR(check_positive(f, p + "attention.head_count_kv", kv_heads));
+
+  auto embd = optional_int(f, p + "embedding_length", 0);
+  if (!embd.ok()) return embd.status();
+  auto key_len = optional_int(f, p + "attention.key_length", 0);
+  if (!key_len.ok()) return key_len.status();
+  auto value_len = optional_int(f, p + "attention.value_length", 0);
+  if (!value_len.ok()) return value_len.status();
+  auto window = optional_int(f, p + "attention.sliding_window", 0);
+  if (!window.ok()) return window.status();
+  if (*window < 0 || *window > std::numeric_limits<int32_t>::max())
+    return invalid_argument("gguf: " + p + "attention.sliding_window = " + std::to_string(*window) +
+                            ", expected >= 0");
+  std::vector<bool> sliding(static_cast<size_t>(n), false);
+  if (*window > 0) {
+    auto s = sliding_layers(f, arch, n);
+    if (!s.ok()) return s.status();
+    sliding = *s;
+  }
+
+  std::vector<LayerGeometry> per_layer;
+  for (int64_t i = 0; i < n; ++i) {
+    const auto ui = static_cast<size_t>(i);
+    const int64_t fallback = (*embd > 0) ? *embd / (*heads)[ui] : 0;
+    const int64_t k = *key_len > 0 ? *key_len : fallback;
+    const int64_t v = *value_len > 0 ? *value_len : fallback;
+    if (k <= 0 || v <= 0 || k > std::numeric_limits<int32_t>::max() ||
+        v > std::numeric_limits<int32_t>::max())
+      return invalid_argument("gguf: layer " + std::to_string(i) + ": key/value width " +
+                              std::to_string(k) + "/" + std::to_string(v) + " from " + p +
+                              "attention.key_length/value_length or embedding_length / "
+                              "head_count, expected > 0");
+    LayerGeometry l;
+    l.kv_heads = static_cast<int32_t>(kv_heads[ui]);
+    l.head_dim = static_cast<int32_t>(k);
+    l.value_dim = static_cast<int32_t>(v);
+    l.window = sliding[ui] ? static_cast<int32_t>(*window) : 0;
+    per_layer.push_back(l);
+  }
+  auto shared = optional_int(f, p + "attention.shared_kv_layers", 0);
+  if (!shared.ok()) return shared.status();
+  auto g = share_kv_layers(per_layer, *shared, "gguf: " + p + "attention.shared_kv_layers");
+  if (!g.ok()) return g.status();
+  auto ctx = optional_int(f, p + "context_length", 0);
+  if (ctx.ok() && *ctx > 0 && *ctx <= std::numeric_limits<uint32_t>::max()) g->max_context = *ctx;
+  return g;
+}
+
+}  // namespace kvcache
+
+namespace kvcache {
+
+Result<std::vector<int32_t>> parse_window_list(std::string_view text, std::string_view flag) {
+  std::vector<int32_t> out;
+  const std::string f(flag);
+  if (text.empty()) return invalid_argument(f + ": empty list, expected e.g. 0,512");
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    const std::string_view item =
+        text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    const std::string entry = f + " entry " + std::to_string(out.size()) + " '" +
+                              std::string(item) + "'";
+    if (item.empty() || item.size() > 10 ||
+        item.find_first_not_of("0123456789") != std::string_view::npos)
+      return invalid_argument(entry + ", expected a window >= 0 (0 = full)");
+    const int64_t v = std::stoll(std::string(item));
+    if (v > std::numeric_limits<int32_t>::max())
+      return invalid_argument(entry + ", expected <= 2147483647");
+    out.push_back(static_cast<int32_t>(v));
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+ModelGeometry with_windows(const ModelGeometry& g, std::span<const int32_t> pattern) {
+  ModelGeometry r = g;
+  if (pattern.empty()) return r;
+  int32_t narrowest = 0;
+  for (size_t c = 0; c < r.cache.layers.size(); ++c) {
+    const int32_t w = pattern[c % pattern.size()];
+    r.cache.layers[c].window = w;
+    if (w > 0 && (narrowest == 0 || w < narrowest)) narrowest = w;
+  }
+  if (narrowest > 0 && r.max_step_tokens > narrowest) r.max_step_tokens = narrowest;
+  return r;
+}
+
+ModelGeometry example_model_geometry() {
+  ModelGeometry g;
+  for (int32_t i = 0; i < 26; ++i) {
+    g.cache.layers.push_back({4, 256, 256, sliding_by_period(i, 6) ? 512 : 0});
+    g.layer_cache.push_back(i);
+  }
+  g.max_context = 32768;
+  return g;
+}
+
+}  // namespace kvcache

@@ -1,0 +1,82 @@
+// Cache summary: per-layer bytes, grouping, capacity arithmetic and sliding savings.
+#include <gtest/gtest.h>
+
+#include "program/cache_summary.h"
+
+namespace kvcache {
+namespace {
+
+TEST(CacheSummary, ExampleGeometryGroupsAndBytes) {
+  const ModelGeometry g = example_model_geometry();
+  SummaryOptions o;
+  o.config.capacity = 4096;
+  o.config.kv_dtype = DType::kF16;
+  const auto j = cache_summary_json(g, o);
+  ASSERT_FALSE(j.contains("error")) << j.dump();
+  EXPECT_EQ(j["groups"], "26 layers: 4 full + 22 sliding(512)");
+  ASSERT_EQ(j["layers"].size(), 26u);
+  // Per layer: 4 heads * (256 + 256) * 2 bytes = 4096.
+  EXPECT_EQ(j["layers"][0]["bytes_per_cell"], 4096);
+  EXPECT_EQ(j["layers"][0]["window"], 512);
+  EXPECT_EQ(j["layers"][5]["window"], 0);
+  EXPECT_EQ(j["bytes_per_cell"], 26 * 4096);
+  EXPECT_EQ(j["bytes_at_capacity"], int64_t{26} * 4096 * 4096);
+  EXPECT_EQ(j["kv_dtype"], "f16");
+  EXPECT_EQ(j["capacity"], 4096);
+  // Sliding ring: 512 + 512 - 1 = 1023 slots instead of 4096, on 22 layers.
+  EXPECT_EQ(j["layers"][0]["slots"], 1023);
+  EXPECT_EQ(j["sliding_saving_bytes"], int64_t{22} * (4096 - 1023) * 4096);
+  EXPECT_EQ(j["layer_cache"].size(), 26u);
+}
+
+TEST(CacheSummary, SessionsSetTheCapacityWhenItIsUnset) {
+  SummaryOptions o;
+  o.sessions = 4;
+  o.session_tokens = 1000;
+  EXPECT_EQ(summary_capacity(o), 4000);
+  ModelGeometry g;
+  g.cache.layers = {{2, 8, 8, 0}};
+  g.layer_cache = {0, 0};  // two model layers read one cache
+  const auto j = cache_summary_json(g, o);
+  ASSERT_FALSE(j.contains("error")) << j.dump();
+  EXPECT_EQ(j["capacity"], 4000);
+  EXPECT_EQ(j["bytes_per_session"], 1000 * 2 * 16 * 4);  // f32 by default
+  EXPECT_EQ(j["groups"], "2 layers: 2 full");
+  EXPECT_EQ(j["layers"][0]["model_layers"], (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(j["sliding_saving_bytes"], 0);
+}
+
+TEST(CacheSummary, InvalidInputsGiveAnErrorObject) {
+  ModelGeometry g;
+  g.cache.layers = {{0, 8, 8, 0}};
+  SummaryOptions o;
+  o.config.capacity = 16;
+  EXPECT_TRUE(cache_summary_json(g, o).contains("error"));
+  g.cache.layers = {{1, 8, 8, 0}};
+  o.config.capacity = 0;
+  EXPECT_TRUE(cache_summary_json(g, o).contains("error"));
+  EXPECT_NE(cache_summary_text(g, o).find("capacity"), std::string::npos);
+}
+
+TEST(CacheSummary, TextHasATableAndHumanUnits) {
+  SummaryOptions o;
+  o.config.capacity = 1024;
+  o.config.kv_dtype = DType::kBF16;
+  const std::string t = cache_summary_text(example_model_geometry(), o);
+  EXPECT_NE(t.find("26 layers: 4 full + 22 sliding(512)"), std::string::npos) << t;
+  EXPECT_NE(t.find("sliding(512)"), std::string::npos);
+  EXPECT_NE(t.find("104.00 KiB"), std::string::npos) << t;  // 26 * 4096 bytes per cell
+  EXPECT_EQ(human_bytes(512), "512 B");
+  EXPECT_EQ(human_bytes(1536), "1.50 KiB");
+  EXPECT_EQ(human_bytes(int64_t{3} << 30), "3.00 GiB");
+}
+
+TEST(CacheSummary, MixedWindowsAreGroupedByWindow) {
+  ModelGeometry g;
+  g.cache.layers = {{1, 8, 8, 0}, {1, 8, 8, 128}, {1, 8, 8, 512}, {1, 8, 8, 512}};
+  g.layer_cache = {0, 1, 2, 3};
+  EXPECT_EQ(policy_groups(g), "4 layers: 1 full + 2 sliding(512) + 1 sliding(128)");
+}
+
+}  // namespace
+}  // namespace kvcache
