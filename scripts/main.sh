@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 dir=$(KVCACHE_BUILD_BENCH=OFF scripts/build.sh)
-exec "$dir/tools/kvcache" inspect --example "$@"
+exec "$dir/tools/kvcache" run "$@"

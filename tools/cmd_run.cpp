@@ -1,16 +1,410 @@
-// kvcache run — placeholder until its issue lands.
+// kvcache run [MODEL]: load a model (default: the embedded tiny one), build the cache the
+// flags ask for, prefill the prompt in chunks and generate. --interactive reads prompts line
+// by line (/undo, /undo N, /reset, /quit); --json prints one JSON object (per turn) on
+// stdout. Logs, the cache summary and timings go to stderr. See SPEC §8.
+#include <cstdint>
 #include <cstdio>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "core/cache.h"
+#include "cpu/thread_pool.h"
+#include "engine/cache_setup.h"
+#include "engine/embedded_model.h"
+#include "engine/forward.h"
+#include "engine/kernels.h"
+#include "engine/model.h"
+#include "engine/reference.h"
+#include "engine/sampler.h"
+#include "engine/session.h"
+#include "engine/tokenizer.h"
+#include "program/cache_summary.h"
+#include "program/gguf.h"
 
 namespace kvcache::tools {
+namespace {
+
+using nlohmann::json;
+
+struct RunFlags {
+  std::string model;
+  std::string prompt = "In the beginning";
+  std::string prompt_ids;  // comma list of token ids; replaces --prompt
+  int32_t max_new_tokens = 64;
+  double temperature = 0.0;
+  int32_t top_k = 0;
+  double top_p = 1.0;
+  uint64_t seed = 0;
+  std::string cache = "sequence";
+  int64_t capacity = 0;
+  int64_t initial_capacity = 0;
+  std::string kv_dtype = "f32";
+  int64_t max_step_tokens = 0;
+  std::string windows;
+  int32_t threads = 0;
+  bool interactive = false;
+  bool json = false;
+  std::string dump_logits;
+  bool reference = false;
+};
+
+// Everything a run needs, built from the flags.
+struct Loaded {
+  std::unique_ptr<gguf::GgufFile> file;
+  std::unique_ptr<engine::Model> model;
+  std::optional<engine::Tokenizer> tokenizer;
+  engine::CacheSetup setup;
+  std::shared_ptr<Cache> cache;
+  std::unique_ptr<engine::Engine> eng;
+  int32_t seq = 0;
+};
+
+int fail(const std::string& msg) {
+  std::fprintf(stderr, "kvcache run: %s\n", msg.c_str());
+  return 1;
+}
+
+// "1,2,3" -> ints; nullopt (with `err` set) on a malformed entry.
+std::optional<std::vector<int64_t>> parse_list(const std::string& text, const char* flag,
+                                               std::string& err) {
+  std::vector<int64_t> out;
+  size_t i = 0;
+  while (i <= text.size()) {
+    const size_t j = std::min(text.find(',', i), text.size());
+    const std::string item = text.substr(i, j - i);
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size()) {
+      err = std::string(flag) + ": \"" + item + "\" is not an integer (expected a comma list)";
+      return std::nullopt;
+    }
+    out.push_back(v);
+    i = j + 1;
+  }
+  return out;
+}
+
+void add_flags(CLI::App* cmd, RunFlags& f) {
+  cmd->add_option("model", f.model, "GGUF model file (default: the embedded tiny model)");
+  cmd->add_option("--prompt", f.prompt, "Prompt text")->capture_default_str();
+  cmd->add_option("--prompt-ids", f.prompt_ids, "Prompt as comma-separated token ids");
+  cmd->add_option("--max-new-tokens", f.max_new_tokens, "Tokens to generate")
+      ->check(CLI::Range(0, 1 << 20))->capture_default_str();
+  cmd->add_option("--temperature", f.temperature, "Sampling temperature; 0 = greedy")
+      ->check(CLI::Range(0.0, 100.0))->capture_default_str();
+  cmd->add_option("--top-k", f.top_k, "Keep the k most likely tokens; 0 = all")
+      ->check(CLI::Range(0, 1 << 24))->capture_default_str();
+  cmd->add_option("--top-p", f.top_p, "Nucleus sampling mass in (0, 1]")
+      ->check(CLI::Range(1e-9, 1.0))->capture_default_str();
+  cmd->add_option("--seed", f.seed, "Sampling seed")->capture_default_str();
+  cmd->add_option("--cache", f.cache, "Cache layout")
+      ->check(CLI::IsMember({"sequence", "cell"}))->capture_default_str();
+  cmd->add_option("--capacity", f.capacity,
+                  "Cache capacity in cells; 0 = min(max_context, 4096)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))->capture_default_str();
+  cmd->add_option("--initial-capacity", f.initial_capacity, "Cells allocated up front")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))->capture_default_str();
+  cmd->add_option("--kv-dtype", f.kv_dtype, "K/V storage type")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
+  cmd->add_option("--max-step-tokens", f.max_step_tokens,
+                  "Prefill chunk; 0 = the model's (lowered to the narrowest window)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))->capture_default_str();
+  cmd->add_option("--windows", f.windows,
+                  "Window per cache layer, comma list cycled over layers; 0 = Full");
+  cmd->add_option("--threads", f.threads, "Threads; 0 = default")
+      ->check(CLI::Range(0, 1024))->capture_default_str();
+  cmd->add_flag("--interactive", f.interactive,
+                "Read prompts from stdin line by line (/undo [N], /reset, /quit)");
+  cmd->add_flag("--json", f.json, "Print one JSON object on stdout");
+  cmd->add_option("--dump-logits", f.dump_logits,
+                  "Write the prompt's logits [T, vocab] as float32 .npy and exit")
+      ->group("");  // hidden: a testing aid
+  cmd->add_flag("--reference", f.reference, "With --dump-logits: use the no-cache reference")
+      ->group("");
+}
+
+Status load(const RunFlags& f, Loaded& l) {
+  std::span<const uint8_t> bytes = engine::embedded_model();
+  if (f.model.empty() && bytes.empty())
+    return not_found("no MODEL given and this build embeds no default model "
+                     "(models/tiny.gguf was absent when cmake ran)");
+  Result<gguf::GgufFile> file =
+      f.model.empty() ? gguf::GgufFile::parse(bytes) : gguf::GgufFile::open(f.model);
+  if (!file.ok()) return file.status();
+  l.file = std::make_unique<gguf::GgufFile>(std::move(*file));
+  Result<engine::Model> model = engine::Model::load(*l.file);
+  if (!model.ok()) return model.status();
+  l.model = std::make_unique<engine::Model>(std::move(*model));
+  Result<engine::Tokenizer> tok = engine::Tokenizer::from_gguf(*l.file, l.model->hparams().vocab);
+  if (!tok.ok()) return tok.status();
+  l.tokenizer = std::move(*tok);
+  return ok_status();
+}
+
+Status setup_cache(const RunFlags& f, Loaded& l) {
+  engine::CacheOptions o;
+  o.kind = f.cache;
+  if (f.capacity > 0) o.capacity = f.capacity;
+  o.initial_capacity = f.initial_capacity;
+  o.kv_dtype = parse_dtype(f.kv_dtype).value_or(DType::kF32);
+  if (f.max_step_tokens > 0) o.max_step_tokens = f.max_step_tokens;
+  if (!f.windows.empty()) {
+    std::string err;
+    auto w = parse_list(f.windows, "--windows", err);
+    if (!w) return invalid_argument(err);
+    for (int64_t v : *w) {
+      if (v < 0 || v > (int64_t{1} << 30))
+        return invalid_argument("--windows: " + std::to_string(v) +
+                                " is out of range, expected 0 (Full) or a window in [1, 2^30]");
+      o.windows.push_back(static_cast<int32_t>(v));
+    }
+  }
+  Result<engine::CacheSetup> s = engine::plan_cache(*l.model, o);
+  if (!s.ok()) return s.status();
+  l.setup = std::move(*s);
+  Result<std::shared_ptr<Cache>> c = engine::build_cache(l.setup);
+  if (!c.ok()) return c.status();
+  l.cache = std::move(*c);
+  if (l.setup.kind == kCellKind) {
+    Result<int32_t> seq = l.cache->seq_new();
+    if (!seq.ok()) return seq.status();
+    l.seq = *seq;
+  }
+  Result<std::unique_ptr<engine::Engine>> e = engine::Engine::create(*l.model, l.cache);
+  if (!e.ok()) return e.status();
+  l.eng = std::move(*e);
+  return ok_status();
+}
+
+Result<std::vector<int32_t>> prompt_tokens(const RunFlags& f, const Loaded& l,
+                                           const std::string& text) {
+  if (f.prompt_ids.empty()) return l.tokenizer->encode(text);
+  std::string err;
+  auto ids = parse_list(f.prompt_ids, "--prompt-ids", err);
+  if (!ids) return invalid_argument(err);
+  std::vector<int32_t> out;
+  for (int64_t v : *ids) {
+    if (v < 0 || v >= l.model->hparams().vocab)
+      return invalid_argument("--prompt-ids: " + std::to_string(v) + " is out of range, expected [0, " +
+                              std::to_string(l.model->hparams().vocab) + ")");
+    out.push_back(static_cast<int32_t>(v));
+  }
+  return out;
+}
+
+json summary_json(const Loaded& l) {
+  ModelGeometry g = l.model->geometry();
+  g.cache = l.setup.geometry;
+  SummaryOptions o;
+  o.config = l.setup.config;
+  return cache_summary_json(g, o);
+}
+
+std::string summary_text(const Loaded& l) {
+  ModelGeometry g = l.model->geometry();
+  g.cache = l.setup.geometry;
+  SummaryOptions o;
+  o.config = l.setup.config;
+  return cache_summary_text(g, o);
+}
+
+// Writes a float32 2-D array as NumPy .npy (v1.0).
+Status write_npy(const std::string& path, const std::vector<float>& data, int64_t rows,
+                 int64_t cols) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" +
+                       std::to_string(rows) + ", " + std::to_string(cols) + "), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::FILE* out = std::fopen(path.c_str(), "wb");
+  if (out == nullptr) return not_found("--dump-logits: cannot open " + path + " for writing");
+  const auto hlen = static_cast<uint16_t>(header.size());
+  const char magic[] = "\x93NUMPY\x01\x00";
+  bool ok = std::fwrite(magic, 1, 8, out) == 8;
+  const unsigned char len[2] = {static_cast<unsigned char>(hlen & 0xFF),
+                                static_cast<unsigned char>(hlen >> 8)};
+  ok = ok && std::fwrite(len, 1, 2, out) == 2;
+  ok = ok && std::fwrite(header.data(), 1, header.size(), out) == header.size();
+  ok = ok && std::fwrite(data.data(), sizeof(float), data.size(), out) == data.size();
+  ok = (std::fclose(out) == 0) && ok;
+  return ok ? ok_status() : data_loss("--dump-logits: writing " + path + " failed");
+}
+
+// The prompt's logits for every token, through the cache in chunks (or the reference).
+Status dump_logits(const RunFlags& f, Loaded& l, const std::vector<int32_t>& tokens) {
+  const int32_t vocab = l.model->hparams().vocab;
+  std::vector<float> all;
+  if (f.reference) {
+    std::vector<double> ref = engine::reference_logits(*l.model, tokens, &l.setup.geometry);
+    all.assign(ref.begin(), ref.end());
+  } else {
+    engine::Logits out;
+    std::vector<int32_t> ids;
+    std::vector<int64_t> pos;
+    for (size_t done = 0; done < tokens.size();) {
+      const size_t n = std::min<size_t>(static_cast<size_t>(l.setup.step_tokens),
+                                        tokens.size() - done);
+      ids.assign(n, l.seq);
+      pos.resize(n);
+      for (size_t i = 0; i < n; ++i) pos[i] = l.cache->pos(l.seq) + static_cast<int64_t>(i);
+      engine::Batch b{std::span<const int32_t>(tokens).subspan(done, n), ids, pos};
+      KVCACHE_RETURN_IF_ERROR(l.eng->forward(b, engine::LogitsMode::kAll, out));
+      all.insert(all.end(), out.data.begin(), out.data.end());
+      done += n;
+    }
+  }
+  KVCACHE_RETURN_IF_ERROR(write_npy(f.dump_logits, all, static_cast<int64_t>(tokens.size()), vocab));
+  std::fprintf(stderr, "kvcache run: wrote logits [%zu, %d] to %s\n", tokens.size(), vocab,
+               f.dump_logits.c_str());
+  return ok_status();
+}
+
+double per_s(int64_t n, double s) { return s > 0.0 ? static_cast<double>(n) / s : 0.0; }
+
+// Runs one turn and reports it (streamed text or a JSON object).
+Status run_turn(const RunFlags& f, Loaded& l, engine::Session& session, engine::Sampler& sampler,
+                const std::vector<int32_t>& prompt) {
+  std::vector<int32_t> generated;
+  auto on_token = [&](int32_t tok) {
+    if (f.json) return;
+    const std::string piece = l.tokenizer->decode_one(tok);
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+  };
+  Result<engine::TurnStats> st = session.turn(prompt, f.max_new_tokens, sampler, on_token);
+  if (!st.ok()) return st.status();
+  const double pre = per_s(st->prefill_tokens, st->prefill_seconds);
+  const double dec = per_s(st->decode_tokens, st->decode_seconds);
+  if (f.json) {
+    json j;
+    j["text"] = l.tokenizer->decode(st->generated);
+    j["tokens"] = st->generated;
+    j["prompt_tokens"] = prompt.size();
+    j["prompt_ids"] = prompt;
+    j["prefill_tokens_per_s"] = pre;
+    j["decode_tokens_per_s"] = dec;
+    j["prefill_seconds"] = st->prefill_seconds;
+    j["decode_seconds"] = st->decode_seconds;
+    j["position"] = session.pos();
+    j["stopped_full"] = st->stopped_full;
+    j["step_tokens"] = l.setup.step_tokens;
+    j["cache_kind"] = l.setup.kind;
+    j["threads"] = cpu::global_pool().size();
+    j["cache"] = summary_json(l);
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("\n");
+    if (st->stopped_full) std::fprintf(stderr, "kvcache run: the cache is full; stopped\n");
+  }
+  std::fprintf(stderr,
+               "prefill: %lld tokens, %.1f tok/s; decode: %lld tokens, %.1f tok/s; "
+               "position %lld\n",
+               static_cast<long long>(st->prefill_tokens), pre,
+               static_cast<long long>(st->decode_tokens), dec,
+               static_cast<long long>(session.pos()));
+  std::fflush(stdout);
+  return ok_status();
+}
+
+// Handles "/undo [N]", "/reset"; false when `line` is not a command.
+bool command(const std::string& line, engine::Session& session) {
+  if (line == "/reset") {
+    Status s = session.reset();
+    std::fprintf(stderr, "%s\n", s.ok() ? "reset: the conversation is empty"
+                                        : ("reset refused: " + s.message()).c_str());
+    return true;
+  }
+  if (line.rfind("/undo", 0) != 0) return false;
+  std::string arg = line.substr(5);
+  int32_t n = 1;
+  if (!arg.empty()) {
+    std::string err;
+    auto v = parse_list(arg.substr(arg.find_first_not_of(' ') == std::string::npos
+                                       ? arg.size()
+                                       : arg.find_first_not_of(' ')),
+                        "/undo", err);
+    if (!v || v->size() != 1 || (*v)[0] < 1 || (*v)[0] > (1 << 30)) {
+      std::fprintf(stderr, "undo: expected /undo or /undo N with N >= 1\n");
+      return true;
+    }
+    n = static_cast<int32_t>((*v)[0]);
+  }
+  Status s = session.undo(n);
+  if (s.ok())
+    std::fprintf(stderr, "undo: back to position %lld (%zu turn(s) left)\n",
+                 static_cast<long long>(session.pos()), session.turns());
+  else
+    std::fprintf(stderr, "undo refused: %s\n", s.message().c_str());
+  return true;
+}
+
+int interactive(const RunFlags& f, Loaded& l, engine::Session& session,
+                engine::Sampler& sampler) {
+  std::string line;
+  std::fprintf(stderr, "> ");
+  while (std::getline(std::cin, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line == "/quit") break;
+    if (!command(line, session) && !line.empty()) {
+      Result<std::vector<int32_t>> ids = l.tokenizer->encode(line);
+      Status s = ids.ok() ? run_turn(f, l, session, sampler, *ids) : ids.status();
+      if (!s.ok()) std::fprintf(stderr, "kvcache run: %s\n", s.message().c_str());
+    }
+    std::fprintf(stderr, "> ");
+  }
+  std::fprintf(stderr, "\n");
+  return 0;
+}
+
+int run(const RunFlags& f) {
+  if (f.threads > 0) cpu::set_global_threads(f.threads);
+  engine::set_blas_threads(cpu::global_pool().size());
+  Loaded l;
+  Status s = load(f, l);
+  if (s.ok()) s = setup_cache(f, l);
+  if (!s.ok()) return fail(s.message());
+  std::fprintf(stderr, "%s", summary_text(l).c_str());
+  std::fprintf(stderr, "model: %s, %d layers, d=%d, vocab %d, %.2fM params; prefill chunk %lld\n",
+               l.model->hparams().arch.c_str(), l.model->hparams().n_layers,
+               l.model->hparams().d_model, l.model->hparams().vocab,
+               static_cast<double>(l.model->n_params()) / 1e6,
+               static_cast<long long>(l.setup.step_tokens));
+  engine::SamplerConfig sc;
+  sc.temperature = static_cast<float>(f.temperature);
+  sc.top_k = f.top_k;
+  sc.top_p = static_cast<float>(f.top_p);
+  sc.seed = f.seed;
+  engine::Sampler sampler(sc);
+  engine::Session session(*l.eng, l.setup.step_tokens, l.seq);
+  if (f.interactive) return interactive(f, l, session, sampler);
+  Result<std::vector<int32_t>> prompt = prompt_tokens(f, l, f.prompt);
+  if (!prompt.ok()) return fail(prompt.status().message());
+  if (prompt->empty()) return fail("--prompt: the prompt is empty, expected at least one token");
+  if (!f.dump_logits.empty()) {
+    s = dump_logits(f, l, *prompt);
+    return s.ok() ? 0 : fail(s.message());
+  }
+  s = run_turn(f, l, session, sampler, *prompt);
+  return s.ok() ? 0 : fail(s.message());
+}
+
+}  // namespace
 
 Runner add_run(CLI::App& app) {
-  app.add_subcommand("run", "(not built yet)");
-  return [] {
-    std::fprintf(stderr, "kvcache run: not available in this build yet\n");
-    return 1;
-  };
+  auto flags = std::make_shared<RunFlags>();
+  CLI::App* cmd = app.add_subcommand("run", "Generate text with a model through the cache");
+  add_flags(cmd, *flags);
+  return [flags] { return run(*flags); };
 }
 
 }  // namespace kvcache::tools

@@ -1,0 +1,50 @@
+// Turns a model's published geometry plus the run-time choices (layout kind, capacity, dtype,
+// step size, window override) into a cache geometry + config, and builds the cpu cache.
+// Layer: engine. The window override changes only the policies; the step size drops to the
+// narrowest window when larger.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/cache.h"
+#include "core/geometry.h"
+#include "engine/model.h"
+
+namespace kvcache::engine {
+
+inline constexpr int64_t kDefaultCapacity = 4096;    // cap on the default capacity
+inline constexpr int64_t kDefaultStepTokens = 512;   // when the model names none
+
+struct CacheOptions {
+  std::string kind = std::string(kSequenceKind);  // "sequence" | "cell"
+  std::optional<int64_t> capacity;          // default: min(max_context, kDefaultCapacity)
+  int64_t initial_capacity = 0;
+  DType kv_dtype = DType::kF32;
+  std::optional<int64_t> max_step_tokens;   // default: the model's, else kDefaultStepTokens
+  std::vector<int32_t> windows;             // override cycled over cache layers; 0 = Full
+};
+
+struct CacheSetup {
+  std::string kind;
+  CacheGeometry geometry;   // the model's, with the override's windows
+  CacheConfig config;       // max_write = step_tokens
+  int64_t step_tokens = 0;  // the prefill chunk
+};
+
+// Sets layer i's window to windows[i % n]. InvalidArgument (nothing changed) when the list is
+// empty or holds a negative value.
+Status apply_window_override(CacheGeometry& geometry, std::span<const int32_t> windows);
+
+// InvalidArgument naming the option and value for an unknown kind, capacity <= 0,
+// step <= 0, a bad window list, or a geometry/config the core validation refuses.
+Result<CacheSetup> plan_cache(const Model& model, const CacheOptions& options);
+
+// Registers the cpu builders (idempotent) and builds the cache for the setup.
+Result<std::shared_ptr<Cache>> build_cache(const CacheSetup& setup);
+
+}  // namespace kvcache::engine

@@ -1,0 +1,154 @@
+// The decoder forward through the cache. See forward.h.
+#include "engine/forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+
+namespace kvcache::engine {
+namespace {
+
+void add_bias(std::span<float> y, const std::vector<float>& b, int64_t t) {
+  if (b.empty()) return;
+  const size_t n = b.size();
+  for (int64_t r = 0; r < t; ++r)
+    for (size_t i = 0; i < n; ++i) y[r * n + i] += b[i];
+}
+
+// Per-head RMSNorm of x[rows = T*heads, head_dim] when a norm weight is present.
+void head_norm(std::span<float> x, const std::vector<float>& w, int64_t rows, int32_t dim,
+               float eps) {
+  if (w.empty()) return;
+  rmsnorm_rows(x, w, x, rows, dim, eps);
+}
+
+template <class T>
+void grow(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+}  // namespace
+
+Status check_cache_fits(const Model& model, const CacheGeometry& g) {
+  const CacheGeometry& mine = model.geometry().cache;
+  if (g.layers.size() != mine.layers.size())
+    return invalid_argument("engine: cache has " + std::to_string(g.layers.size()) +
+                            " layers, the model needs " + std::to_string(mine.layers.size()));
+  for (size_t i = 0; i < g.layers.size(); ++i) {
+    const LayerGeometry &a = g.layers[i], &b = mine.layers[i];
+    if (a.kv_heads != b.kv_heads || a.head_dim != b.head_dim || a.value_dim != b.value_dim)
+      return invalid_argument("engine: cache layer " + std::to_string(i) + " has kv_heads/" +
+                              "head_dim/value_dim " + std::to_string(a.kv_heads) + "/" +
+                              std::to_string(a.head_dim) + "/" + std::to_string(a.value_dim) +
+                              ", the model needs " + std::to_string(b.kv_heads) + "/" +
+                              std::to_string(b.head_dim) + "/" + std::to_string(b.value_dim));
+  }
+  return ok_status();
+}
+
+Engine::Engine(const Model& model, std::shared_ptr<Cache> cache)
+    : model_(model), cache_(std::move(cache)) {
+  const HParams& hp = model_.hparams();
+  rope_ = RopeParams{hp.head_dim, hp.rope_dim, hp.rope_base, hp.rope_linear,
+                     hp.rope_interleaved};
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(const Model& model, std::shared_ptr<Cache> cache) {
+  if (!cache) return invalid_argument("engine: no cache given");
+  KVCACHE_RETURN_IF_ERROR(check_cache_fits(model, cache->geometry()));
+  return std::unique_ptr<Engine>(new Engine(model, std::move(cache)));
+}
+
+Status Engine::run_layer(int32_t i, int64_t t, std::span<const int64_t> positions) {
+  const HParams& hp = model_.hparams();
+  const LayerWeights& w = model_.layers()[i];
+  const int64_t d = hp.d_model, hq = hp.q_heads, dk = hp.head_dim, dv = hp.value_dim;
+  const int64_t kd = w.kv_heads * dk, vd = w.kv_heads * dv;
+  rmsnorm_rows(x_, w.attn_norm, h_, t, d, hp.rms_eps);
+  matmul(h_, w.wq, q_, t);
+  add_bias(q_, w.bq, t);
+  head_norm(q_, w.q_norm, t * hq, hp.head_dim, hp.rms_eps);
+  rope(q_, positions, hp.q_heads, rope_);
+  AttendArgs args;
+  args.layer = w.cache;
+  args.n_tokens = static_cast<int32_t>(t);
+  args.q_heads = hp.q_heads;
+  args.positions = positions;
+  args.q = std::span<const float>(q_.data(), t * hq * dk);
+  if (!w.kv_shared) {
+    matmul(h_, w.wk, k_, t);
+    matmul(h_, w.wv, v_, t);
+    add_bias(k_, w.bk, t);
+    add_bias(v_, w.bv, t);
+    head_norm(k_, w.k_norm, t * w.kv_heads, hp.head_dim, hp.rms_eps);
+    rope(k_, positions, w.kv_heads, rope_);
+    args.k = std::span<const float>(k_.data(), t * kd);
+    args.v = std::span<const float>(v_.data(), t * vd);
+  }
+  args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
+  args.out = std::span<float>(att_.data(), t * hq * dv);
+  Status st = cache_->update_and_attend(args);
+  if (!st.ok())
+    return Status(st.code(), "engine: layer " + std::to_string(i) + ": " + st.message());
+  matmul(att_, w.wo, x_, t, /*accumulate=*/true);
+  rmsnorm_rows(x_, w.ffn_norm, h_, t, d, hp.rms_eps);
+  matmul(h_, w.w_gate, gate_, t);
+  matmul(h_, w.w_up, up_, t);
+  swiglu(std::span<float>(gate_.data(), t * hp.d_ff), up_);
+  matmul(gate_, w.w_down, x_, t, /*accumulate=*/true);
+  return ok_status();
+}
+
+Status Engine::forward(const Batch& batch, LogitsMode mode, Logits& out) {
+  const HParams& hp = model_.hparams();
+  const auto t = static_cast<int64_t>(batch.tokens.size());
+  if (t == 0 || batch.seq_ids.size() != batch.tokens.size() ||
+      batch.positions.size() != batch.tokens.size())
+    return invalid_argument("engine forward: tokens/seq_ids/positions have " +
+                            std::to_string(t) + "/" + std::to_string(batch.seq_ids.size()) +
+                            "/" + std::to_string(batch.positions.size()) +
+                            " entries, expected equal and > 0");
+  for (int64_t i = 0; i < t; ++i)
+    if (batch.tokens[i] < 0 || batch.tokens[i] >= hp.vocab)
+      return invalid_argument("engine forward: token[" + std::to_string(i) + "] = " +
+                              std::to_string(batch.tokens[i]) + ", expected in [0, " +
+                              std::to_string(hp.vocab) + ")");
+  KVCACHE_RETURN_IF_ERROR(cache_->declare_step(batch.seq_ids));
+  const int64_t d = hp.d_model;
+  int64_t widest = 0;
+  for (const LayerWeights& w : model_.layers()) widest = std::max<int64_t>(widest, w.kv_heads);
+  grow(x_, t * d);
+  grow(h_, t * d);
+  grow(q_, t * hp.q_heads * hp.head_dim);
+  grow(k_, t * widest * hp.head_dim);
+  grow(v_, t * widest * hp.value_dim);
+  grow(att_, t * hp.q_heads * hp.value_dim);
+  grow(gate_, t * hp.d_ff);
+  grow(up_, t * hp.d_ff);
+  for (int64_t i = 0; i < t; ++i)
+    model_.token_embd().row(batch.tokens[i], std::span<float>(x_).subspan(i * d, d));
+  for (int32_t i = 0; i < hp.n_layers; ++i)
+    KVCACHE_RETURN_IF_ERROR(run_layer(i, t, batch.positions));
+
+  out.vocab = hp.vocab;
+  out.token_index.clear();
+  if (mode == LogitsMode::kAll) {
+    for (int64_t i = 0; i < t; ++i) out.token_index.push_back(static_cast<int32_t>(i));
+  } else {
+    for (int64_t i = 0; i < t; ++i) {
+      bool last = true;
+      for (int64_t j = i + 1; j < t && last; ++j) last = batch.seq_ids[j] != batch.seq_ids[i];
+      if (last) out.token_index.push_back(static_cast<int32_t>(i));
+    }
+  }
+  const auto rows = static_cast<int64_t>(out.token_index.size());
+  for (int64_t r = 0; r < rows; ++r)
+    rmsnorm_rows(std::span<const float>(x_).subspan(out.token_index[r] * d, d),
+                 model_.output_norm(), std::span<float>(h_).subspan(r * d, d), 1, d, hp.rms_eps);
+  out.data.resize(rows * hp.vocab);
+  matmul(h_, model_.output(), out.data, rows);
+  return ok_status();
+}
+
+}  // namespace kvcache::engine

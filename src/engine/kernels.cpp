@@ -1,0 +1,201 @@
+// Dense kernels for the engine forward. See kernels.h.
+#include "engine/kernels.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <immintrin.h>
+
+#include "cpu/thread_pool.h"
+
+extern "C" void openblas_set_num_threads(int num_threads);
+
+namespace kvcache::engine {
+
+void matmul(std::span<const float> x, std::span<const float> w, std::span<float> y, int64_t t,
+            int64_t in, int64_t out, bool accumulate) {
+  assert(static_cast<int64_t>(x.size()) >= t * in && static_cast<int64_t>(w.size()) >= out * in);
+  assert(static_cast<int64_t>(y.size()) >= t * out);
+  if (t <= 0 || out <= 0) return;
+  const float beta = accumulate ? 1.0f : 0.0f;
+  const auto m = static_cast<blasint>(t), n = static_cast<blasint>(out);
+  const auto k = static_cast<blasint>(in);
+  if (t == 1) {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, w.data(), k, x.data(), 1, beta,
+                y.data(), 1);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x.data(), k, w.data(), k,
+                beta, y.data(), n);
+  }
+}
+
+void matmul_reference(std::span<const float> x, std::span<const float> w, std::span<float> y,
+                      int64_t t, int64_t in, int64_t out, bool accumulate) {
+  for (int64_t r = 0; r < t; ++r)
+    for (int64_t o = 0; o < out; ++o) {
+      double acc = accumulate ? y[r * out + o] : 0.0;
+      for (int64_t i = 0; i < in; ++i) acc += double{x[r * in + i]} * w[o * in + i];
+      y[r * out + o] = static_cast<float>(acc);
+    }
+}
+
+namespace {
+
+__attribute__((target("avx2,f16c"))) void f16_row_avx2(const uint16_t* h, float* out,
+                                                        int64_t n) {
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8)
+    _mm256_storeu_ps(out + c,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + c))));
+  for (; c < n; ++c) out[c] = _cvtsh_ss(h[c]);
+}
+
+bool has_avx2_f16c() {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                         __builtin_cpu_supports("f16c");
+  return ok;
+}
+
+}  // namespace
+
+void Weight::row(int64_t r, std::span<float> out) const {
+  if (!is_f16()) {
+    std::copy_n(f32.begin() + r * cols, cols, out.begin());
+    return;
+  }
+  const uint16_t* h = f16.data() + r * cols;
+  if (has_avx2_f16c()) {
+    f16_row_avx2(h, out.data(), cols);
+    return;
+  }
+  for (int64_t c = 0; c < cols; ++c) out[c] = program_detail::f16_to_f32(h[c]);
+}
+
+void gemv_f16_scalar(const uint16_t* w, const float* x, float* y, int64_t rows, int64_t cols,
+                     bool accumulate) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float acc = 0.0f;
+    const uint16_t* wr = w + r * cols;
+    for (int64_t c = 0; c < cols; ++c) acc += program_detail::f16_to_f32(wr[c]) * x[c];
+    y[r] = accumulate ? y[r] + acc : acc;
+  }
+}
+
+namespace {
+
+__attribute__((target("avx2,fma,f16c"))) void gemv_f16_avx2(const uint16_t* w, const float* x,
+                                                              float* y, int64_t rows,
+                                                              int64_t cols, bool accumulate) {
+  const int64_t body = cols & ~int64_t{15};
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t* wr = w + r * cols;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    for (int64_t c = 0; c < body; c += 16) {
+      const __m128i h0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wr + c));
+      const __m128i h1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wr + c + 8));
+      a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(h0), _mm256_loadu_ps(x + c), a0);
+      a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(h1), _mm256_loadu_ps(x + c + 8), a1);
+    }
+    const __m256 a = _mm256_add_ps(a0, a1);
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_hadd_ps(s, s);
+    s = _mm_hadd_ps(s, s);
+    float acc = _mm_cvtss_f32(s);
+    for (int64_t c = body; c < cols; ++c) acc += _cvtsh_ss(wr[c]) * x[c];
+    y[r] = accumulate ? y[r] + acc : acc;
+  }
+}
+
+// T == 1: rows split over the global pool, each chunk with the dispatched kernel.
+void gemv_f16(const Weight& w, const float* x, float* y, bool accumulate) {
+  auto* fn = has_avx2_f16c() ? gemv_f16_avx2 : gemv_f16_scalar;
+  const int64_t min_rows = 64;
+  cpu::ThreadPool& pool = cpu::global_pool();
+  if (pool.size() == 1 || w.rows < 2 * min_rows) {
+    fn(w.f16.data(), x, y, w.rows, w.cols, accumulate);
+    return;
+  }
+  pool.parallel_for(w.rows, [&](int64_t begin, int64_t end) {
+    fn(w.f16.data() + begin * w.cols, x, y + begin, end - begin, w.cols, accumulate);
+  });
+}
+
+// T > 1: blocks of rows converted to f32 once, then sgemm per block (cost amortized over T).
+void gemm_f16(std::span<const float> x, const Weight& w, std::span<float> y, int64_t t,
+              bool accumulate) {
+  constexpr int64_t kBlock = 256;
+  thread_local std::vector<float> tile;
+  tile.resize(static_cast<size_t>(kBlock * w.cols));
+  const float beta = accumulate ? 1.0f : 0.0f;
+  for (int64_t r0 = 0; r0 < w.rows; r0 += kBlock) {
+    const int64_t n = std::min(kBlock, w.rows - r0);
+    for (int64_t r = 0; r < n; ++r)
+      w.row(r0 + r, std::span<float>(tile).subspan(static_cast<size_t>(r * w.cols), w.cols));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(t),
+                static_cast<blasint>(n), static_cast<blasint>(w.cols), 1.0f, x.data(),
+                static_cast<blasint>(w.cols), tile.data(), static_cast<blasint>(w.cols), beta,
+                y.data() + r0, static_cast<blasint>(w.rows));
+  }
+}
+
+}  // namespace
+
+void matmul(std::span<const float> x, const Weight& w, std::span<float> y, int64_t t,
+            bool accumulate) {
+  if (!w.is_f16()) {
+    matmul(x, w.f32, y, t, w.cols, w.rows, accumulate);
+    return;
+  }
+  assert(static_cast<int64_t>(x.size()) >= t * w.cols);
+  assert(static_cast<int64_t>(y.size()) >= t * w.rows);
+  if (t == 1) gemv_f16(w, x.data(), y.data(), accumulate);
+  else if (t > 1) gemm_f16(x, w, y, t, accumulate);
+}
+
+void set_blas_threads(int n) { openblas_set_num_threads(n < 1 ? 1 : n); }
+
+void rmsnorm_rows(std::span<const float> x, std::span<const float> weight, std::span<float> out,
+                  int64_t rows, int64_t d, float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x.data() + r * d;
+    double ss = 0.0;
+    for (int64_t i = 0; i < d; ++i) ss += double{xr[i]} * xr[i];
+    const auto inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
+    float* o = out.data() + r * d;
+    for (int64_t i = 0; i < d; ++i) o[i] = xr[i] * inv * weight[i];
+  }
+}
+
+void rope(std::span<float> x, std::span<const int64_t> positions, int32_t heads,
+          const RopeParams& p) {
+  const int32_t half = p.rope_dim / 2;
+  if (half == 0) return;
+  const auto tokens = static_cast<int64_t>(positions.size());
+  for (int64_t t = 0; t < tokens; ++t) {
+    const double pos = static_cast<double>(positions[t]) / p.linear;
+    for (int32_t j = 0; j < half; ++j) {
+      const double freq = std::pow(static_cast<double>(p.base), -2.0 * j / p.rope_dim);
+      const double angle = pos * freq;
+      const auto c = static_cast<float>(std::cos(angle)), s = static_cast<float>(std::sin(angle));
+      const int32_t i0 = p.interleaved ? 2 * j : j;
+      const int32_t i1 = p.interleaved ? 2 * j + 1 : j + half;
+      for (int32_t h = 0; h < heads; ++h) {
+        float* v = x.data() + (t * heads + h) * p.head_dim;
+        const float a = v[i0], b = v[i1];
+        v[i0] = a * c - b * s;
+        v[i1] = a * s + b * c;
+      }
+    }
+  }
+}
+
+void swiglu(std::span<float> g, std::span<const float> u) {
+  for (size_t i = 0; i < g.size(); ++i) {
+    const float v = g[i];
+    g[i] = v / (1.0f + std::exp(-v)) * u[i];
+  }
+}
+
+}  // namespace kvcache::engine

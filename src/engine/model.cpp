@@ -1,0 +1,261 @@
+// Model loading: hyperparameters, geometry and float32 weights from a GGUF file.
+#include "engine/model.h"
+
+#include <cstring>
+#include <string>
+#include <utility>
+
+namespace kvcache::engine {
+namespace {
+
+using gguf::GgufFile;
+
+std::string dims_text(const std::vector<int64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+// The integer at `key`, or `fallback` when absent; other errors propagate.
+Result<int64_t> int_or(const GgufFile& f, const std::string& key, int64_t fallback) {
+  Result<int64_t> r = f.get_int(key);
+  if (r.ok()) return r;
+  if (r.status().code() == StatusCode::kNotFound) return fallback;
+  return r.status();
+}
+
+Result<double> float_or(const GgufFile& f, const std::string& key, double fallback) {
+  Result<double> r = f.get_float(key);
+  if (r.ok()) return r;
+  if (r.status().code() == StatusCode::kNotFound) return fallback;
+  return r.status();
+}
+
+Result<int32_t> positive_int(const GgufFile& f, const std::string& key) {
+  Result<int64_t> r = f.get_int(key);
+  if (!r.ok()) return Status(r.status().code(), "load model: " + r.status().message());
+  if (*r <= 0 || *r > (int64_t{1} << 24))
+    return invalid_argument("load model: " + key + " = " + std::to_string(*r) +
+                            ", expected in [1, 16777216]");
+  return static_cast<int32_t>(*r);
+}
+
+// A tensor as float32 with its torch shape checked: [rows, cols] (GGUF dims [cols, rows]),
+// or [rows] when cols == 0. `optional`: absent yields an empty vector.
+Result<std::vector<float>> load_tensor(const GgufFile& f, const std::string& name, int64_t rows,
+                                       int64_t cols, bool optional = false) {
+  const gguf::TensorInfo* info = f.tensor(name);
+  if (info == nullptr) {
+    if (optional) return std::vector<float>{};
+    return not_found("load model: tensor " + name + " is missing");
+  }
+  std::vector<int64_t> want = cols == 0 ? std::vector<int64_t>{rows}
+                                        : std::vector<int64_t>{cols, rows};
+  if (info->dims != want)
+    return invalid_argument("load model: tensor " + name + " has GGUF dims " +
+                            dims_text(info->dims) + ", expected " + dims_text(want));
+  Result<std::vector<float>> data = f.tensor_f32(name);
+  if (!data.ok()) return Status(data.status().code(), "load model: " + data.status().message());
+  return data;
+}
+
+// A matrix [rows, cols]; F16 data is kept as f16 when `keep_f16`.
+Result<Weight> load_weight(const GgufFile& f, const std::string& name, int64_t rows, int64_t cols,
+                           bool keep_f16, bool optional = false) {
+  const gguf::TensorInfo* info = f.tensor(name);
+  Weight w;
+  if (info == nullptr && optional) return w;
+  if (info != nullptr && keep_f16 && info->type == gguf::TensorType::kF16 &&
+      info->dims == std::vector<int64_t>{cols, rows} &&
+      info->bytes.size() == static_cast<size_t>(rows * cols) * 2) {
+    w.rows = rows;
+    w.cols = cols;
+    w.f16.resize(static_cast<size_t>(rows * cols));
+    std::memcpy(w.f16.data(), info->bytes.data(), info->bytes.size());  // little endian
+    return w;
+  }
+  Result<std::vector<float>> data = load_tensor(f, name, rows, cols, optional);
+  if (!data.ok()) return data.status();
+  w.rows = rows;
+  w.cols = cols;
+  w.f32 = std::move(*data);
+  return w;
+}
+
+Status load_layer(const GgufFile& f, const HParams& hp, int32_t i, bool keep_f16,
+                  LayerWeights& w) {
+  const std::string p = "blk." + std::to_string(i) + ".";
+  const int64_t d = hp.d_model, qd = int64_t{hp.q_heads} * hp.head_dim;
+  const int64_t kd = int64_t{w.kv_heads} * hp.head_dim, vd = int64_t{w.kv_heads} * hp.value_dim;
+  auto get = [&](std::vector<float>& dst, const std::string& n, int64_t r, int64_t c,
+                 bool opt) -> Status {
+    Result<std::vector<float>> t = load_tensor(f, p + n, r, c, opt);
+    if (!t.ok()) return t.status();
+    dst = std::move(*t);
+    return ok_status();
+  };
+  auto mat = [&](Weight& dst, const std::string& n, int64_t r, int64_t c) -> Status {
+    Result<Weight> t = load_weight(f, p + n, r, c, keep_f16);
+    if (!t.ok()) return t.status();
+    dst = std::move(*t);
+    return ok_status();
+  };
+  KVCACHE_RETURN_IF_ERROR(get(w.attn_norm, "attn_norm.weight", d, 0, false));
+  KVCACHE_RETURN_IF_ERROR(mat(w.wq, "attn_q.weight", qd, d));
+  KVCACHE_RETURN_IF_ERROR(get(w.bq, "attn_q.bias", qd, 0, true));
+  if (!w.kv_shared) {
+    KVCACHE_RETURN_IF_ERROR(mat(w.wk, "attn_k.weight", kd, d));
+    KVCACHE_RETURN_IF_ERROR(mat(w.wv, "attn_v.weight", vd, d));
+    KVCACHE_RETURN_IF_ERROR(get(w.bk, "attn_k.bias", kd, 0, true));
+    KVCACHE_RETURN_IF_ERROR(get(w.bv, "attn_v.bias", vd, 0, true));
+    KVCACHE_RETURN_IF_ERROR(get(w.k_norm, "attn_k_norm.weight", hp.head_dim, 0, true));
+  }
+  KVCACHE_RETURN_IF_ERROR(get(w.q_norm, "attn_q_norm.weight", hp.head_dim, 0, true));
+  KVCACHE_RETURN_IF_ERROR(mat(w.wo, "attn_output.weight", d, int64_t{hp.q_heads} * hp.value_dim));
+  KVCACHE_RETURN_IF_ERROR(get(w.ffn_norm, "ffn_norm.weight", d, 0, false));
+  KVCACHE_RETURN_IF_ERROR(mat(w.w_gate, "ffn_gate.weight", hp.d_ff, d));
+  KVCACHE_RETURN_IF_ERROR(mat(w.w_up, "ffn_up.weight", hp.d_ff, d));
+  KVCACHE_RETURN_IF_ERROR(mat(w.w_down, "ffn_down.weight", d, hp.d_ff));
+  return ok_status();
+}
+
+}  // namespace
+
+Result<HParams> read_hparams(const GgufFile& f) {
+  HParams hp;
+  Result<std::string> arch = f.get_string("general.architecture");
+  if (!arch.ok()) return Status(arch.status().code(), "load model: " + arch.status().message());
+  hp.arch = *arch;
+  const std::string a = hp.arch + ".";
+  Result<int32_t> v = positive_int(f, a + "block_count");
+  if (!v.ok()) return v.status();
+  hp.n_layers = *v;
+  if (!(v = positive_int(f, a + "embedding_length")).ok()) return v.status();
+  hp.d_model = *v;
+  if (!(v = positive_int(f, a + "feed_forward_length")).ok()) return v.status();
+  hp.d_ff = *v;
+  if (!(v = positive_int(f, a + "attention.head_count")).ok()) return v.status();
+  hp.q_heads = *v;
+  Result<int64_t> kl = int_or(f, a + "attention.key_length", hp.d_model / hp.q_heads);
+  Result<int64_t> vl = int_or(f, a + "attention.value_length", hp.d_model / hp.q_heads);
+  if (!kl.ok()) return kl.status();
+  if (!vl.ok()) return vl.status();
+  if (*kl <= 0 || *kl > 65536 || *vl <= 0 || *vl > 65536)
+    return invalid_argument("load model: " + a + "attention.key_length/value_length = " +
+                            std::to_string(*kl) + "/" + std::to_string(*vl) +
+                            ", expected in [1, 65536]");
+  hp.head_dim = static_cast<int32_t>(*kl);
+  hp.value_dim = static_cast<int32_t>(*vl);
+  Result<double> eps = float_or(f, a + "attention.layer_norm_rms_epsilon", 1e-5);
+  Result<double> base = float_or(f, a + "rope.freq_base", 10000.0);
+  Result<int64_t> rdim = int_or(f, a + "rope.dimension_count", hp.head_dim);
+  Result<int64_t> ctx = int_or(f, a + "context_length", 0);
+  if (!eps.ok()) return eps.status();
+  if (!base.ok()) return base.status();
+  if (!rdim.ok()) return rdim.status();
+  if (!ctx.ok()) return ctx.status();
+  if (!(*eps > 0.0) || !(*base > 0.0))
+    return invalid_argument("load model: rms epsilon and rope.freq_base must be > 0 (got " +
+                            std::to_string(*eps) + ", " + std::to_string(*base) + ")");
+  if (*rdim < 0 || *rdim > hp.head_dim || *rdim % 2 != 0)
+    return invalid_argument("load model: " + a + "rope.dimension_count = " +
+                            std::to_string(*rdim) + ", expected even and <= key_length " +
+                            std::to_string(hp.head_dim));
+  hp.rms_eps = static_cast<float>(*eps);
+  hp.rope_base = static_cast<float>(*base);
+  hp.rope_dim = static_cast<int32_t>(*rdim);
+  hp.context_length = *ctx;
+  Result<std::string> scaling = f.get_string(a + "rope.scaling.type");
+  if (scaling.ok() && *scaling == "linear") {
+    Result<double> factor = float_or(f, a + "rope.scaling.factor", 1.0);
+    if (!factor.ok()) return factor.status();
+    if (!(*factor > 0.0))
+      return invalid_argument("load model: " + a + "rope.scaling.factor = " +
+                              std::to_string(*factor) + ", expected > 0");
+    hp.rope_linear = static_cast<float>(*factor);
+  } else if (scaling.ok() && *scaling != "none") {
+    return invalid_argument("load model: " + a + "rope.scaling.type = \"" + *scaling +
+                            "\", expected \"linear\" or \"none\"");
+  }
+  if (hp.arch == "llama") {
+    hp.rope_interleaved = true;
+  } else if (hp.arch == "qwen2" || hp.arch == "qwen3") {
+    hp.rope_interleaved = false;
+  } else {
+    return invalid_argument("load model: general.architecture = \"" + hp.arch +
+                            "\", expected llama, qwen2 or qwen3");
+  }
+  const gguf::TensorInfo* embd = f.tensor("token_embd.weight");
+  if (embd == nullptr) return not_found("load model: tensor token_embd.weight is missing");
+  if (embd->dims.size() != 2 || embd->dims[0] != hp.d_model || embd->dims[1] <= 0 ||
+      embd->dims[1] > (int64_t{1} << 24))
+    return invalid_argument("load model: tensor token_embd.weight has GGUF dims " +
+                            dims_text(embd->dims) + ", expected [" +
+                            std::to_string(hp.d_model) + ", vocab]");
+  hp.vocab = static_cast<int32_t>(embd->dims[1]);
+  return hp;
+}
+
+Result<Model> Model::load(const GgufFile& f, const LoadOptions& options) {
+  Result<HParams> hp = read_hparams(f);
+  if (!hp.ok()) return hp.status();
+  Result<ModelGeometry> geo = read_model_geometry(f);
+  if (!geo.ok()) return Status(geo.status().code(), "load model: " + geo.status().message());
+  Model m;
+  m.hp_ = std::move(*hp);
+  m.geometry_ = std::move(*geo);
+  const HParams& h = m.hp_;
+  if (static_cast<int32_t>(m.geometry_.layer_cache.size()) != h.n_layers)
+    return invalid_argument("load model: kvcache.layer_cache has " +
+                            std::to_string(m.geometry_.layer_cache.size()) +
+                            " entries, expected block_count = " + std::to_string(h.n_layers));
+  std::vector<bool> owned(m.geometry_.cache.layers.size(), false);
+  m.layers_.resize(h.n_layers);
+  for (int32_t i = 0; i < h.n_layers; ++i) {
+    LayerWeights& w = m.layers_[i];
+    w.cache = m.geometry_.layer_cache[i];
+    if (w.cache < 0 || w.cache >= static_cast<int32_t>(owned.size()))
+      return invalid_argument("load model: kvcache.layer_cache[" + std::to_string(i) + "] = " +
+                              std::to_string(w.cache) + ", out of range");
+    const LayerGeometry& lg = m.geometry_.cache.layers[w.cache];
+    if (lg.head_dim != h.head_dim || lg.value_dim != h.value_dim)
+      return invalid_argument("load model: cache layer " + std::to_string(w.cache) +
+                              " has head_dim/value_dim " + std::to_string(lg.head_dim) + "/" +
+                              std::to_string(lg.value_dim) + ", expected key/value_length " +
+                              std::to_string(h.head_dim) + "/" + std::to_string(h.value_dim));
+    if (h.q_heads % lg.kv_heads != 0)
+      return invalid_argument("load model: head_count " + std::to_string(h.q_heads) +
+                              " is not a multiple of cache layer " + std::to_string(w.cache) +
+                              " kv_heads " + std::to_string(lg.kv_heads));
+    w.kv_heads = lg.kv_heads;
+    w.kv_shared = owned[w.cache];
+    owned[w.cache] = true;
+    KVCACHE_RETURN_IF_ERROR(load_layer(f, h, i, options.keep_f16, w));
+  }
+  Result<Weight> e = load_weight(f, "token_embd.weight", h.vocab, h.d_model, options.keep_f16);
+  if (!e.ok()) return e.status();
+  m.token_embd_ = std::move(*e);
+  Result<std::vector<float>> t = load_tensor(f, "output_norm.weight", h.d_model, 0);
+  if (!t.ok()) return t.status();
+  m.output_norm_ = std::move(*t);
+  e = load_weight(f, "output.weight", h.vocab, h.d_model, options.keep_f16, /*optional=*/true);
+  if (!e.ok()) return e.status();
+  m.output_ = std::move(*e);
+  m.tied_ = m.output_.empty();
+  return m;
+}
+
+int64_t Model::n_params() const {
+  int64_t n = token_embd_.n_elements() + output_.n_elements() +
+              static_cast<int64_t>(output_norm_.size());
+  for (const LayerWeights& w : layers_) {
+    for (const Weight* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down})
+      n += m->n_elements();
+    for (const std::vector<float>* v :
+         {&w.attn_norm, &w.bq, &w.bk, &w.bv, &w.q_norm, &w.k_norm, &w.ffn_norm})
+      n += static_cast<int64_t>(v->size());
+  }
+  return n;
+}
+
+}  // namespace kvcache::engine

@@ -1,0 +1,82 @@
+// A Llama-family decoder's hyperparameters and weights, loaded from a GGUF file per
+// docs/model_format.md. Layer: engine. F16 matrices stay f16 (half the bytes per decode
+// token); everything else is converted to float32 once at load. The model knows nothing of
+// the cache beyond its published geometry (ModelGeometry). Errors name the missing tensor/key or the wrong shape.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/kernels.h"
+#include "program/gguf.h"
+#include "program/model_geometry.h"
+
+namespace kvcache::engine {
+
+struct HParams {
+  std::string arch;            // general.architecture: "llama", "qwen2", "qwen3", ...
+  int32_t n_layers = 0;        // block_count
+  int32_t d_model = 0;         // embedding_length
+  int32_t d_ff = 0;            // feed_forward_length
+  int32_t vocab = 0;           // rows of token_embd
+  int32_t q_heads = 0;         // attention.head_count
+  int32_t head_dim = 0;        // attention.key_length (Dk)
+  int32_t value_dim = 0;       // attention.value_length (Dv)
+  float rms_eps = 1e-5f;
+  float rope_base = 10000.0f;
+  float rope_linear = 1.0f;    // positions are divided by this (rope.scaling.factor, linear)
+  int32_t rope_dim = 0;        // rotated dims per head (even, <= head_dim)
+  bool rope_interleaved = true;  // llama: (2i, 2i+1); qwen2/qwen3: (i, i + rope_dim/2)
+  int64_t context_length = 0;  // 0 = unknown
+};
+
+// One decoder block. Matrices are [out, in]. Empty = absent (optional / KV-shared).
+struct LayerWeights {
+  int32_t cache = 0;        // cache layer this block reads (ModelGeometry::layer_cache)
+  bool kv_shared = false;   // an earlier block owns the cache: no K/V projections here
+  int32_t kv_heads = 0;     // of the cache layer
+  Weight wq, wk, wv, wo, w_gate, w_up, w_down;
+  std::vector<float> attn_norm, bq, bk, bv, q_norm, k_norm, ffn_norm;  // vectors, f32
+};
+
+struct LoadOptions {
+  bool keep_f16 = true;  // false: convert F16 matrices to f32 too
+};
+
+// Move-only: the weights are big. Thread-safety: immutable after load.
+class Model {
+ public:
+  // InvalidArgument/NotFound naming the key or tensor; also runs validate_model_geometry.
+  static Result<Model> load(const gguf::GgufFile& file, const LoadOptions& options = {});
+
+  const HParams& hparams() const { return hp_; }
+  const ModelGeometry& geometry() const { return geometry_; }
+  const std::vector<LayerWeights>& layers() const { return layers_; }
+  const Weight& token_embd() const { return token_embd_; }  // [vocab, d]
+  const std::vector<float>& output_norm() const { return output_norm_; }
+  // [vocab, d]; the embedding itself when tied.
+  const Weight& output() const { return tied_ ? token_embd_ : output_; }
+  bool tied() const { return tied_; }
+  int64_t n_params() const;
+
+  Model(Model&&) noexcept = default;
+  Model& operator=(Model&&) noexcept = default;
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+ private:
+  Model() = default;
+  HParams hp_;
+  ModelGeometry geometry_;
+  std::vector<LayerWeights> layers_;
+  Weight token_embd_, output_;
+  std::vector<float> output_norm_;
+  bool tied_ = false;
+};
+
+// Reads the hyperparameters alone (no weights); vocab comes from token_embd's shape.
+Result<HParams> read_hparams(const gguf::GgufFile& file);
+
+}  // namespace kvcache::engine

@@ -1,0 +1,123 @@
+// The no-cache double-precision reference forward. See reference.h.
+#include "engine/reference.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvcache::engine {
+namespace {
+
+using Vec = std::vector<double>;
+
+// y[T, rows] = x[T, cols] W^T (+ bias).
+Vec linear(const Vec& x, const Weight& w, const std::vector<float>& b, int64_t t) {
+  const int64_t in = w.cols, out = w.rows;
+  Vec y(t * out, 0.0);
+  for (int64_t r = 0; r < t; ++r)
+    for (int64_t o = 0; o < out; ++o) {
+      double acc = b.empty() ? 0.0 : b[o];
+      for (int64_t i = 0; i < in; ++i) acc += x[r * in + i] * w.at(o, i);
+      y[r * out + o] = acc;
+    }
+  return y;
+}
+
+void rmsnorm(Vec& x, const std::vector<float>& w, int64_t rows, int64_t d, double eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < d; ++i) ss += x[r * d + i] * x[r * d + i];
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(d) + eps);
+    for (int64_t i = 0; i < d; ++i) x[r * d + i] *= inv * w[i];
+  }
+}
+
+void rope(Vec& x, int64_t t, int64_t heads, const HParams& hp) {
+  const int64_t half = hp.rope_dim / 2;
+  for (int64_t p = 0; p < t; ++p)
+    for (int64_t j = 0; j < half; ++j) {
+      const double angle = (static_cast<double>(p) / hp.rope_linear) *
+                           std::pow(static_cast<double>(hp.rope_base),
+                                    -2.0 * static_cast<double>(j) / hp.rope_dim);
+      const double c = std::cos(angle), s = std::sin(angle);
+      const int64_t i0 = hp.rope_interleaved ? 2 * j : j;
+      const int64_t i1 = hp.rope_interleaved ? 2 * j + 1 : j + half;
+      for (int64_t h = 0; h < heads; ++h) {
+        double* v = x.data() + (p * heads + h) * hp.head_dim;
+        const double a = v[i0], b = v[i1];
+        v[i0] = a * c - b * s;
+        v[i1] = a * s + b * c;
+      }
+    }
+}
+
+// out[T, Hq, Dv]: query p sees keys (p - W, p] (W = 0: all of [0, p]).
+Vec attend(const Vec& q, const Vec& k, const Vec& v, int64_t t, int64_t hq, int64_t hkv,
+           int64_t dk, int64_t dv, int32_t window) {
+  Vec out(t * hq * dv, 0.0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dk));
+  const int64_t group = hq / hkv;
+  Vec w(t);
+  for (int64_t p = 0; p < t; ++p)
+    for (int64_t h = 0; h < hq; ++h) {
+      const int64_t kh = h / group;
+      const int64_t lo = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
+      double mx = -1e300;
+      for (int64_t j = lo; j <= p; ++j) {
+        double s = 0.0;
+        for (int64_t i = 0; i < dk; ++i)
+          s += q[(p * hq + h) * dk + i] * k[(j * hkv + kh) * dk + i];
+        w[j] = s * scale;
+        mx = std::max(mx, w[j]);
+      }
+      double sum = 0.0;
+      for (int64_t j = lo; j <= p; ++j) sum += (w[j] = std::exp(w[j] - mx));
+      for (int64_t j = lo; j <= p; ++j)
+        for (int64_t i = 0; i < dv; ++i)
+          out[(p * hq + h) * dv + i] += w[j] / sum * v[(j * hkv + kh) * dv + i];
+    }
+  return out;
+}
+
+}  // namespace
+
+std::vector<double> reference_logits(const Model& model, std::span<const int32_t> tokens,
+                                     const CacheGeometry* windows) {
+  const HParams& hp = model.hparams();
+  const CacheGeometry& geo = windows ? *windows : model.geometry().cache;
+  const auto t = static_cast<int64_t>(tokens.size());
+  const int64_t d = hp.d_model, hq = hp.q_heads, dk = hp.head_dim, dv = hp.value_dim;
+  Vec x(t * d);
+  for (int64_t p = 0; p < t; ++p)
+    for (int64_t i = 0; i < d; ++i) x[p * d + i] = model.token_embd().at(tokens[p], i);
+  std::vector<Vec> cache_k(geo.layers.size()), cache_v(geo.layers.size());
+  for (const LayerWeights& w : model.layers()) {
+    const int64_t hkv = w.kv_heads;
+    Vec h = x;
+    rmsnorm(h, w.attn_norm, t, d, hp.rms_eps);
+    Vec q = linear(h, w.wq, w.bq, t);
+    if (!w.q_norm.empty()) rmsnorm(q, w.q_norm, t * hq, dk, hp.rms_eps);
+    rope(q, t, hq, hp);
+    if (!w.kv_shared) {
+      Vec k = linear(h, w.wk, w.bk, t);
+      if (!w.k_norm.empty()) rmsnorm(k, w.k_norm, t * hkv, dk, hp.rms_eps);
+      rope(k, t, hkv, hp);
+      cache_k[w.cache] = std::move(k);
+      cache_v[w.cache] = linear(h, w.wv, w.bv, t);
+    }
+    Vec att = attend(q, cache_k[w.cache], cache_v[w.cache], t, hq, hkv, dk, dv,
+                     geo.layers[w.cache].window);
+    Vec o = linear(att, w.wo, {}, t);
+    for (int64_t i = 0; i < t * d; ++i) x[i] += o[i];
+    h = x;
+    rmsnorm(h, w.ffn_norm, t, d, hp.rms_eps);
+    Vec g = linear(h, w.w_gate, {}, t);
+    Vec u = linear(h, w.w_up, {}, t);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+    Vec dn = linear(g, w.w_down, {}, t);
+    for (int64_t i = 0; i < t * d; ++i) x[i] += dn[i];
+  }
+  rmsnorm(x, model.output_norm(), t, d, hp.rms_eps);
+  return linear(x, model.output(), {}, t);
+}
+
+}  // namespace kvcache::engine

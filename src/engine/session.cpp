@@ -1,0 +1,108 @@
+// Chunked prefill, decoding and undoable turns. See session.h.
+#include "engine/session.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+namespace kvcache::engine {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+Session::Session(Engine& engine, int64_t step_tokens, int32_t seq)
+    : engine_(engine), step_(std::max<int64_t>(1, step_tokens)), seq_(seq) {}
+
+int64_t Session::pos() const { return engine_.cache().pos(seq_); }
+
+Status Session::prefill(std::span<const int32_t> tokens, Logits* last) {
+  size_t done = 0;
+  while (done < tokens.size()) {
+    const size_t n = std::min<size_t>(static_cast<size_t>(step_), tokens.size() - done);
+    const int64_t p0 = pos();
+    ids_.assign(n, seq_);
+    positions_.resize(n);
+    for (size_t i = 0; i < n; ++i) positions_[i] = p0 + static_cast<int64_t>(i);
+    Batch b{tokens.subspan(done, n), ids_, positions_};
+    KVCACHE_RETURN_IF_ERROR(engine_.forward(b, LogitsMode::kLast, logits_));
+    done += n;
+  }
+  if (last != nullptr) *last = logits_;
+  return ok_status();
+}
+
+Result<TurnStats> Session::turn(std::span<const int32_t> prompt, int32_t max_new_tokens,
+                                Sampler& sampler, const std::function<void(int32_t)>& on_token) {
+  std::vector<int32_t> feed = pending_;
+  feed.insert(feed.end(), prompt.begin(), prompt.end());
+  if (feed.empty()) return invalid_argument("session turn: the prompt is empty");
+  if (max_new_tokens < 0)
+    return invalid_argument("session turn: max_new_tokens = " + std::to_string(max_new_tokens) +
+                            ", expected >= 0");
+  Turn record{pos(), pending_};
+  TurnStats st;
+  auto t0 = std::chrono::steady_clock::now();
+  Status s = prefill(feed, nullptr);
+  if (!s.ok()) {
+    (void)engine_.cache().rewind(seq_, record.start_pos);  // drop a partial prefill
+    return s;
+  }
+  st.prefill_seconds = seconds_since(t0);
+  st.prefill_tokens = static_cast<int64_t>(feed.size());
+  turns_.push_back(std::move(record));
+  pending_.clear();
+  t0 = std::chrono::steady_clock::now();
+  for (int32_t k = 0; k < max_new_tokens; ++k) {
+    const int32_t tok = sampler.sample(logits_.row(0));
+    st.generated.push_back(tok);
+    if (on_token) on_token(tok);
+    if (k + 1 == max_new_tokens) {
+      pending_.push_back(tok);
+      break;
+    }
+    if (engine_.cache().free_cells() < 1) {
+      pending_.push_back(tok);
+      st.stopped_full = true;
+      break;
+    }
+    ids_.assign(1, seq_);
+    positions_.assign(1, pos());
+    Batch b{std::span<const int32_t>(&tok, 1), ids_, positions_};
+    s = engine_.forward(b, LogitsMode::kLast, logits_);
+    if (!s.ok()) return s;
+    ++st.decode_tokens;
+  }
+  st.decode_seconds = seconds_since(t0);
+  return st;
+}
+
+Status Session::undo(int32_t n) {
+  if (n < 1 || static_cast<size_t>(n) > turns_.size())
+    return failed_precondition("undo " + std::to_string(n) + ": " +
+                               std::to_string(turns_.size()) + " turn(s) to undo, expected 1.." +
+                               std::to_string(turns_.size()));
+  const Turn& target = turns_[turns_.size() - static_cast<size_t>(n)];
+  Status s = engine_.cache().rewind(seq_, target.start_pos);
+  if (!s.ok())
+    return Status(s.code(), "undo " + std::to_string(n) + ": cannot return to position " +
+                                std::to_string(target.start_pos) + " (now at " +
+                                std::to_string(pos()) + "): " + s.message());
+  pending_ = target.pending;
+  turns_.resize(turns_.size() - static_cast<size_t>(n));
+  return ok_status();
+}
+
+Status Session::reset() {
+  // The sequence layout's rings may refuse rewinding to 0; clearing is the same there.
+  if (engine_.cache().kind() == kSequenceKind) engine_.cache().clear();
+  else KVCACHE_RETURN_IF_ERROR(engine_.cache().rewind(seq_, 0));
+  pending_.clear();
+  turns_.clear();
+  return ok_status();
+}
+
+}  // namespace kvcache::engine

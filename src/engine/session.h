@@ -1,0 +1,69 @@
+// A conversation on one sequence of the cache: chunked prefill, the decode loop, and turns
+// that can be undone (the cache rewinds to the turn's start). Layer: engine.
+// The last sampled token of a turn is held back and fed at the start of the next turn, so a
+// turn costs exactly one forward per generated token.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/forward.h"
+#include "engine/sampler.h"
+
+namespace kvcache::engine {
+
+struct TurnStats {
+  std::vector<int32_t> generated;   // sampled ids, in order
+  int64_t prefill_tokens = 0;       // tokens fed in chunks (held-back token + prompt)
+  int64_t decode_tokens = 0;        // single-token forwards
+  double prefill_seconds = 0.0;
+  double decode_seconds = 0.0;
+  bool stopped_full = false;        // generation ended early: the cache had no room
+};
+
+// Not thread-safe. Borrows the engine; `seq` must be live in its cache (sequence layout: 0).
+class Session {
+ public:
+  Session(Engine& engine, int64_t step_tokens, int32_t seq = 0);
+
+  // Feeds tokens in chunks of at most step_tokens; `last` (optional) gets the last token's
+  // logits. Stops at the first refused chunk (earlier chunks stay in the cache).
+  Status prefill(std::span<const int32_t> tokens, Logits* last);
+
+  // One turn: prefill (held-back token + prompt), then up to max_new_tokens sampled tokens.
+  // on_token (optional) sees each id as it is sampled. The turn is recorded for undo.
+  Result<TurnStats> turn(std::span<const int32_t> prompt, int32_t max_new_tokens,
+                         Sampler& sampler,
+                         const std::function<void(int32_t)>& on_token = nullptr);
+
+  // Returns the cache to the start of the n-th last turn. FailedPrecondition when fewer turns
+  // exist; OutOfRange when the cache no longer holds that position (a sliding ring moved past
+  // it). A refusal changes nothing.
+  Status undo(int32_t n = 1);
+  // Empties the sequence and forgets all turns.
+  Status reset();
+
+  int64_t pos() const;
+  size_t turns() const { return turns_.size(); }
+  int32_t seq() const { return seq_; }
+  int64_t step_tokens() const { return step_; }
+
+ private:
+  struct Turn {
+    int64_t start_pos;
+    std::vector<int32_t> pending;  // held-back tokens at the turn's start
+  };
+  Engine& engine_;
+  int64_t step_;
+  int32_t seq_;
+  std::vector<int32_t> pending_;
+  std::vector<Turn> turns_;
+  Logits logits_;
+  std::vector<int32_t> ids_;
+  std::vector<int64_t> positions_;
+};
+
+}  // namespace kvcache::engine

@@ -1,0 +1,81 @@
+// Helpers shared by the engine tests: run a token list through a cache in chunks and collect
+// every token's logits; compare against the no-cache reference. Layer: tests.
+#pragma once
+
+#include <cmath>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/cache_setup.h"
+#include "engine/forward.h"
+#include "engine/model.h"
+#include "engine/reference.h"
+
+namespace kvcache::engine::testing {
+
+struct Built {
+  CacheSetup setup;
+  std::shared_ptr<Cache> cache;
+  std::unique_ptr<Engine> engine;
+  int32_t seq = 0;
+};
+
+inline Built build(const Model& model, const CacheOptions& options) {
+  Built b;
+  Result<CacheSetup> s = plan_cache(model, options);
+  EXPECT_TRUE(s.ok()) << s.status().to_string();
+  b.setup = *s;
+  Result<std::shared_ptr<Cache>> c = build_cache(b.setup);
+  EXPECT_TRUE(c.ok()) << c.status().to_string();
+  b.cache = *c;
+  if (b.setup.kind == kCellKind) b.seq = *b.cache->seq_new();
+  Result<std::unique_ptr<Engine>> e = Engine::create(model, b.cache);
+  EXPECT_TRUE(e.ok()) << e.status().to_string();
+  b.engine = std::move(*e);
+  return b;
+}
+
+// Every token's logits [T, vocab], fed `chunk` tokens per forward.
+inline std::vector<float> cached_logits(Built& b, std::span<const int32_t> tokens,
+                                        int64_t chunk) {
+  std::vector<float> all;
+  Logits out;
+  for (size_t done = 0; done < tokens.size();) {
+    const size_t n = std::min<size_t>(static_cast<size_t>(chunk), tokens.size() - done);
+    std::vector<int32_t> ids(n, b.seq);
+    std::vector<int64_t> pos(n);
+    for (size_t i = 0; i < n; ++i) pos[i] = b.cache->pos(b.seq) + static_cast<int64_t>(i);
+    Batch batch{tokens.subspan(done, n), ids, pos};
+    Status s = b.engine->forward(batch, LogitsMode::kAll, out);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    if (!s.ok()) return all;
+    all.insert(all.end(), out.data.begin(), out.data.end());
+    done += n;
+  }
+  return all;
+}
+
+// max |a - b| / max(1, max |b|).
+inline double rel_diff(std::span<const float> a, std::span<const double> b) {
+  EXPECT_EQ(a.size(), b.size());
+  double scale = 1.0, worst = 0.0;
+  for (double v : b) scale = std::max(scale, std::abs(v));
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    worst = std::max(worst, std::abs(double{a[i]} - b[i]));
+  return worst / scale;
+}
+
+inline std::vector<int32_t> some_tokens(int n, int vocab, uint32_t seed = 7) {
+  std::vector<int32_t> t(n);
+  uint32_t x = seed;
+  for (int i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    t[i] = static_cast<int32_t>((x >> 8) % static_cast<uint32_t>(vocab));
+  }
+  return t;
+}
+
+}  // namespace kvcache::engine::testing

@@ -1,0 +1,129 @@
+// The BLAS matmul against its double reference; RoPE pairings and norm preservation.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cpu/thread_pool.h"
+#include "engine/kernels.h"
+
+namespace kvcache::engine {
+namespace {
+
+std::vector<float> rnd(size_t n, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+TEST(Kernels, MatmulMatchesReferenceOverShapes) {
+  for (int64_t t : {1, 2, 7})
+    for (int64_t in : {1, 16, 37})
+      for (int64_t out : {1, 5, 64})
+        for (bool acc : {false, true}) {
+          std::vector<float> x = rnd(t * in, 1), w = rnd(out * in, 2);
+          std::vector<float> y = rnd(t * out, 3), want = y;
+          matmul(x, w, y, t, in, out, acc);
+          matmul_reference(x, w, want, t, in, out, acc);
+          for (size_t i = 0; i < y.size(); ++i)
+            ASSERT_NEAR(y[i], want[i], 1e-4 * (1.0 + std::abs(want[i])))
+                << t << "x" << in << "x" << out << " acc " << acc;
+        }
+}
+
+// f16 weights: the dispatched gemv (T = 1, threaded) and the block-converting sgemm (T > 1,
+// more rows than one 256-row block) against the double reference on the same half values.
+TEST(Kernels, F16MatmulMatchesReferenceOverShapesAndThreads) {
+  for (int threads : {1, 2})
+    for (int64_t t : {1, 4})
+      for (int64_t in : {1, 17, 64})
+        for (int64_t out : {3, 300})
+          for (bool acc : {false, true}) {
+            cpu::set_global_threads(threads);
+            Weight w;
+            w.rows = out;
+            w.cols = in;
+            std::vector<float> dense = rnd(out * in, 8);
+            for (float v : dense) w.f16.push_back(program_detail::f32_to_f16(v));
+            for (size_t i = 0; i < dense.size(); ++i) dense[i] = program_detail::f16_to_f32(w.f16[i]);
+            std::vector<float> x = rnd(t * in, 9), y = rnd(t * out, 10), want = y;
+            matmul(x, w, y, t, acc);
+            matmul_reference(x, dense, want, t, in, out, acc);
+            for (size_t i = 0; i < y.size(); ++i)
+              ASSERT_NEAR(y[i], want[i], 1e-4 * (1.0 + std::abs(want[i])))
+                  << threads << " threads " << t << "x" << in << "x" << out << " acc " << acc;
+          }
+  cpu::set_global_threads(2);
+}
+
+TEST(Kernels, F16ScalarGemvMatchesReference) {
+  std::vector<float> dense = rnd(5 * 9, 11), x = rnd(9, 12), y(5), want(5);
+  std::vector<uint16_t> h;
+  for (float& v : dense) {
+    h.push_back(program_detail::f32_to_f16(v));
+    v = program_detail::f16_to_f32(h.back());
+  }
+  gemv_f16_scalar(h.data(), x.data(), y.data(), 5, 9, false);
+  matmul_reference(x, dense, want, 1, 9, 5);
+  for (int i = 0; i < 5; ++i) EXPECT_NEAR(y[i], want[i], 1e-5);
+}
+
+TEST(Kernels, RopeAtPositionZeroIsIdentityAndPreservesNorms) {
+  RopeParams p{8, 8, 10000.0f, 1.0f, true};
+  std::vector<float> x = rnd(2 * 3 * 8, 4), y = x;
+  std::vector<int64_t> pos = {0, 5};
+  rope(y, pos, 3, p);
+  for (int i = 0; i < 24; ++i) EXPECT_FLOAT_EQ(y[i], x[i]);
+  for (int h = 0; h < 3; ++h) {
+    double a = 0, b = 0;
+    for (int i = 0; i < 8; ++i) {
+      a += x[24 + h * 8 + i] * x[24 + h * 8 + i];
+      b += y[24 + h * 8 + i] * y[24 + h * 8 + i];
+    }
+    EXPECT_NEAR(a, b, 1e-4 * a);
+  }
+}
+
+TEST(Kernels, RotateHalfEqualsInterleavedOnPermutedDims) {
+  // Interleaved pairs (2j, 2j+1) are rotate-half pairs (j, j+4) after the permutation
+  // perm[2j] = j, perm[2j+1] = j + 4.
+  std::vector<float> x = rnd(8, 5), xi(8);
+  for (int j = 0; j < 4; ++j) {
+    xi[2 * j] = x[j];
+    xi[2 * j + 1] = x[j + 4];
+  }
+  std::vector<int64_t> pos = {7};
+  rope(x, pos, 1, RopeParams{8, 8, 10000.0f, 1.0f, false});
+  rope(xi, pos, 1, RopeParams{8, 8, 10000.0f, 1.0f, true});
+  for (int j = 0; j < 4; ++j) {
+    EXPECT_NEAR(xi[2 * j], x[j], 1e-6);
+    EXPECT_NEAR(xi[2 * j + 1], x[j + 4], 1e-6);
+  }
+}
+
+TEST(Kernels, PartialRopeLeavesTailAndLinearScalingDividesPosition) {
+  std::vector<float> x = rnd(8, 6), a = x, b = x;
+  std::vector<int64_t> p6 = {6}, p3 = {3};
+  rope(a, p6, 1, RopeParams{8, 4, 10000.0f, 2.0f, true});
+  rope(b, p3, 1, RopeParams{8, 4, 10000.0f, 1.0f, true});
+  for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(a[i], b[i]);
+  for (int i = 4; i < 8; ++i) EXPECT_EQ(a[i], x[i]);
+}
+
+TEST(Kernels, RmsnormAndSwiglu) {
+  std::vector<float> x = {3.0f, 4.0f}, w = {1.0f, 2.0f}, out(2);
+  rmsnorm_rows(x, w, out, 1, 2, 0.0f);
+  // rms = sqrt((9 + 16) / 2) = 3.5355
+  EXPECT_NEAR(out[0], 3.0 / 3.5355339, 1e-5);
+  EXPECT_NEAR(out[1], 2 * 4.0 / 3.5355339, 1e-5);
+  std::vector<float> g = {0.0f, 1.0f}, u = {5.0f, 2.0f};
+  swiglu(g, u);
+  EXPECT_FLOAT_EQ(g[0], 0.0f);
+  EXPECT_NEAR(g[1], 2.0 / (1.0 + std::exp(-1.0)), 1e-6);
+}
+
+}  // namespace
+}  // namespace kvcache::engine

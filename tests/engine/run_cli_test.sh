@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# `kvcache run` end to end on the embedded model: --json fields, greedy output identical
+# across layouts / chunk sizes / threads, --windows handling, interactive /undo and /reset,
+# and flag errors that name the flag. Usage: run_cli_test.sh KVCACHE_BIN
+set -euo pipefail
+bin=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+if ! "$bin" run --max-new-tokens 1 >/dev/null 2>"$tmp/err"; then
+  grep -q "embeds no default model" "$tmp/err" && { echo "SKIP: no embedded model"; exit 0; }
+  cat "$tmp/err" >&2; fail "run without a model"
+fi
+
+json() { "$bin" run --json --max-new-tokens 12 "$@" 2>/dev/null; }
+json > "$tmp/base.json"
+/usr/bin/python3 - "$tmp/base.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+for k in ("text", "tokens", "prompt_tokens", "prefill_tokens_per_s", "decode_tokens_per_s", "cache"):
+    assert k in j, k
+assert len(j["tokens"]) == 12, j["tokens"]
+assert j["prompt_tokens"] == len("In the beginning"), j["prompt_tokens"]
+assert j["cache"]["kv_dtype"] == "f32" and len(j["cache"]["layers"]) >= 1
+assert j["position"] == j["prompt_tokens"] + 11
+PY
+want=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens"])' "$tmp/base.json")
+for args in "--cache cell" "--max-step-tokens 1" "--max-step-tokens 3 --cache cell" "--threads 1" \
+            "--prompt-ids 73,110,32,116,104,101,32,98,101,103,105,110,110,105,110,103"; do
+  got=$(json $args | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])')
+  [ "$got" = "$want" ] || fail "greedy tokens differ with $args: $got vs $want"
+done
+
+step=$(json --windows 8,0 | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["step_tokens"])')
+[ "$step" = 8 ] || fail "--windows 8,0 should lower the step to 8, got $step"
+
+expect_error() {  # expect_error PATTERN args...
+  local pattern=$1; shift
+  if "$bin" run "$@" >/dev/null 2>"$tmp/err"; then fail "run $* should fail"; fi
+  grep -q -- "$pattern" "$tmp/err" || { cat "$tmp/err" >&2; fail "run $*: no '$pattern'"; }
+}
+expect_error "--windows" --windows 4,-1
+expect_error "--windows" --windows 4,x
+expect_error "--top-p" --top-p 2
+expect_error "--max-new-tokens" --max-new-tokens -1
+expect_error "--kv-dtype" --kv-dtype q4
+expect_error "not found\|No such\|missing\|cannot" /nonexistent/model.gguf
+
+printf 'In the\n/undo\n/undo\nAnd\n/undo 2\n/reset\n/quit\nnever read\n' |
+  "$bin" run --interactive --max-new-tokens 3 >"$tmp/out" 2>"$tmp/err"
+grep -q "undo: back to position 0 (0 turn(s) left)" "$tmp/err" || { cat "$tmp/err"; fail "undo"; }
+grep -q "undo refused: undo 1: 0 turn(s) to undo" "$tmp/err" || { cat "$tmp/err"; fail "undo refusal"; }
+grep -q "undo refused: undo 2" "$tmp/err" || { cat "$tmp/err"; fail "undo 2 refusal"; }
+grep -q "reset: the conversation is empty" "$tmp/err" || { cat "$tmp/err"; fail "reset"; }
+# Ring floor: all layers sliding(4); a long second turn moves the ring past the first turn.
+printf 'ab\nIn the beginning God created\n/undo\n/quit\n' |
+  "$bin" run --interactive --windows 4 --max-new-tokens 2 >"$tmp/out" 2>"$tmp/err"
+grep -q "undo refused: undo 1: cannot return to position" "$tmp/err" || { cat "$tmp/err"; fail "ring"; }
+echo "run CLI: all checks passed"

@@ -1,0 +1,149 @@
+// Generation: greedy output identical across layouts, chunk sizes and threads; undo returns
+// the cache exactly to a turn's start; an undo past a ring's floor is refused.
+#include <gtest/gtest.h>
+
+#include "cpu/thread_pool.h"
+#include "engine/sampler.h"
+#include "engine/session.h"
+#include "engine_test_util.h"
+#include "test_model.h"
+
+namespace kvcache::engine::testing {
+namespace {
+
+std::vector<int32_t> greedy(const Model& model, const CacheOptions& o,
+                            const std::vector<int32_t>& prompt, int n) {
+  Built b = build(model, o);
+  Session session(*b.engine, b.setup.step_tokens, b.seq);
+  Sampler sampler(SamplerConfig{});
+  Result<TurnStats> st = session.turn(prompt, n, sampler);
+  EXPECT_TRUE(st.ok()) << st.status().to_string();
+  EXPECT_EQ(session.pos(), static_cast<int64_t>(prompt.size()) + n - 1);
+  return st.ok() ? st->generated : std::vector<int32_t>{};
+}
+
+TEST(Session, GreedyOutputIsIdenticalAcrossLayoutsChunksAndThreads) {
+  Model model = tiny_model(TinySpec{});
+  const std::vector<int32_t> prompt = some_tokens(11, 260, 21);
+  CacheOptions base;
+  base.capacity = 64;
+  const std::vector<int32_t> want = greedy(model, base, prompt, 12);
+  ASSERT_EQ(want.size(), 12u);
+  for (const char* kind : {"sequence", "cell"})
+    for (int64_t chunk : {1, 3, 4})
+      for (int threads : {1, 2}) {
+        cpu::set_global_threads(threads);
+        set_blas_threads(threads);
+        CacheOptions o = base;
+        o.kind = kind;
+        o.max_step_tokens = chunk;
+        EXPECT_EQ(greedy(model, o, prompt, 12), want) << kind << " chunk " << chunk << " threads "
+                                                      << threads;
+      }
+  cpu::set_global_threads(2);
+  set_blas_threads(2);
+}
+
+TEST(Session, ReducedPrecisionKvAgreesWithF32OnTheFirstGreedyTokens) {
+  Model model = tiny_model(TinySpec{});
+  const std::vector<int32_t> prompt = some_tokens(9, 260, 31);
+  CacheOptions o;
+  o.capacity = 64;
+  const std::vector<int32_t> want = greedy(model, o, prompt, 4);
+  for (DType dt : {DType::kF16, DType::kBF16}) {
+    o.kv_dtype = dt;
+    EXPECT_EQ(greedy(model, o, prompt, 4), want) << to_string(dt);
+  }
+}
+
+TEST(Session, SamplingIsReproducibleForASeed) {
+  Model model = tiny_model(TinySpec{});
+  CacheOptions o;
+  o.capacity = 64;
+  auto run = [&](uint64_t seed) {
+    Built b = build(model, o);
+    Session session(*b.engine, b.setup.step_tokens);
+    Sampler sampler(SamplerConfig{1.0f, 50, 0.95f, seed});
+    return session.turn(some_tokens(5, 260), 10, sampler)->generated;
+  };
+  EXPECT_EQ(run(42), run(42));
+  EXPECT_NE(run(42), run(43));
+}
+
+TEST(Session, UndoReturnsTheCacheToTheTurnStart) {
+  Model model = tiny_model(TinySpec{});
+  for (const char* kind : {"sequence", "cell"}) {
+    CacheOptions o;
+    o.kind = kind;
+    o.capacity = 64;
+    o.windows = {0};  // full layers: every position stays rewindable
+    Built b = build(model, o);
+    Session session(*b.engine, b.setup.step_tokens, b.seq);
+    Sampler sampler(SamplerConfig{});
+    ASSERT_TRUE(session.turn(some_tokens(6, 260, 1), 4, sampler).ok());
+    const int64_t start = session.pos();  // 6 + 4 - 1 = 9 (the last token is held back)
+    EXPECT_EQ(start, 9);
+    const std::vector<int32_t> second = some_tokens(5, 260, 2);
+    std::vector<int32_t> first_try = session.turn(second, 6, sampler)->generated;
+    EXPECT_EQ(session.pos(), start + 1 + 5 + 5);
+    ASSERT_TRUE(session.undo().ok());
+    EXPECT_EQ(session.pos(), start);
+    EXPECT_EQ(session.turns(), 1u);
+    // Same prompt again: the same continuation, so the same following logits.
+    EXPECT_EQ(session.turn(second, 6, sampler)->generated, first_try) << kind;
+    EXPECT_EQ(session.undo(5).code(), StatusCode::kFailedPrecondition);
+    ASSERT_TRUE(session.undo(2).ok());
+    EXPECT_EQ(session.pos(), 0);
+    ASSERT_TRUE(session.turn(some_tokens(3, 260, 3), 2, sampler).ok());
+    ASSERT_TRUE(session.reset().ok());
+    EXPECT_EQ(session.pos(), 0);
+    EXPECT_EQ(session.turns(), 0u);
+  }
+}
+
+TEST(Session, UndoPastARingFloorIsRefusedAndChangesNothing) {
+  Model model = tiny_model(TinySpec{});
+  CacheOptions o;
+  o.capacity = 64;
+  o.windows = {4};  // every cache layer Sliding(4), step 4: ring of 7, floor = L - 4
+  Built b = build(model, o);
+  Session session(*b.engine, b.setup.step_tokens);
+  Sampler sampler(SamplerConfig{});
+  ASSERT_TRUE(session.turn(some_tokens(3, 260, 1), 2, sampler).ok());
+  EXPECT_EQ(session.pos(), 4);
+  ASSERT_TRUE(session.turn(some_tokens(10, 260, 2), 3, sampler).ok());
+  const int64_t now = session.pos();  // 4 + 1 + 10 + 2 = 17; floor 13 > 4
+  EXPECT_EQ(now, 17);
+  Status s = session.undo();
+  EXPECT_EQ(s.code(), StatusCode::kOutOfRange);
+  EXPECT_NE(s.message().find("cannot return to position 4"), std::string::npos) << s.message();
+  EXPECT_EQ(session.pos(), now);
+  EXPECT_EQ(session.turns(), 2u);
+  // A short turn stays within the ring: undoing it works.
+  ASSERT_TRUE(session.turn(some_tokens(1, 260, 3), 1, sampler).ok());
+  EXPECT_TRUE(session.undo().ok());
+  EXPECT_EQ(session.pos(), now);
+}
+
+TEST(Sampler, GreedyTopKAndTopPBehave) {
+  const std::vector<float> logits = {0.1f, 2.0f, 1.9f, -1.0f};
+  EXPECT_EQ(argmax(logits), 1);
+  Sampler g(SamplerConfig{});
+  EXPECT_EQ(g.sample(logits), 1);
+  Sampler k1(SamplerConfig{1.0f, 1, 1.0f, 7});
+  Sampler p(SamplerConfig{1.0f, 0, 1e-6f, 7});
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(k1.sample(logits), 1);
+    EXPECT_EQ(p.sample(logits), 1);
+  }
+  // top-k 2 at a high temperature draws only ids 1 and 2, and both.
+  Sampler k2(SamplerConfig{50.0f, 2, 1.0f, 7});
+  std::vector<int> seen(4, 0);
+  for (int i = 0; i < 200; ++i) ++seen[k2.sample(logits)];
+  EXPECT_EQ(seen[0] + seen[3], 0);
+  EXPECT_GT(seen[1], 0);
+  EXPECT_GT(seen[2], 0);
+}
+
+}  // namespace
+}  // namespace kvcache::engine::testing

@@ -1,0 +1,119 @@
+// Tiny random GGUF models for engine tests. See test_model.h.
+#include "test_model.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "program/model_geometry.h"
+
+namespace kvcache::engine::testing {
+namespace {
+
+class Gen {
+ public:
+  explicit Gen(uint64_t seed) : rng_(seed) {}
+  std::vector<float> normal(int64_t n, double stddev, double mean = 0.0) {
+    std::normal_distribution<double> d(mean, stddev);
+    std::vector<float> v(n);
+    for (float& x : v) x = static_cast<float>(d(rng_));
+    return v;
+  }
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+}  // namespace
+
+std::vector<uint8_t> tiny_model_bytes(const TinySpec& s) {
+  gguf::GgufWriter w;
+  const std::string a = s.arch + ".";
+  const auto n_layers = static_cast<int32_t>(s.layer_cache.size());
+  w.set_string("general.architecture", s.arch);
+  w.set_uint32(a + "block_count", static_cast<uint32_t>(n_layers));
+  w.set_uint32(a + "embedding_length", static_cast<uint32_t>(s.d_model));
+  w.set_uint32(a + "feed_forward_length", static_cast<uint32_t>(s.d_ff));
+  w.set_uint32(a + "context_length", static_cast<uint32_t>(s.max_context));
+  w.set_uint32(a + "attention.head_count", static_cast<uint32_t>(s.q_heads));
+  w.set_uint32(a + "attention.key_length", static_cast<uint32_t>(s.head_dim));
+  w.set_uint32(a + "attention.value_length", static_cast<uint32_t>(s.head_dim));
+  w.set_float32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
+  w.set_float32(a + "rope.freq_base", 10000.0f);
+  if (s.rope_dim > 0) w.set_uint32(a + "rope.dimension_count", static_cast<uint32_t>(s.rope_dim));
+  if (s.rope_linear != 1.0f) {
+    w.set_string(a + "rope.scaling.type", "linear");
+    w.set_float32(a + "rope.scaling.factor", s.rope_linear);
+  }
+  ModelGeometry g;
+  for (size_t c = 0; c < s.cache_kv_heads.size(); ++c)
+    g.cache.layers.push_back({s.cache_kv_heads[c], s.head_dim, s.head_dim, s.cache_windows[c]});
+  g.layer_cache = s.layer_cache;
+  g.max_context = s.max_context;
+  g.max_step_tokens = s.max_step_tokens;
+  Status st = write_model_geometry(g, w);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+
+  Gen gen(s.seed);
+  const int64_t d = s.d_model;
+  auto add = [&](const std::string& name, std::vector<int64_t> dims, const std::vector<float>& v) {
+    if (std::find(s.skip_tensors.begin(), s.skip_tensors.end(), name) != s.skip_tensors.end())
+      return;
+    const bool matrix = dims.size() == 2;
+    Status t = w.add_tensor_f32(name, std::move(dims), v,
+                                matrix ? s.store_as : gguf::TensorType::kF32);
+    EXPECT_TRUE(t.ok()) << name << ": " << t.to_string();
+  };
+  auto mat = [&](int64_t out, int64_t in) {
+    return gen.normal(out * in, 1.0 / std::sqrt(static_cast<double>(in)));
+  };
+  add("token_embd.weight", {d, s.vocab}, gen.normal(int64_t{s.vocab} * d, 1.0));
+  std::vector<bool> owned(s.cache_kv_heads.size(), false);
+  for (int32_t i = 0; i < n_layers; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    const int32_t c = s.layer_cache[i];
+    const int64_t qd = int64_t{s.q_heads} * s.head_dim;
+    const int64_t kd = int64_t{s.cache_kv_heads[c]} * s.head_dim;
+    add(p + "attn_norm.weight", {d}, gen.normal(d, 0.1, 1.0));
+    add(p + "attn_q.weight", {d, qd}, mat(qd, d));
+    if (s.bias) add(p + "attn_q.bias", {qd}, gen.normal(qd, 0.2));
+    if (s.qk_norm) add(p + "attn_q_norm.weight", {s.head_dim}, gen.normal(s.head_dim, 0.1, 1.0));
+    if (!owned[c]) {
+      owned[c] = true;
+      add(p + "attn_k.weight", {d, kd}, mat(kd, d));
+      add(p + "attn_v.weight", {d, kd}, mat(kd, d));
+      if (s.bias) {
+        add(p + "attn_k.bias", {kd}, gen.normal(kd, 0.2));
+        add(p + "attn_v.bias", {kd}, gen.normal(kd, 0.2));
+      }
+      if (s.qk_norm)
+        add(p + "attn_k_norm.weight", {s.head_dim}, gen.normal(s.head_dim, 0.1, 1.0));
+    }
+    add(p + "attn_output.weight", {qd, d}, mat(d, qd));
+    add(p + "ffn_norm.weight", {d}, gen.normal(d, 0.1, 1.0));
+    add(p + "ffn_gate.weight", {d, s.d_ff}, mat(s.d_ff, d));
+    add(p + "ffn_up.weight", {d, s.d_ff}, mat(s.d_ff, d));
+    add(p + "ffn_down.weight", {s.d_ff, d}, mat(d, s.d_ff));
+  }
+  add("output_norm.weight", {d}, gen.normal(d, 0.1, 1.0));
+  if (!s.tied) add("output.weight", {d, s.vocab}, mat(s.vocab, d));
+  return w.bytes();
+}
+
+gguf::GgufFile tiny_file(const TinySpec& spec) {
+  std::vector<uint8_t> bytes = tiny_model_bytes(spec);
+  Result<gguf::GgufFile> f = gguf::GgufFile::parse(bytes);
+  EXPECT_TRUE(f.ok()) << f.status().to_string();
+  return std::move(*f);
+}
+
+Model tiny_model(const TinySpec& spec) {
+  gguf::GgufFile f = tiny_file(spec);
+  Result<Model> m = Model::load(f);
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  return std::move(*m);
+}
+
+}  // namespace kvcache::engine::testing

@@ -1,0 +1,43 @@
+// Tiny random-weight GGUF models for the engine tests, written with gguf::GgufWriter in
+// memory. Layer: tests. Every knob the forward has (pairing, bias, q/k norm, per-layer kv
+// heads, windows, KV-shared layers, tied output, rope_dim, linear scaling) is a field.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/model.h"
+#include "program/gguf.h"
+
+namespace kvcache::engine::testing {
+
+struct TinySpec {
+  std::string arch = "llama";
+  int32_t d_model = 32;
+  int32_t d_ff = 48;
+  int32_t vocab = 260;
+  int32_t q_heads = 4;
+  int32_t head_dim = 8;
+  std::vector<int32_t> cache_kv_heads = {2, 1, 4};  // per cache layer
+  std::vector<int32_t> cache_windows = {0, 4, 0};    // per cache layer
+  std::vector<int32_t> layer_cache = {0, 1, 2, 1};   // per model layer; 1 repeated = shared
+  int32_t rope_dim = 0;           // 0 = head_dim
+  float rope_linear = 1.0f;       // 1 = no scaling key written
+  bool bias = false;
+  bool qk_norm = false;
+  bool tied = false;
+  int64_t max_context = 256;
+  int64_t max_step_tokens = 8;
+  uint64_t seed = 1;
+  gguf::TensorType store_as = gguf::TensorType::kF32;
+  std::vector<std::string> skip_tensors;  // for error tests
+};
+
+// The GGUF file bytes for the spec.
+std::vector<uint8_t> tiny_model_bytes(const TinySpec& spec);
+// Parsed file + loaded model (asserts success inside gtest).
+gguf::GgufFile tiny_file(const TinySpec& spec);
+Model tiny_model(const TinySpec& spec);
+
+}  // namespace kvcache::engine::testing
