@@ -1,6 +1,9 @@
-// ThreadPool: persistent workers woken per job by a generation counter. Workers spin briefly
-// (a decode step dispatches once per layer, microseconds apart) and then sleep on a condition
-// variable; the caller takes tasks too and returns when every task has finished.
+// ThreadPool: persistent workers woken per job by a generation counter. Each job owns its task
+// counter, so a worker that wakes late finds the counter spent and leaves without touching the
+// caller's function, and the caller waits only for tasks that were claimed — never for a
+// worker the OS has not scheduled yet (on a loaded machine that wait costs a time slice).
+// Workers spin briefly (a decode step dispatches many small jobs microseconds apart), then
+// sleep on a condition variable; the caller takes tasks too.
 #include "cpu/thread_pool.h"
 
 #include <algorithm>
@@ -20,8 +23,29 @@
 namespace kvcache::cpu {
 
 namespace {
-constexpr int kSpinIterations = 4000;  // ~tens of microseconds before a worker sleeps
-}
+constexpr int kSpinIterations = 4000;  // ~tens of microseconds before a thread sleeps
+
+// One run_tasks call. Shared with the workers that picked it up; `fn` is called only for a
+// claimed task index, and every claimed task finishes before run_tasks returns.
+struct Job {
+  const std::function<void(int64_t)>* fn = nullptr;
+  int64_t n_tasks = 0;
+  std::atomic<int64_t> next{0};      // next task index to claim
+  std::atomic<int64_t> finished{0};  // tasks completed
+
+  // Runs claimed tasks until none are left; true when this thread finished the last one.
+  bool drain() {
+    bool last = false;
+    for (;;) {
+      const int64_t task = next.fetch_add(1, std::memory_order_relaxed);
+      if (task >= n_tasks) return last;
+      (*fn)(task);
+      last = finished.fetch_add(1, std::memory_order_acq_rel) + 1 == n_tasks;
+    }
+  }
+  bool complete() const { return finished.load(std::memory_order_acquire) == n_tasks; }
+};
+}  // namespace
 
 struct ThreadPool::Impl {
   int n_threads = 1;
@@ -31,19 +55,7 @@ struct ThreadPool::Impl {
   std::condition_variable done;
   std::atomic<uint64_t> generation{0};
   bool stop = false;
-  // The current job: read by workers after they observe a new generation.
-  const std::function<void(int64_t)>* fn = nullptr;
-  int64_t n_tasks = 0;
-  std::atomic<int64_t> next{0};
-  std::atomic<int> busy{0};  // workers still inside the current job
-
-  void drain() {
-    for (;;) {
-      const int64_t task = next.fetch_add(1, std::memory_order_relaxed);
-      if (task >= n_tasks) return;
-      (*fn)(task);
-    }
-  }
+  std::shared_ptr<Job> job;  // the newest job; guarded by mu
 
   void worker_loop() {
     uint64_t seen = 0;
@@ -53,17 +65,17 @@ struct ThreadPool::Impl {
         KVCACHE_CPU_RELAX();
         gen = generation.load(std::memory_order_acquire);
       }
-      if (gen == seen) {
+      std::shared_ptr<Job> current;
+      {
         std::unique_lock lock(mu);
         wake.wait(lock, [&] { return stop || generation.load() != seen; });
         if (stop) return;
-        gen = generation.load();
+        seen = generation.load();
+        current = job;
       }
-      seen = gen;
-      drain();
-      if (busy.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      if (current && current->drain()) {
         std::lock_guard lock(mu);
-        done.notify_one();
+        done.notify_all();
       }
     }
   }
@@ -93,25 +105,23 @@ void ThreadPool::run_tasks(int64_t n_tasks, const std::function<void(int64_t)>& 
     for (int64_t t = 0; t < n_tasks; ++t) fn(t);
     return;
   }
+  auto job = std::make_shared<Job>();
+  job->fn = &fn;
+  job->n_tasks = n_tasks;
   {
     std::lock_guard lock(p.mu);
-    p.fn = &fn;
-    p.n_tasks = n_tasks;
-    p.next.store(0, std::memory_order_relaxed);
-    p.busy.store(static_cast<int>(p.workers.size()), std::memory_order_relaxed);
+    p.job = job;
     p.generation.fetch_add(1, std::memory_order_release);
   }
   p.wake.notify_all();
-  p.drain();
-  // Workers leave drain() once the counter runs out; wait until the last one has.
-  for (int i = 0; i < kSpinIterations && p.busy.load(std::memory_order_acquire) != 0; ++i)
-    KVCACHE_CPU_RELAX();
-  if (p.busy.load(std::memory_order_acquire) != 0) {
+  job->drain();
+  // Only tasks a worker already claimed can be outstanding; wait for those.
+  for (int i = 0; i < kSpinIterations && !job->complete(); ++i) KVCACHE_CPU_RELAX();
+  if (!job->complete()) {
     std::unique_lock lock(p.mu);
-    p.done.wait(lock, [&] { return p.busy.load(std::memory_order_acquire) == 0; });
+    p.done.wait(lock, [&] { return job->complete(); });
   }
 }
-
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   const int64_t chunks = std::min<int64_t>(n, size());
