@@ -368,7 +368,6 @@ int interactive(const RunFlags& f, Loaded& l, engine::Session& session,
 
 int run(const RunFlags& f) {
   if (f.threads > 0) cpu::set_global_threads(f.threads);
-  engine::set_blas_threads(cpu::global_pool().size());
   Loaded l;
   Status s = load(f, l);
   if (s.ok()) s = setup_cache(f, l);

@@ -14,6 +14,7 @@ namespace kvcache::cpu {
 namespace {
 
 constexpr int64_t kMinSplitKeys = 512;  // a key-range task is at least this long
+constexpr int64_t kMinParallelWork = 1 << 18;  // multiply-adds below which one thread runs a call
 
 detail::ChunkFn chunk_fn(Isa isa) {
   if (isa == Isa::kAuto || !isa_supported(isa)) isa = best_isa();
@@ -141,8 +142,17 @@ void attend(const AttentionProblem& p, ThreadPool& pool, Isa isa) {
   const detail::ChunkFn fn = chunk_fn(isa);
   const int64_t pairs = int64_t{p.n_tokens} * p.kv.kv_heads;
   const int64_t want = 4 * int64_t{pool.size()};
-  int64_t longest = 0;
-  for (int32_t t = 0; t < p.n_tokens; ++t) longest = std::max(longest, p.keys[t].size());
+  int64_t longest = 0, keys = 0;
+  for (int32_t t = 0; t < p.n_tokens; ++t) {
+    longest = std::max(longest, p.keys[t].size());
+    keys += p.keys[t].size();
+  }
+  // Too little work to pay for waking other threads: the caller does it alone.
+  const int64_t work = keys * p.q_heads * (p.kv.head_dim + p.kv.value_dim);
+  if (work < kMinParallelWork) {
+    static ThreadPool serial(1);
+    return attend_unsplit(p, serial, fn);
+  }
   if (pairs >= want || longest < 2 * kMinSplitKeys) return attend_unsplit(p, pool, fn);
   const int64_t splits = (want + pairs - 1) / pairs;
   const int64_t chunk = std::max(kMinSplitKeys, (longest + splits - 1) / splits);

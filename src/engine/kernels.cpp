@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <functional>
 #include <immintrin.h>
 
 #include "cpu/thread_pool.h"
@@ -14,21 +15,50 @@ extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace kvcache::engine {
 
+namespace {
+
+// Multiply-adds below which a product runs on the calling thread alone.
+constexpr int64_t kMinParallelMacs = 1 << 17;
+
+// OpenBLAS always runs one thread per call: the engine shares work out over
+// cpu::global_pool() itself, so two sets of spinning threads never fight over the cores.
+void blas_single_threaded() {
+  static const bool once = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)once;
+}
+
+// Runs fn(row_begin, row_end) over [0, rows) on the global pool when the product is big enough.
+void split_rows(int64_t rows, int64_t macs, const std::function<void(int64_t, int64_t)>& fn) {
+  cpu::ThreadPool& pool = cpu::global_pool();
+  if (pool.size() == 1 || macs < kMinParallelMacs || rows < 2 * 16) return fn(0, rows);
+  pool.parallel_for(rows, fn);
+}
+
+}  // namespace
+
 void matmul(std::span<const float> x, std::span<const float> w, std::span<float> y, int64_t t,
             int64_t in, int64_t out, bool accumulate) {
   assert(static_cast<int64_t>(x.size()) >= t * in && static_cast<int64_t>(w.size()) >= out * in);
   assert(static_cast<int64_t>(y.size()) >= t * out);
   if (t <= 0 || out <= 0) return;
+  blas_single_threaded();
   const float beta = accumulate ? 1.0f : 0.0f;
   const auto m = static_cast<blasint>(t), n = static_cast<blasint>(out);
   const auto k = static_cast<blasint>(in);
-  if (t == 1) {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, w.data(), k, x.data(), 1, beta,
-                y.data(), 1);
-  } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x.data(), k, w.data(), k,
-                beta, y.data(), n);
-  }
+  // Each chunk computes output columns [r0, r1) for every token.
+  split_rows(out, t * in * out, [&](int64_t r0, int64_t r1) {
+    const auto nr = static_cast<blasint>(r1 - r0);
+    if (t == 1) {
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, nr, k, 1.0f, w.data() + r0 * in, k, x.data(), 1,
+                  beta, y.data() + r0, 1);
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nr, k, 1.0f, x.data(), k,
+                  w.data() + r0 * in, k, beta, y.data() + r0, n);
+    }
+  });
 }
 
 void matmul_reference(std::span<const float> x, std::span<const float> w, std::span<float> y,
@@ -122,22 +152,26 @@ void gemv_f16(const Weight& w, const float* x, float* y, bool accumulate) {
   });
 }
 
-// T > 1: blocks of rows converted to f32 once, then sgemm per block (cost amortized over T).
+// T > 1: blocks of rows converted to f32 once, then sgemm per block (cost amortized over T);
+// blocks are shared out over the global pool.
 void gemm_f16(std::span<const float> x, const Weight& w, std::span<float> y, int64_t t,
               bool accumulate) {
   constexpr int64_t kBlock = 256;
-  thread_local std::vector<float> tile;
-  tile.resize(static_cast<size_t>(kBlock * w.cols));
   const float beta = accumulate ? 1.0f : 0.0f;
-  for (int64_t r0 = 0; r0 < w.rows; r0 += kBlock) {
-    const int64_t n = std::min(kBlock, w.rows - r0);
-    for (int64_t r = 0; r < n; ++r)
-      w.row(r0 + r, std::span<float>(tile).subspan(static_cast<size_t>(r * w.cols), w.cols));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(t),
-                static_cast<blasint>(n), static_cast<blasint>(w.cols), 1.0f, x.data(),
-                static_cast<blasint>(w.cols), tile.data(), static_cast<blasint>(w.cols), beta,
-                y.data() + r0, static_cast<blasint>(w.rows));
-  }
+  const int64_t n_blocks = (w.rows + kBlock - 1) / kBlock;
+  split_rows(n_blocks, t * w.rows * w.cols, [&](int64_t b0, int64_t b1) {
+    thread_local std::vector<float> tile;
+    tile.resize(static_cast<size_t>(kBlock * w.cols));
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t r0 = b * kBlock, n = std::min(kBlock, w.rows - r0);
+      for (int64_t r = 0; r < n; ++r)
+        w.row(r0 + r, std::span<float>(tile).subspan(static_cast<size_t>(r * w.cols), w.cols));
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(t),
+                  static_cast<blasint>(n), static_cast<blasint>(w.cols), 1.0f, x.data(),
+                  static_cast<blasint>(w.cols), tile.data(), static_cast<blasint>(w.cols), beta,
+                  y.data() + r0, static_cast<blasint>(w.rows));
+    }
+  });
 }
 
 }  // namespace
@@ -153,8 +187,6 @@ void matmul(std::span<const float> x, const Weight& w, std::span<float> y, int64
   if (t == 1) gemv_f16(w, x.data(), y.data(), accumulate);
   else if (t > 1) gemm_f16(x, w, y, t, accumulate);
 }
-
-void set_blas_threads(int n) { openblas_set_num_threads(n < 1 ? 1 : n); }
 
 void rmsnorm_rows(std::span<const float> x, std::span<const float> weight, std::span<float> out,
                   int64_t rows, int64_t d, float eps) {

@@ -43,8 +43,6 @@ void matmul(std::span<const float> x, std::span<const float> w, std::span<float>
 void matmul_reference(std::span<const float> x, std::span<const float> w, std::span<float> y,
                       int64_t t, int64_t in, int64_t out, bool accumulate = false);
 
-// Sets OpenBLAS's thread count (n >= 1).
-void set_blas_threads(int n);
 
 // out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight, for rows of width d.
 // out may alias x.

@@ -163,14 +163,12 @@ TEST(Forward, ThreadCountDoesNotChangeLogitsBeyondRounding) {
   std::vector<double> want = reference_logits(model, tokens);
   for (int threads : {1, 2, 3}) {
     cpu::set_global_threads(threads);
-    set_blas_threads(threads);
     CacheOptions o;
     o.capacity = 32;
     Built b = build(model, o);
     EXPECT_LE(rel_diff(cached_logits(b, tokens, 4), want), kTol) << threads;
   }
   cpu::set_global_threads(2);
-  set_blas_threads(2);
 }
 
 TEST(Forward, TokenOutOfRangeIsRefusedAndChangesNothing) {

@@ -33,7 +33,6 @@ TEST(Session, GreedyOutputIsIdenticalAcrossLayoutsChunksAndThreads) {
     for (int64_t chunk : {1, 3, 4})
       for (int threads : {1, 2}) {
         cpu::set_global_threads(threads);
-        set_blas_threads(threads);
         CacheOptions o = base;
         o.kind = kind;
         o.max_step_tokens = chunk;
@@ -41,7 +40,6 @@ TEST(Session, GreedyOutputIsIdenticalAcrossLayoutsChunksAndThreads) {
                                                       << threads;
       }
   cpu::set_global_threads(2);
-  set_blas_threads(2);
 }
 
 TEST(Session, ReducedPrecisionKvAgreesWithF32OnTheFirstGreedyTokens) {
