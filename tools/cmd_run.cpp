@@ -304,6 +304,7 @@ Status run_turn(const RunFlags& f, Loaded& l, engine::Session& session, engine::
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("\n");
+    std::fflush(stdout);  // the text line ends before the timing line on stderr
     if (st->stopped_full) std::fprintf(stderr, "kvcache run: the cache is full; stopped\n");
   }
   std::fprintf(stderr,
@@ -343,6 +344,9 @@ bool command(const std::string& line, engine::Session& session) {
   if (s.ok())
     std::fprintf(stderr, "undo: back to position %lld (%zu turn(s) left)\n",
                  static_cast<long long>(session.pos()), session.turns());
+  else if (s.code() == StatusCode::kOutOfRange)
+    std::fprintf(stderr, "undo refused: %s (--cache cell keeps every position)\n",
+                 s.message().c_str());
   else
     std::fprintf(stderr, "undo refused: %s\n", s.message().c_str());
   return true;
