@@ -1,10 +1,6 @@
 // GGUF v3 (and v2) reader: every read is bounds-checked against the bytes that remain, and
 // every count or length is capped before anything is allocated. Assumes a little-endian host
 // (as GGUF files are little-endian); the project targets x86-64 and arm64.
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -14,6 +10,7 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "program/file_bytes.h"
 #include "program/gguf.h"
 
 namespace kvcache::gguf {
@@ -168,10 +165,8 @@ bool is_supported_tensor_type(uint32_t t) { return t == 0 || t == 1 || t == 8 ||
 }  // namespace
 
 struct GgufFile::Impl {
-  std::vector<uint8_t> owned;  // parse(): our copy
-  void* map = nullptr;         // open(): the mapping
-  size_t map_size = 0;
-  std::span<const uint8_t> bytes;
+  FileBytes file;                  // mapped (open) or copied (parse)
+  std::span<const uint8_t> bytes;  // file.bytes()
   uint32_t version = 0;
   uint64_t alignment = 32;
   std::vector<std::pair<std::string, Value>> metadata;
@@ -179,9 +174,7 @@ struct GgufFile::Impl {
   std::vector<TensorInfo> tensors;
   std::unordered_map<std::string, size_t> tensor_index;
 
-  ~Impl() {
-    if (map != nullptr) munmap(map, map_size);
-  }
+  explicit Impl(FileBytes f) : file(std::move(f)), bytes(file.bytes()) {}
   Status parse();
   Status parse_metadata(Cursor& c, uint64_t n_kv);
   Status parse_tensor_infos(Cursor& c, uint64_t n_tensors);
@@ -337,37 +330,15 @@ GgufFile& GgufFile::operator=(GgufFile&&) noexcept = default;
 GgufFile::~GgufFile() = default;
 
 Result<GgufFile> GgufFile::parse(std::span<const uint8_t> bytes) {
-  auto impl = std::make_unique<Impl>();
-  impl->owned.assign(bytes.begin(), bytes.end());
-  impl->bytes = impl->owned;
+  auto impl = std::make_unique<Impl>(FileBytes::copy(bytes));
   KVCACHE_RETURN_IF_ERROR(impl->parse());
   return GgufFile(std::move(impl));
 }
 
 Result<GgufFile> GgufFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    std::string m = "gguf: cannot open '" + path + "': " + std::strerror(err);
-    return err == ENOENT ? not_found(m) : invalid_argument(m);
-  }
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return invalid_argument("gguf: '" + path + "' is not a regular file");
-  }
-  auto impl = std::make_unique<Impl>();
-  if (st.st_size > 0) {
-    impl->map_size = static_cast<size_t>(st.st_size);
-    void* m = mmap(nullptr, impl->map_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) {
-      ::close(fd);
-      return invalid_argument("gguf: cannot map '" + path + "': " + std::strerror(errno));
-    }
-    impl->map = m;
-    impl->bytes = {static_cast<const uint8_t*>(m), impl->map_size};
-  }
-  ::close(fd);
+  Result<FileBytes> file = FileBytes::map(path, "gguf");
+  if (!file.ok()) return file.status();
+  auto impl = std::make_unique<Impl>(std::move(file).value());
   Status s = impl->parse();
   if (!s.ok()) return Status(s.code(), s.message() + " (file '" + path + "')");
   return GgufFile(std::move(impl));

@@ -1,10 +1,8 @@
 // Safetensors reader: header bounds and types checked before any tensor is exposed.
 #include "program/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
+
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -17,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "half.h"
+#include "program/file_bytes.h"
 
 namespace kvcache::safetensors {
 namespace {
@@ -43,15 +42,11 @@ int64_t TensorView::n_elements() const {
 }
 
 struct SafetensorsFile::Impl {
-  std::vector<uint8_t> owned;
-  void* map = nullptr;
-  size_t map_size = 0;
-  std::span<const uint8_t> bytes;
+  FileBytes file;                  // mapped (open) or copied (parse)
+  std::span<const uint8_t> bytes;  // file.bytes()
   std::vector<TensorView> tensors;
   std::unordered_map<std::string, size_t> index;
-  ~Impl() {
-    if (map) munmap(map, map_size);
-  }
+  explicit Impl(FileBytes f) : file(std::move(f)), bytes(file.bytes()) {}
   Status parse();
   Status add_entry(const std::string& name, const nlohmann::json& e, uint64_t data_start,
                    uint64_t data_size);
@@ -130,39 +125,17 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&&) noexcept = defaul
 SafetensorsFile::~SafetensorsFile() = default;
 
 Result<SafetensorsFile> SafetensorsFile::parse(std::span<const uint8_t> bytes) {
-  auto impl = std::make_unique<Impl>();
-  impl->owned.assign(bytes.begin(), bytes.end());
-  impl->bytes = impl->owned;
+  auto impl = std::make_unique<Impl>(FileBytes::copy(bytes));
   KVCACHE_RETURN_IF_ERROR(impl->parse());
   return SafetensorsFile(std::move(impl));
 }
 
 Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    std::string m = "safetensors: cannot open '" + path + "': " + std::strerror(err);
-    return err == ENOENT ? not_found(m) : invalid_argument(m);
-  }
-  struct stat st {};
-  auto impl = std::make_unique<Impl>();
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return invalid_argument("safetensors: '" + path + "' is not a regular file");
-  }
-  if (st.st_size > 0) {
-    impl->map_size = static_cast<size_t>(st.st_size);
-    void* m = mmap(nullptr, impl->map_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) {
-      ::close(fd);
-      return invalid_argument("safetensors: cannot map '" + path + "'");
-    }
-    impl->map = m;
-    impl->bytes = {static_cast<const uint8_t*>(m), impl->map_size};
-  }
-  ::close(fd);
-  Status st2 = impl->parse();
-  if (!st2.ok()) return Status(st2.code(), st2.message() + " (file '" + path + "')");
+  Result<FileBytes> file = FileBytes::map(path, "safetensors");
+  if (!file.ok()) return file.status();
+  auto impl = std::make_unique<Impl>(std::move(file).value());
+  Status s = impl->parse();
+  if (!s.ok()) return Status(s.code(), s.message() + " (file '" + path + "')");
   return SafetensorsFile(std::move(impl));
 }
 
