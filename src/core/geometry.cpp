@@ -21,8 +21,6 @@ std::optional<DType> parse_dtype(std::string_view name) {
   return std::nullopt;
 }
 
-int64_t dtype_size(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
-
 std::string Invalid::message() const {
   std::string s = layer >= 0 ? "layers[" + std::to_string(layer) + "]." + field : field;
   return s + " = " + std::to_string(value) + ", expected " + expected;

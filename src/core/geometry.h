@@ -18,7 +18,7 @@ enum class DType : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
 
 std::string_view to_string(DType dtype);                    // "f32", "f16", "bf16"
 std::optional<DType> parse_dtype(std::string_view name);    // nullopt when unknown
-int64_t dtype_size(DType dtype);                            // bytes per element
+inline int64_t dtype_size(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }  // per element
 
 // One cache layer: an attention layer that owns K/V storage.
 struct LayerGeometry {

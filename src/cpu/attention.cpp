@@ -112,7 +112,8 @@ bool isa_supported(Isa isa) {
     case Isa::kScalar: return true;
     case Isa::kAvx2: return avx2;
     case Isa::kAvx512:
-      return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+      return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl");
   }
   return false;
 #else

@@ -1,7 +1,8 @@
-// The AVX-512 (F + BW) chunk worker: the AVX2 worker's algorithm at 16 floats per register,
-// entered only through attend()'s run-time dispatch when the CPU has avx512f and avx512bw.
-// Same structure, same blocked online softmax; tails narrower than 16 go scalar. All headers
-// are included before the target pragma so nothing shared is compiled for AVX-512.
+// The AVX-512 (F + BW + VL) chunk worker, entered only through attend()'s run-time dispatch.
+// The AVX2 worker's blocked online softmax, with the logits computed in tiles of keys x heads
+// folded by one shuffle tree, dim and key tails handled by masks, and the rows of keys further
+// on prefetched while a tile computes. All headers are included before the target pragma so
+// nothing shared is compiled for AVX-512.
 // GCC 12's AVX-512 headers build _mm512_undefined_* from a self-initialized variable, which
 // -Wuninitialized reports at every use; the warning is about the header, not this code.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -17,12 +18,12 @@
 #include <immintrin.h>
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx2,fma,f16c")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
 
 namespace kvcache::cpu::detail {
 namespace {
 
-// 8 elements of a stored row starting at element d, as floats.
+// 16 elements of a stored row starting at element d, as floats.
 template <DType kDtype>
 inline __m512 load16(const std::byte* row, int32_t d) {
   if constexpr (kDtype == DType::kF32) {
@@ -35,27 +36,12 @@ inline __m512 load16(const std::byte* row, int32_t d) {
   }
 }
 
-template <DType kDtype>
-inline float load1(const std::byte* row, int32_t d) {
-  if constexpr (kDtype == DType::kF32) {
-    float f;
-    std::memcpy(&f, row + 4 * d, 4);
-    return f;
-  } else {
-    uint16_t h;
-    std::memcpy(&h, row + 2 * d, 2);
-    if constexpr (kDtype == DType::kF16) {
-      return _cvtsh_ss(h);
-    } else {
-      const uint32_t u = uint32_t{h} << 16;
-      float f;
-      std::memcpy(&f, &u, 4);
-      return f;
-    }
-  }
-}
-
 inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
+
+// The first min(n, 16) lanes (n > 0).
+inline __mmask16 lanes(int64_t n) {
+  return static_cast<__mmask16>(n >= 16 ? 0xFFFFu : (1u << n) - 1);
+}
 
 // exp(x) for x <= 0 (logit minus running max): 2^n * P(r), |r| <= ln2/2, rel. error ~2e-7.
 inline __m512 exp16(__m512 x) {
@@ -76,46 +62,152 @@ inline __m512 exp16(__m512 x) {
   return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
 }
 
-// Logits of kNh query heads (rows q, q + dim, ...) against one key row. Two accumulators per
-// head keep enough independent FMA chains in flight to hide the FMA latency.
-template <DType kDtype, int kNh>
-inline void dots(const float* q, const std::byte* k, int32_t dim, float scale, float* out,
-                 int64_t stride) {
-  __m512 acc[kNh][2];
-  for (int i = 0; i < kNh; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+// 16 elements of a stored row from element d, lanes outside `m` read as zero (dim tails).
+template <DType kDtype>
+inline __m512 load16m(const std::byte* row, int32_t d, __mmask16 m) {
+  if constexpr (kDtype == DType::kF32) {
+    return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + d);
+  } else {
+    const __m256i h = _mm256_maskz_loadu_epi16(m, row + 2 * d);
+    if constexpr (kDtype == DType::kF16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+// Four partial-sum vectors a0..a3 -> one vector whose 128-bit block c holds, in lanes 0..3,
+// the sums of a0..a3 over their block c.
+inline __m512 fold4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+  const __m512 u = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
+  const __m512 w = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
+  const __m512d ud = _mm512_castps_pd(u), wd = _mm512_castps_pd(w);
+  return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(ud, wd)),
+                       _mm512_castpd_ps(_mm512_unpackhi_pd(ud, wd)));
+}
+
+// Four fold4 results -> block i of the result holds the 4 complete sums of z_i.
+inline __m512 fold_blocks(__m512 z0, __m512 z1, __m512 z2, __m512 z3) {
+  constexpr int kEven = _MM_SHUFFLE(2, 0, 2, 0), kOdd = _MM_SHUFFLE(3, 1, 3, 1);
+  const __m512 y01 = _mm512_add_ps(_mm512_shuffle_f32x4(z0, z1, kEven),
+                                   _mm512_shuffle_f32x4(z0, z1, kOdd));
+  const __m512 y23 = _mm512_add_ps(_mm512_shuffle_f32x4(z2, z3, kEven),
+                                   _mm512_shuffle_f32x4(z2, z3, kOdd));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(y01, y23, kEven),
+                       _mm512_shuffle_f32x4(y01, y23, kOdd));
+}
+
+// The K and V rows of the keys kPrefetchKeys further on, which a tile asks for while it
+// computes. The hardware prefetcher alone kept too few lines in flight for a kernel this busy,
+// and asking for all of a tile's rows at once stalled on the line-fill buffers; one request
+// per row and 64 bytes of the tile's own progress through dim measured best (2 threads, 64K
+// keys, f16, 32/8 heads: 0.48-0.51 of the read probe with no requests, 0.65-0.71 asking for a
+// tile's rows at once, 0.80-0.86 spread like this; further ahead, or into L2, was slower).
+template <int kKeys>
+struct AheadRows {
+  const char* k[kKeys];
+  const char* v[kKeys];
+  int64_t v_bytes;
+};
+
+// One 16-wide step of dim for a tile: kKeys key slices against kNh query slices.
+template <DType kDtype, int kKeys, bool kMasked>
+[[gnu::always_inline]] inline void tile_step(__m512* acc, const float* q, const std::byte* const* k,
+                                             int32_t dim, int32_t d, __mmask16 m) {
+  constexpr int kNh = 16 / kKeys;
+  __m512 kx[kKeys];
+#pragma GCC unroll 16
+  for (int j = 0; j < kKeys; ++j)
+    kx[j] = kMasked ? load16m<kDtype>(k[j], d, m) : load16<kDtype>(k[j], d);
+#pragma GCC unroll 4
+  for (int h = 0; h < kNh; ++h) {
+    const float* qh = q + int64_t{h} * dim + d;
+    const __m512 qx = kMasked ? _mm512_maskz_loadu_ps(m, qh) : _mm512_loadu_ps(qh);
+#pragma GCC unroll 16
+    for (int j = 0; j < kKeys; ++j)
+      acc[h * kKeys + j] = _mm512_fmadd_ps(qx, kx[j], acc[h * kKeys + j]);
+  }
+}
+
+// Logits of a tile of kKeys keys (rows k[0..kKeys)) x 16 / kKeys query heads (rows q,
+// q + dim, ...): 16 accumulators of per-lane partial dot products, folded together by one
+// shuffle tree instead of a horizontal sum per (key, head). Writes s[h * kKeyBlock + j] for
+// the first `valid` keys j; the other rows of k must still be readable. Prefetches `ahead`
+// unless it is null.
+template <DType kDtype, int kKeys>
+inline void logits_tile(const float* q, const std::byte* const* k, int32_t dim, float scale,
+                        int32_t valid, float* s, const AheadRows<kKeys>* ahead) {
+  constexpr int64_t kEsize = kDtype == DType::kF32 ? 4 : 2;
+  __m512 acc[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
   int32_t d = 0;
-  for (; d + 32 <= dim; d += 32) {
-    const __m512 k0 = load16<kDtype>(k, d), k1 = load16<kDtype>(k, d + 16);
-    for (int i = 0; i < kNh; ++i) {
-      acc[i][0] = _mm512_fmadd_ps(_mm512_loadu_ps(q + i * dim + d), k0, acc[i][0]);
-      acc[i][1] = _mm512_fmadd_ps(_mm512_loadu_ps(q + i * dim + d + 16), k1, acc[i][1]);
+  for (; d < dim; d += 16) {
+    if (const int64_t o = d * kEsize; ahead != nullptr && o % 64 == 0) {
+#pragma GCC unroll 16
+      for (int j = 0; j < kKeys; ++j) {
+        _mm_prefetch(ahead->k[j] + o, _MM_HINT_T0);
+        if (o < ahead->v_bytes) _mm_prefetch(ahead->v[j] + o, _MM_HINT_T0);
+      }
     }
+    if (d + 16 > dim) break;
+    tile_step<kDtype, kKeys, false>(acc, q, k, dim, d, 0xFFFF);
   }
-  for (; d + 16 <= dim; d += 16) {
-    const __m512 kx = load16<kDtype>(k, d);
-    for (int i = 0; i < kNh; ++i)
-      acc[i][0] = _mm512_fmadd_ps(_mm512_loadu_ps(q + i * dim + d), kx, acc[i][0]);
+  if (d < dim) tile_step<kDtype, kKeys, true>(acc, q, k, dim, d, lanes(dim - d));
+  if (ahead != nullptr) {  // value rows wider than key rows
+    for (int64_t o = (dim * kEsize + 63) / 64 * 64; o < ahead->v_bytes; o += 64)
+      for (int j = 0; j < kKeys; ++j) _mm_prefetch(ahead->v[j] + o, _MM_HINT_T0);
   }
-  float tail[kNh] = {};
-  for (; d < dim; ++d) {
-    const float kx = load1<kDtype>(k, d);
-    for (int i = 0; i < kNh; ++i) tail[i] += q[i * dim + d] * kx;
+  __m512 z[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i)
+    z[i] = fold4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
+  const __m512 r = _mm512_mul_ps(fold_blocks(z[0], z[1], z[2], z[3]), _mm512_set1_ps(scale));
+  // Block i holds keys 4 * (i % (kKeys / 4)) + 0..3 of head i / (kKeys / 4): one masked store
+  // per block, addressed so that lane 4 * i + j lands on s[h * kKeyBlock + key].
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    const int h = i / (kKeys / 4), key0 = 4 * (i % (kKeys / 4));
+    const int n = std::clamp(valid - key0, 0, 4);
+    const auto m = static_cast<__mmask16>(((1u << n) - 1) << (4 * i));
+    _mm512_mask_storeu_ps(s + int64_t{h} * kKeyBlock + key0 - 4 * i, m, r);
   }
-  for (int i = 0; i < kNh; ++i)
-    out[i * stride] = (hsum(_mm512_add_ps(acc[i][0], acc[i][1])) + tail[i]) * scale;
+}
+
+// All q heads of the group against keys [jb, jb + nb): tiles of 4 keys x 4 heads when the
+// group divides by 4, 8 x 2 when by 2, else 16 keys x 1 head. The first tile of each key
+// step prefetches the rows kPrefetchKeys further on while those lie before `end`.
+template <DType kDtype, int kKeys>
+void logits_tiles(const AttentionProblem& p, const KeySet& keys, int32_t g, const float* q,
+                  int32_t group, int64_t jb, int64_t nb, int64_t end, float* s) {
+  const int32_t dim = p.kv.head_dim;
+  AheadRows<kKeys> ahead;
+  ahead.v_bytes = p.kv.value_dim * p.kv.esize();
+  for (int64_t b = 0; b < nb; b += kKeys) {
+    const int64_t a0 = jb + b + kPrefetchKeys;
+    const bool prefetch = a0 + kKeys <= end;
+    for (int j = 0; prefetch && j < kKeys; ++j) {
+      const int64_t row = keys.row(a0 + j);
+      ahead.k[j] = reinterpret_cast<const char*>(p.kv.k_row(g, row));
+      ahead.v[j] = reinterpret_cast<const char*>(p.kv.v_row(g, row));
+    }
+    const auto valid = static_cast<int32_t>(std::min<int64_t>(kKeys, nb - b));
+    const std::byte* k[kKeys];
+    for (int j = 0; j < kKeys; ++j) k[j] = p.kv.k_row(g, keys.row(jb + b + std::min(j, valid - 1)));
+    for (int32_t h = 0; h < group; h += 16 / kKeys)
+      logits_tile<kDtype, kKeys>(q + int64_t{h} * dim, k, dim, p.scale, valid,
+                                 s + int64_t{h} * kKeyBlock + b,
+                                 prefetch && h == 0 ? &ahead : nullptr);
+  }
 }
 
 template <DType kDtype>
 void logits_block(const AttentionProblem& p, const KeySet& keys, int32_t g, const float* q,
-                  int32_t group, int64_t jb, int64_t nb, float* s) {
-  const int32_t dim = p.kv.head_dim;
-  for (int64_t b = 0; b < nb; ++b) {
-    const std::byte* k = p.kv.k_row(g, keys.row(jb + b));
-    int32_t h = 0;
-    for (; h + 4 <= group; h += 4)
-      dots<kDtype, 4>(q + int64_t{h} * dim, k, dim, p.scale, s + h * kKeyBlock + b, kKeyBlock);
-    for (; h < group; ++h)
-      dots<kDtype, 1>(q + int64_t{h} * dim, k, dim, p.scale, s + h * kKeyBlock + b, kKeyBlock);
+                  int32_t group, int64_t jb, int64_t nb, int64_t end, float* s) {
+  if (group % 4 == 0) {
+    logits_tiles<kDtype, 4>(p, keys, g, q, group, jb, nb, end, s);
+  } else if (group % 2 == 0) {
+    logits_tiles<kDtype, 8>(p, keys, g, q, group, jb, nb, end, s);
+  } else {
+    logits_tiles<kDtype, 16>(p, keys, g, q, group, jb, nb, end, s);
   }
   if (p.softcap > 0.0f) {
     for (int32_t h = 0; h < group; ++h)
@@ -126,46 +218,49 @@ void logits_block(const AttentionProblem& p, const KeySet& keys, int32_t g, cons
   }
 }
 
-// acc[h] += sum_b w[h][b] * v_b for kNh heads: a 16-wide slice of the kNh accumulators stays
-// in registers (2 * kNh independent FMA chains) while the block's value rows stream through.
+// acc[h] += sum_b w[h][b] * v_b for kNh heads: 8 / kNh 16-wide slices of each of the kNh
+// accumulators stay in registers (8 independent FMA chains whatever the group) while the
+// block's value rows stream through; the last slices of dv are masked.
 template <DType kDtype, int kNh>
 inline void values_heads(const std::byte* const* rows, int64_t nb, int32_t dv, const float* w,
                          float* acc) {
+  constexpr int kVecs = 8 / kNh;
   int32_t d = 0;
-  for (; d + 32 <= dv; d += 32) {
-    __m512 a[kNh][2];
-    for (int i = 0; i < kNh; ++i) {
-      a[i][0] = _mm512_loadu_ps(acc + int64_t{i} * dv + d);
-      a[i][1] = _mm512_loadu_ps(acc + int64_t{i} * dv + d + 16);
-    }
+  for (; d + 16 * kVecs <= dv; d += 16 * kVecs) {
+    __m512 a[kNh * kVecs];
+#pragma GCC unroll 8
+    for (int i = 0; i < kNh * kVecs; ++i)
+      a[i] = _mm512_loadu_ps(acc + int64_t{i / kVecs} * dv + d + 16 * (i % kVecs));
     for (int64_t b = 0; b < nb; ++b) {
-      const __m512 v0 = load16<kDtype>(rows[b], d), v1 = load16<kDtype>(rows[b], d + 16);
+      __m512 vx[kVecs];
+#pragma GCC unroll 8
+      for (int c = 0; c < kVecs; ++c) vx[c] = load16<kDtype>(rows[b], d + 16 * c);
+#pragma GCC unroll 8
       for (int i = 0; i < kNh; ++i) {
         const __m512 wb = _mm512_set1_ps(w[i * kKeyBlock + b]);
-        a[i][0] = _mm512_fmadd_ps(wb, v0, a[i][0]);
-        a[i][1] = _mm512_fmadd_ps(wb, v1, a[i][1]);
+#pragma GCC unroll 8
+        for (int c = 0; c < kVecs; ++c)
+          a[i * kVecs + c] = _mm512_fmadd_ps(wb, vx[c], a[i * kVecs + c]);
       }
     }
-    for (int i = 0; i < kNh; ++i) {
-      _mm512_storeu_ps(acc + int64_t{i} * dv + d, a[i][0]);
-      _mm512_storeu_ps(acc + int64_t{i} * dv + d + 16, a[i][1]);
-    }
+#pragma GCC unroll 8
+    for (int i = 0; i < kNh * kVecs; ++i)
+      _mm512_storeu_ps(acc + int64_t{i / kVecs} * dv + d + 16 * (i % kVecs), a[i]);
   }
-  for (; d + 16 <= dv; d += 16) {
+  for (; d < dv; d += 16) {
+    const __mmask16 m = lanes(dv - d);
     __m512 a[kNh];
-    for (int i = 0; i < kNh; ++i) a[i] = _mm512_loadu_ps(acc + int64_t{i} * dv + d);
+#pragma GCC unroll 8
+    for (int i = 0; i < kNh; ++i) a[i] = _mm512_maskz_loadu_ps(m, acc + int64_t{i} * dv + d);
     for (int64_t b = 0; b < nb; ++b) {
-      const __m512 vx = load16<kDtype>(rows[b], d);
+      const __m512 vx = load16m<kDtype>(rows[b], d, m);
+#pragma GCC unroll 8
       for (int i = 0; i < kNh; ++i)
         a[i] = _mm512_fmadd_ps(_mm512_set1_ps(w[i * kKeyBlock + b]), vx, a[i]);
     }
-    for (int i = 0; i < kNh; ++i) _mm512_storeu_ps(acc + int64_t{i} * dv + d, a[i]);
+#pragma GCC unroll 8
+    for (int i = 0; i < kNh; ++i) _mm512_mask_storeu_ps(acc + int64_t{i} * dv + d, m, a[i]);
   }
-  for (; d < dv; ++d)
-    for (int64_t b = 0; b < nb; ++b) {
-      const float vx = load1<kDtype>(rows[b], d);
-      for (int i = 0; i < kNh; ++i) acc[int64_t{i} * dv + d] += w[i * kKeyBlock + b] * vx;
-    }
 }
 
 template <DType kDtype>
@@ -174,53 +269,46 @@ void values_block(const AttentionProblem& p, const KeySet& keys, int32_t g, int3
   const int32_t dv = p.kv.value_dim;
   const std::byte* rows[kKeyBlock];
   for (int64_t b = 0; b < nb; ++b) rows[b] = p.kv.v_row(g, keys.row(jb + b));
-  int32_t h = 0;
-  for (; h + 4 <= group; h += 4)
-    values_heads<kDtype, 4>(rows, nb, dv, w + h * kKeyBlock, acc + int64_t{h} * dv);
-  for (; h < group; ++h)
-    values_heads<kDtype, 1>(rows, nb, dv, w + h * kKeyBlock, acc + int64_t{h} * dv);
+  const int step = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
+  for (int32_t h = 0; h < group; h += step) {
+    const float* wh = w + h * kKeyBlock;
+    float* ah = acc + int64_t{h} * dv;
+    if (step == 4) {
+      values_heads<kDtype, 4>(rows, nb, dv, wh, ah);
+    } else if (step == 2) {
+      values_heads<kDtype, 2>(rows, nb, dv, wh, ah);
+    } else {
+      values_heads<kDtype, 1>(rows, nb, dv, wh, ah);
+    }
+  }
 }
 
 // Turns a block's logits of head h into weights and rescales the running state.
 void softmax_block(float* s, int64_t nb, int32_t dv, float& m, float& l, float* acc) {
-  float block_max = -INFINITY;
-  for (int64_t b = 0; b < nb; ++b) block_max = std::max(block_max, s[b]);
-  const float m_new = std::max(m, block_max);
+  const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
+  __m512 mx = neg_inf;
+  for (int64_t b = 0; b < nb; b += 16)
+    mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(neg_inf, lanes(nb - b), s + b));
+  const float m_new = std::max(m, _mm512_reduce_max_ps(mx));
   const float corr = std::exp(m - m_new);
   if (corr != 1.0f) {
     const __m512 c = _mm512_set1_ps(corr);
-    int32_t d = 0;
-    for (; d + 16 <= dv; d += 16) _mm512_storeu_ps(acc + d, _mm512_mul_ps(c, _mm512_loadu_ps(acc + d)));
-    for (; d < dv; ++d) acc[d] *= corr;
+    for (int32_t d = 0; d < dv; d += 16) {
+      const __mmask16 k = lanes(dv - d);
+      _mm512_mask_storeu_ps(acc + d, k, _mm512_mul_ps(c, _mm512_maskz_loadu_ps(k, acc + d)));
+    }
   }
   const __m512 mv = _mm512_set1_ps(m_new);
   __m512 sum = _mm512_setzero_ps();
-  int64_t b = 0;
-  for (; b + 16 <= nb; b += 16) {
-    const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + b), mv));
-    _mm512_storeu_ps(s + b, e);
+  for (int64_t b = 0; b < nb; b += 16) {
+    const __mmask16 k = lanes(nb - b);
+    const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + b), mv);
+    const __m512 e = _mm512_maskz_mov_ps(k, exp16(x));
+    _mm512_mask_storeu_ps(s + b, k, e);
     sum = _mm512_add_ps(sum, e);
   }
-  float tail = 0.0f;
-  for (; b < nb; ++b) tail += (s[b] = std::exp(s[b] - m_new));
-  l = l * corr + hsum(sum) + tail;
+  l = l * corr + hsum(sum);
   m = m_new;
-}
-
-// Asks for the K and V rows of keys [j0, j1) ahead of use: scattered cells (many sequences
-// in one pool) defeat the hardware prefetcher, which follows only runs within a page.
-// Contiguous runs get it only when long (kPrefetchRunKeys): at 4K keys it measured slower
-// (f16, 2 threads, AVX-512: 12.8-14.2 GB/s against 18.4-18.7 without), at 64K faster.
-void prefetch_rows(const AttentionProblem& p, const KeySet& keys, int32_t g, int64_t j0,
-                   int64_t j1) {
-  const int64_t k_bytes = p.kv.head_dim * p.kv.esize(), v_bytes = p.kv.value_dim * p.kv.esize();
-  for (int64_t j = j0; j < j1; ++j) {
-    const int64_t row = keys.row(j);
-    const char* k = reinterpret_cast<const char*>(p.kv.k_row(g, row));
-    const char* v = reinterpret_cast<const char*>(p.kv.v_row(g, row));
-    for (int64_t o = 0; o < k_bytes; o += 64) _mm_prefetch(k + o, _MM_HINT_T0);
-    for (int64_t o = 0; o < v_bytes; o += 64) _mm_prefetch(v + o, _MM_HINT_T0);
-  }
 }
 
 template <DType kDtype>
@@ -228,14 +316,12 @@ void chunk(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int64_t 
            float* l, float* acc, float* s) {
   const int32_t group = p.q_heads / p.kv.kv_heads, dv = p.kv.value_dim;
   const KeySet& keys = p.keys[t];
-  const bool prefetch = keys.n_runs == 0 || keys.size() >= kPrefetchRunKeys;
   const float* q = p.q + (int64_t{t} * p.q_heads + int64_t{g} * group) * p.kv.head_dim;
   for (int32_t h = 0; h < group; ++h) m[h] = -INFINITY, l[h] = 0.0f;
   std::memset(acc, 0, sizeof(float) * static_cast<size_t>(group) * dv);
   for (int64_t jb = j0; jb < j1; jb += kKeyBlock) {
     const int64_t nb = std::min(kKeyBlock, j1 - jb);
-    if (prefetch) prefetch_rows(p, keys, g, jb + nb, std::min(j1, jb + nb + kKeyBlock));
-    logits_block<kDtype>(p, keys, g, q, group, jb, nb, s);
+    logits_block<kDtype>(p, keys, g, q, group, jb, nb, j1, s);
     for (int32_t h = 0; h < group; ++h)
       softmax_block(s + h * kKeyBlock, nb, dv, m[h], l[h], acc + int64_t{h} * dv);
     values_block<kDtype>(p, keys, g, group, jb, nb, s, acc);

@@ -14,6 +14,8 @@ inline constexpr int64_t kKeyBlock = 32;  // keys whose logits are computed befo
 // Contiguous key sets at least this long get software prefetch too: they stream from DRAM,
 // where it measured faster; shorter ones mostly sit in cache, where it measured slower.
 inline constexpr int64_t kPrefetchRunKeys = 8192;
+// The AVX-512 worker asks for each key's rows this many keys before it reaches them.
+inline constexpr int64_t kPrefetchKeys = 32;
 
 // scratch holds at least G * kKeyBlock floats.
 using ChunkFn = void (*)(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0,

@@ -150,6 +150,22 @@ TEST(AttentionKernel, OptimizedMatchesReferenceOverSampledGrid) {
   EXPECT_GT(runs, 40);  // the sample must cover a real part of the grid
 }
 
+TEST(AttentionKernel, EveryTileShapeAndTailMatchesReference) {
+  // The AVX-512 worker tiles logits by the group size G = q_heads / kv_heads (4 keys x 4 heads
+  // when 4 | G, 8 x 2 when 2 | G, else 16 x 1), masks dims that are not a multiple of 16 and
+  // key blocks that are not a multiple of the tile, and prefetches rows of keys further on
+  // (value rows wider than key rows included). 300 keys reach all of those paths.
+  std::mt19937 rng(99);
+  ThreadPool p1(1), p2(2);
+  const int heads[][2] = {{1, 1}, {2, 1}, {3, 1}, {6, 2}, {8, 1}, {12, 4}};
+  const int dims[][2] = {{20, 12}, {16, 48}, {128, 128}, {72, 40}};
+  for (auto& h : heads)
+    for (auto& d : dims)
+      for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
+        run_differential(Shape{2, h[0], h[1], d[0], d[1], 301, 0, dt, int(rng() % 3), 0.0f},
+                         rng, {&p1, &p2});
+}
+
 TEST(AttentionKernel, LongDecodeSplitsKeysAndMatchesReference) {
   // T=1, few kv heads and thousands of keys: attend() splits the key range across tasks.
   std::mt19937 rng(7);
