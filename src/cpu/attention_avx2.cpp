@@ -1,7 +1,8 @@
 // The AVX2 + FMA + F16C chunk worker, entered only through attend()'s run-time dispatch.
 // K/V rows are converted in registers (f16 by vcvtph2ps, bf16 by a 16-bit shift), each row
-// is read once for all q heads of its group, and the softmax is updated once per key block
-// with a vector exp. All headers are included before the target pragma so nothing shared with
+// is read once for all q heads of its group, logits come from tiles of keys x heads folded by
+// one hadd tree, the rows of keys further on are prefetched a line at a time, and the softmax
+// is updated once per key block with a vector exp. All headers are included before the target pragma so nothing shared with
 // other translation units is compiled for AVX2.
 #include <algorithm>
 #include <cmath>
@@ -77,46 +78,110 @@ inline __m256 exp8(__m256 x) {
   return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
-// Logits of kNh query heads (rows q, q + dim, ...) against one key row. Two accumulators per
-// head keep enough independent FMA chains in flight to hide the FMA latency.
-template <DType kDtype, int kNh>
-inline void dots(const float* q, const std::byte* k, int32_t dim, float scale, float* out,
-                 int64_t stride) {
-  __m256 acc[kNh][2];
-  for (int i = 0; i < kNh; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+// Eight partial-sum vectors -> one vector of their eight sums, in order.
+inline __m256 fold8(const __m256* a) {
+  const __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 h45 = _mm256_hadd_ps(a[4], a[5]), h67 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 lo = _mm256_hadd_ps(h01, h23), hi = _mm256_hadd_ps(h45, h67);
+  return _mm256_add_ps(_mm256_permute2f128_ps(lo, hi, 0x20), _mm256_permute2f128_ps(lo, hi, 0x31));
+}
+
+// The K and V rows of the keys kPrefetchKeys further on, which a tile asks for a line at a
+// time as it moves through dim (see the AVX-512 worker, where this was measured).
+template <int kKeys>
+struct AheadRows {
+  const char* k[kKeys];
+  const char* v[kKeys];
+  int64_t k_bytes, v_bytes;
+};
+
+template <int kKeys>
+inline void prefetch_line(const AheadRows<kKeys>& ahead, int64_t o) {
+  for (int j = 0; j < kKeys; ++j) {
+    if (o < ahead.k_bytes) _mm_prefetch(ahead.k[j] + o, _MM_HINT_T0);
+    if (o < ahead.v_bytes) _mm_prefetch(ahead.v[j] + o, _MM_HINT_T0);
+  }
+}
+
+// Logits of a tile of kKeys keys (rows k[0..kKeys)) x 8 / kKeys query heads (rows q,
+// q + dim, ...): 8 accumulators of per-lane partial dot products folded by one hadd tree
+// instead of a horizontal sum per (key, head); dims past the last multiple of 8 go scalar.
+// Writes s[h * kKeyBlock + j] for the first `valid` keys j; the other rows of k must still be
+// readable. Prefetches `ahead` unless it is null.
+template <DType kDtype, int kKeys>
+inline void logits_tile(const float* q, const std::byte* const* k, int32_t dim, float scale,
+                        int32_t valid, float* s, const AheadRows<kKeys>* ahead) {
+  constexpr int kNh = 8 / kKeys;
+  constexpr int64_t kEsize = kDtype == DType::kF32 ? 4 : 2;
+  __m256 acc[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
   int32_t d = 0;
-  for (; d + 16 <= dim; d += 16) {
-    const __m256 k0 = load8<kDtype>(k, d), k1 = load8<kDtype>(k, d + 8);
-    for (int i = 0; i < kNh; ++i) {
-      acc[i][0] = _mm256_fmadd_ps(_mm256_loadu_ps(q + i * dim + d), k0, acc[i][0]);
-      acc[i][1] = _mm256_fmadd_ps(_mm256_loadu_ps(q + i * dim + d + 8), k1, acc[i][1]);
+  for (; d + 8 <= dim; d += 8) {
+    if (const int64_t o = d * kEsize; ahead != nullptr && o % 64 == 0) prefetch_line(*ahead, o);
+    __m256 kx[kKeys];
+#pragma GCC unroll 8
+    for (int j = 0; j < kKeys; ++j) kx[j] = load8<kDtype>(k[j], d);
+#pragma GCC unroll 4
+    for (int h = 0; h < kNh; ++h) {
+      const __m256 qx = _mm256_loadu_ps(q + int64_t{h} * dim + d);
+#pragma GCC unroll 8
+      for (int j = 0; j < kKeys; ++j)
+        acc[h * kKeys + j] = _mm256_fmadd_ps(qx, kx[j], acc[h * kKeys + j]);
     }
   }
-  for (; d + 8 <= dim; d += 8) {
-    const __m256 kx = load8<kDtype>(k, d);
-    for (int i = 0; i < kNh; ++i)
-      acc[i][0] = _mm256_fmadd_ps(_mm256_loadu_ps(q + i * dim + d), kx, acc[i][0]);
+  if (ahead != nullptr) {  // lines past the vector loop, and value rows wider than key rows
+    const int64_t rest = std::max(ahead->k_bytes, ahead->v_bytes);
+    for (int64_t o = (d * kEsize + 63) / 64 * 64; o < rest; o += 64) prefetch_line(*ahead, o);
   }
-  float tail[kNh] = {};
-  for (; d < dim; ++d) {
-    const float kx = load1<kDtype>(k, d);
-    for (int i = 0; i < kNh; ++i) tail[i] += q[i * dim + d] * kx;
+  alignas(32) float out[8] = {};
+  for (int32_t e = d; e < dim; ++e)
+    for (int h = 0; h < kNh; ++h)
+      for (int j = 0; j < kKeys; ++j)
+        out[h * kKeys + j] += q[int64_t{h} * dim + e] * load1<kDtype>(k[j], e);
+  const __m256 r = _mm256_add_ps(fold8(acc), _mm256_load_ps(out));
+  _mm256_store_ps(out, _mm256_mul_ps(r, _mm256_set1_ps(scale)));
+  for (int h = 0; h < kNh; ++h)
+    for (int j = 0; j < valid; ++j) s[h * kKeyBlock + j] = out[h * kKeys + j];
+}
+
+// All q heads of the group against keys [jb, jb + nb): tiles of 2 keys x 4 heads when the
+// group divides by 4, 4 x 2 when by 2, else 8 keys x 1 head. The first tile of each key step
+// prefetches the rows kPrefetchKeys further on while those lie before `end`.
+template <DType kDtype, int kKeys>
+void logits_tiles(const AttentionProblem& p, const KeySet& keys, int32_t g, const float* q,
+                  int32_t group, int64_t jb, int64_t nb, int64_t end, float* s) {
+  const int32_t dim = p.kv.head_dim;
+  AheadRows<kKeys> ahead;
+  ahead.k_bytes = dim * p.kv.esize();
+  ahead.v_bytes = p.kv.value_dim * p.kv.esize();
+  for (int64_t b = 0; b < nb; b += kKeys) {
+    const int64_t a0 = jb + b + kPrefetchKeys;
+    const bool prefetch = a0 + kKeys <= end;
+    for (int j = 0; prefetch && j < kKeys; ++j) {
+      const int64_t row = keys.row(a0 + j);
+      ahead.k[j] = reinterpret_cast<const char*>(p.kv.k_row(g, row));
+      ahead.v[j] = reinterpret_cast<const char*>(p.kv.v_row(g, row));
+    }
+    const auto valid = static_cast<int32_t>(std::min<int64_t>(kKeys, nb - b));
+    const std::byte* k[kKeys];
+    for (int j = 0; j < kKeys; ++j) k[j] = p.kv.k_row(g, keys.row(jb + b + std::min(j, valid - 1)));
+    for (int32_t h = 0; h < group; h += 8 / kKeys)
+      logits_tile<kDtype, kKeys>(q + int64_t{h} * dim, k, dim, p.scale, valid,
+                                 s + int64_t{h} * kKeyBlock + b,
+                                 prefetch && h == 0 ? &ahead : nullptr);
   }
-  for (int i = 0; i < kNh; ++i)
-    out[i * stride] = (hsum(_mm256_add_ps(acc[i][0], acc[i][1])) + tail[i]) * scale;
 }
 
 template <DType kDtype>
 void logits_block(const AttentionProblem& p, const KeySet& keys, int32_t g, const float* q,
-                  int32_t group, int64_t jb, int64_t nb, float* s) {
-  const int32_t dim = p.kv.head_dim;
-  for (int64_t b = 0; b < nb; ++b) {
-    const std::byte* k = p.kv.k_row(g, keys.row(jb + b));
-    int32_t h = 0;
-    for (; h + 4 <= group; h += 4)
-      dots<kDtype, 4>(q + int64_t{h} * dim, k, dim, p.scale, s + h * kKeyBlock + b, kKeyBlock);
-    for (; h < group; ++h)
-      dots<kDtype, 1>(q + int64_t{h} * dim, k, dim, p.scale, s + h * kKeyBlock + b, kKeyBlock);
+                  int32_t group, int64_t jb, int64_t nb, int64_t end, float* s) {
+  if (group % 4 == 0) {
+    logits_tiles<kDtype, 2>(p, keys, g, q, group, jb, nb, end, s);
+  } else if (group % 2 == 0) {
+    logits_tiles<kDtype, 4>(p, keys, g, q, group, jb, nb, end, s);
+  } else {
+    logits_tiles<kDtype, 8>(p, keys, g, q, group, jb, nb, end, s);
   }
   if (p.softcap > 0.0f) {
     for (int32_t h = 0; h < group; ++h)
@@ -191,7 +256,8 @@ void softmax_block(float* s, int64_t nb, int32_t dv, float& m, float& l, float* 
   if (corr != 1.0f) {
     const __m256 c = _mm256_set1_ps(corr);
     int32_t d = 0;
-    for (; d + 8 <= dv; d += 8) _mm256_storeu_ps(acc + d, _mm256_mul_ps(c, _mm256_loadu_ps(acc + d)));
+    for (; d + 8 <= dv; d += 8)
+      _mm256_storeu_ps(acc + d, _mm256_mul_ps(c, _mm256_loadu_ps(acc + d)));
     for (; d < dv; ++d) acc[d] *= corr;
   }
   const __m256 mv = _mm256_set1_ps(m_new);
@@ -208,35 +274,17 @@ void softmax_block(float* s, int64_t nb, int32_t dv, float& m, float& l, float* 
   m = m_new;
 }
 
-// Asks for the K and V rows of keys [j0, j1) ahead of use: scattered cells (many sequences
-// in one pool) defeat the hardware prefetcher, which follows only runs within a page.
-// Contiguous runs get it only when long (kPrefetchRunKeys): at 4K keys it measured slower
-// (f16, 2 threads, AVX-512: 12.8-14.2 GB/s against 18.4-18.7 without), at 64K faster.
-void prefetch_rows(const AttentionProblem& p, const KeySet& keys, int32_t g, int64_t j0,
-                   int64_t j1) {
-  const int64_t k_bytes = p.kv.head_dim * p.kv.esize(), v_bytes = p.kv.value_dim * p.kv.esize();
-  for (int64_t j = j0; j < j1; ++j) {
-    const int64_t row = keys.row(j);
-    const char* k = reinterpret_cast<const char*>(p.kv.k_row(g, row));
-    const char* v = reinterpret_cast<const char*>(p.kv.v_row(g, row));
-    for (int64_t o = 0; o < k_bytes; o += 64) _mm_prefetch(k + o, _MM_HINT_T0);
-    for (int64_t o = 0; o < v_bytes; o += 64) _mm_prefetch(v + o, _MM_HINT_T0);
-  }
-}
-
 template <DType kDtype>
 void chunk(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int64_t j1, float* m,
            float* l, float* acc, float* s) {
   const int32_t group = p.q_heads / p.kv.kv_heads, dv = p.kv.value_dim;
   const KeySet& keys = p.keys[t];
-  const bool prefetch = keys.n_runs == 0 || keys.size() >= kPrefetchRunKeys;
   const float* q = p.q + (int64_t{t} * p.q_heads + int64_t{g} * group) * p.kv.head_dim;
   for (int32_t h = 0; h < group; ++h) m[h] = -INFINITY, l[h] = 0.0f;
   std::memset(acc, 0, sizeof(float) * static_cast<size_t>(group) * dv);
   for (int64_t jb = j0; jb < j1; jb += kKeyBlock) {
     const int64_t nb = std::min(kKeyBlock, j1 - jb);
-    if (prefetch) prefetch_rows(p, keys, g, jb + nb, std::min(j1, jb + nb + kKeyBlock));
-    logits_block<kDtype>(p, keys, g, q, group, jb, nb, s);
+    logits_block<kDtype>(p, keys, g, q, group, jb, nb, j1, s);
     for (int32_t h = 0; h < group; ++h)
       softmax_block(s + h * kKeyBlock, nb, dv, m[h], l[h], acc + int64_t{h} * dv);
     values_block<kDtype>(p, keys, g, group, jb, nb, s, acc);

@@ -11,10 +11,7 @@
 namespace kvcache::cpu::detail {
 
 inline constexpr int64_t kKeyBlock = 32;  // keys whose logits are computed before one rescale
-// Contiguous key sets at least this long get software prefetch too: they stream from DRAM,
-// where it measured faster; shorter ones mostly sit in cache, where it measured slower.
-inline constexpr int64_t kPrefetchRunKeys = 8192;
-// The AVX-512 worker asks for each key's rows this many keys before it reaches them.
+// The SIMD workers ask for each key's K and V rows this many keys before they reach them.
 inline constexpr int64_t kPrefetchKeys = 32;
 
 // scratch holds at least G * kKeyBlock floats.
