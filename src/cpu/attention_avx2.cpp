@@ -86,31 +86,16 @@ inline __m256 fold8(const __m256* a) {
   return _mm256_add_ps(_mm256_permute2f128_ps(lo, hi, 0x20), _mm256_permute2f128_ps(lo, hi, 0x31));
 }
 
-// The K and V rows of the keys kPrefetchKeys further on, which a tile asks for a line at a
-// time as it moves through dim (see the AVX-512 worker, where this was measured).
-template <int kKeys>
-struct AheadRows {
-  const char* k[kKeys];
-  const char* v[kKeys];
-  int64_t k_bytes, v_bytes;
-};
-
-template <int kKeys>
-inline void prefetch_line(const AheadRows<kKeys>& ahead, int64_t o) {
-  for (int j = 0; j < kKeys; ++j) {
-    if (o < ahead.k_bytes) _mm_prefetch(ahead.k[j] + o, _MM_HINT_T0);
-    if (o < ahead.v_bytes) _mm_prefetch(ahead.v[j] + o, _MM_HINT_T0);
-  }
-}
-
 // Logits of a tile of kKeys keys (rows k[0..kKeys)) x 8 / kKeys query heads (rows q,
 // q + dim, ...): 8 accumulators of per-lane partial dot products folded by one hadd tree
 // instead of a horizontal sum per (key, head); dims past the last multiple of 8 go scalar.
-// Writes s[h * kKeyBlock + j] for the first `valid` keys j; the other rows of k must still be
-// readable. Prefetches `ahead` unless it is null.
+// Writes s[h * kKeyBlock + j] for the tile's valid keys j, and prefetches the next rows when
+// `prefetch` and there are some.
 template <DType kDtype, int kKeys>
-inline void logits_tile(const float* q, const std::byte* const* k, int32_t dim, float scale,
-                        int32_t valid, float* s, const AheadRows<kKeys>* ahead) {
+inline void logits_tile(const float* q, const TileRows<kKeys>& rows, bool prefetch,
+                        int32_t dim, float scale, float* s) {
+  const std::byte* const* k = rows.k;
+  prefetch = prefetch && rows.has_next;
   constexpr int kNh = 8 / kKeys;
   constexpr int64_t kEsize = kDtype == DType::kF32 ? 4 : 2;
   __m256 acc[8];
@@ -118,7 +103,7 @@ inline void logits_tile(const float* q, const std::byte* const* k, int32_t dim, 
   for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
   int32_t d = 0;
   for (; d + 8 <= dim; d += 8) {
-    if (const int64_t o = d * kEsize; ahead != nullptr && o % 64 == 0) prefetch_line(*ahead, o);
+    if (const int64_t o = d * kEsize; prefetch && o % 64 == 0) rows.prefetch_line(o);
     __m256 kx[kKeys];
 #pragma GCC unroll 8
     for (int j = 0; j < kKeys; ++j) kx[j] = load8<kDtype>(k[j], d);
@@ -130,9 +115,9 @@ inline void logits_tile(const float* q, const std::byte* const* k, int32_t dim, 
         acc[h * kKeys + j] = _mm256_fmadd_ps(qx, kx[j], acc[h * kKeys + j]);
     }
   }
-  if (ahead != nullptr) {  // lines past the vector loop, and value rows wider than key rows
-    const int64_t rest = std::max(ahead->k_bytes, ahead->v_bytes);
-    for (int64_t o = (d * kEsize + 63) / 64 * 64; o < rest; o += 64) prefetch_line(*ahead, o);
+  if (prefetch) {  // lines past the vector loop, and value rows wider than key rows
+    const int64_t rest = std::max(rows.k_bytes, rows.v_bytes);
+    for (int64_t o = (d * kEsize + 63) / 64 * 64; o < rest; o += 64) rows.prefetch_line(o);
   }
   alignas(32) float out[8] = {};
   for (int32_t e = d; e < dim; ++e)
@@ -142,7 +127,7 @@ inline void logits_tile(const float* q, const std::byte* const* k, int32_t dim, 
   const __m256 r = _mm256_add_ps(fold8(acc), _mm256_load_ps(out));
   _mm256_store_ps(out, _mm256_mul_ps(r, _mm256_set1_ps(scale)));
   for (int h = 0; h < kNh; ++h)
-    for (int j = 0; j < valid; ++j) s[h * kKeyBlock + j] = out[h * kKeys + j];
+    for (int j = 0; j < rows.valid; ++j) s[h * kKeyBlock + j] = out[h * kKeys + j];
 }
 
 // All q heads of the group against keys [jb, jb + nb): tiles of 2 keys x 4 heads when the
@@ -152,24 +137,11 @@ template <DType kDtype, int kKeys>
 void logits_tiles(const AttentionProblem& p, const KeySet& keys, int32_t g, const float* q,
                   int32_t group, int64_t jb, int64_t nb, int64_t end, float* s) {
   const int32_t dim = p.kv.head_dim;
-  AheadRows<kKeys> ahead;
-  ahead.k_bytes = dim * p.kv.esize();
-  ahead.v_bytes = p.kv.value_dim * p.kv.esize();
   for (int64_t b = 0; b < nb; b += kKeys) {
-    const int64_t a0 = jb + b + kPrefetchKeys;
-    const bool prefetch = a0 + kKeys <= end;
-    for (int j = 0; prefetch && j < kKeys; ++j) {
-      const int64_t row = keys.row(a0 + j);
-      ahead.k[j] = reinterpret_cast<const char*>(p.kv.k_row(g, row));
-      ahead.v[j] = reinterpret_cast<const char*>(p.kv.v_row(g, row));
-    }
-    const auto valid = static_cast<int32_t>(std::min<int64_t>(kKeys, nb - b));
-    const std::byte* k[kKeys];
-    for (int j = 0; j < kKeys; ++j) k[j] = p.kv.k_row(g, keys.row(jb + b + std::min(j, valid - 1)));
+    const auto rows = tile_rows<kKeys>(p, keys, g, jb + b, nb - b, end);
     for (int32_t h = 0; h < group; h += 8 / kKeys)
-      logits_tile<kDtype, kKeys>(q + int64_t{h} * dim, k, dim, p.scale, valid,
-                                 s + int64_t{h} * kKeyBlock + b,
-                                 prefetch && h == 0 ? &ahead : nullptr);
+      logits_tile<kDtype, kKeys>(q + int64_t{h} * dim, rows, h == 0, dim, p.scale,
+                                 s + int64_t{h} * kKeyBlock + b);
   }
 }
 
@@ -183,13 +155,7 @@ void logits_block(const AttentionProblem& p, const KeySet& keys, int32_t g, cons
   } else {
     logits_tiles<kDtype, 8>(p, keys, g, q, group, jb, nb, end, s);
   }
-  if (p.softcap > 0.0f) {
-    for (int32_t h = 0; h < group; ++h)
-      for (int64_t b = 0; b < nb; ++b) {
-        float& x = s[h * kKeyBlock + b];
-        x = p.softcap * std::tanh(x / p.softcap);
-      }
-  }
+  if (p.softcap > 0.0f) apply_softcap(s, group, nb, p.softcap);
 }
 
 // acc[h] += sum_b w[h][b] * v_b for kNh heads: a 16-wide slice of the kNh accumulators stays

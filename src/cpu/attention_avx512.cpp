@@ -95,19 +95,6 @@ inline __m512 fold_blocks(__m512 z0, __m512 z1, __m512 z2, __m512 z3) {
                        _mm512_shuffle_f32x4(y01, y23, kOdd));
 }
 
-// The K and V rows of the keys kPrefetchKeys further on, which a tile asks for while it
-// computes. The hardware prefetcher alone kept too few lines in flight for a kernel this busy,
-// and asking for all of a tile's rows at once stalled on the line-fill buffers; one request
-// per row and 64 bytes of the tile's own progress through dim measured best (2 threads, 64K
-// keys, f16, 32/8 heads: 0.48-0.51 of the read probe with no requests, 0.65-0.71 asking for a
-// tile's rows at once, 0.80-0.86 spread like this; further ahead, or into L2, was slower).
-template <int kKeys>
-struct AheadRows {
-  const char* k[kKeys];
-  const char* v[kKeys];
-  int64_t v_bytes;
-};
-
 // One 16-wide step of dim for a tile: kKeys key slices against kNh query slices.
 template <DType kDtype, int kKeys, bool kMasked>
 [[gnu::always_inline]] inline void tile_step(__m512* acc, const float* q, const std::byte* const* k,
@@ -130,31 +117,26 @@ template <DType kDtype, int kKeys, bool kMasked>
 // Logits of a tile of kKeys keys (rows k[0..kKeys)) x 16 / kKeys query heads (rows q,
 // q + dim, ...): 16 accumulators of per-lane partial dot products, folded together by one
 // shuffle tree instead of a horizontal sum per (key, head). Writes s[h * kKeyBlock + j] for
-// the first `valid` keys j; the other rows of k must still be readable. Prefetches `ahead`
-// unless it is null.
+// the tile's valid keys j, and prefetches the next rows when `prefetch` and there are some.
 template <DType kDtype, int kKeys>
-inline void logits_tile(const float* q, const std::byte* const* k, int32_t dim, float scale,
-                        int32_t valid, float* s, const AheadRows<kKeys>* ahead) {
+inline void logits_tile(const float* q, const TileRows<kKeys>& rows, bool prefetch,
+                        int32_t dim, float scale, float* s) {
+  const std::byte* const* k = rows.k;
+  prefetch = prefetch && rows.has_next;
   constexpr int64_t kEsize = kDtype == DType::kF32 ? 4 : 2;
   __m512 acc[16];
 #pragma GCC unroll 16
   for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
   int32_t d = 0;
   for (; d < dim; d += 16) {
-    if (const int64_t o = d * kEsize; ahead != nullptr && o % 64 == 0) {
-#pragma GCC unroll 16
-      for (int j = 0; j < kKeys; ++j) {
-        _mm_prefetch(ahead->k[j] + o, _MM_HINT_T0);
-        if (o < ahead->v_bytes) _mm_prefetch(ahead->v[j] + o, _MM_HINT_T0);
-      }
-    }
+    if (const int64_t o = d * kEsize; prefetch && o % 64 == 0) rows.prefetch_line(o);
     if (d + 16 > dim) break;
     tile_step<kDtype, kKeys, false>(acc, q, k, dim, d, 0xFFFF);
   }
   if (d < dim) tile_step<kDtype, kKeys, true>(acc, q, k, dim, d, lanes(dim - d));
-  if (ahead != nullptr) {  // value rows wider than key rows
-    for (int64_t o = (dim * kEsize + 63) / 64 * 64; o < ahead->v_bytes; o += 64)
-      for (int j = 0; j < kKeys; ++j) _mm_prefetch(ahead->v[j] + o, _MM_HINT_T0);
+  if (prefetch) {  // value rows wider than key rows
+    for (int64_t o = (dim * kEsize + 63) / 64 * 64; o < rows.v_bytes; o += 64)
+      rows.prefetch_line(o);
   }
   __m512 z[4];
 #pragma GCC unroll 4
@@ -166,36 +148,24 @@ inline void logits_tile(const float* q, const std::byte* const* k, int32_t dim, 
 #pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) {
     const int h = i / (kKeys / 4), key0 = 4 * (i % (kKeys / 4));
-    const int n = std::clamp(valid - key0, 0, 4);
+    const int n = std::clamp(rows.valid - key0, 0, 4);
     const auto m = static_cast<__mmask16>(((1u << n) - 1) << (4 * i));
     _mm512_mask_storeu_ps(s + int64_t{h} * kKeyBlock + key0 - 4 * i, m, r);
   }
 }
 
 // All q heads of the group against keys [jb, jb + nb): tiles of 4 keys x 4 heads when the
-// group divides by 4, 8 x 2 when by 2, else 16 keys x 1 head. The first tile of each key
-// step prefetches the rows kPrefetchKeys further on while those lie before `end`.
+// group divides by 4, 8 x 2 when by 2, else 16 keys x 1 head. The first tile of each key step
+// prefetches the rows kPrefetchKeys further on while those lie before `end`.
 template <DType kDtype, int kKeys>
 void logits_tiles(const AttentionProblem& p, const KeySet& keys, int32_t g, const float* q,
                   int32_t group, int64_t jb, int64_t nb, int64_t end, float* s) {
   const int32_t dim = p.kv.head_dim;
-  AheadRows<kKeys> ahead;
-  ahead.v_bytes = p.kv.value_dim * p.kv.esize();
   for (int64_t b = 0; b < nb; b += kKeys) {
-    const int64_t a0 = jb + b + kPrefetchKeys;
-    const bool prefetch = a0 + kKeys <= end;
-    for (int j = 0; prefetch && j < kKeys; ++j) {
-      const int64_t row = keys.row(a0 + j);
-      ahead.k[j] = reinterpret_cast<const char*>(p.kv.k_row(g, row));
-      ahead.v[j] = reinterpret_cast<const char*>(p.kv.v_row(g, row));
-    }
-    const auto valid = static_cast<int32_t>(std::min<int64_t>(kKeys, nb - b));
-    const std::byte* k[kKeys];
-    for (int j = 0; j < kKeys; ++j) k[j] = p.kv.k_row(g, keys.row(jb + b + std::min(j, valid - 1)));
+    const auto rows = tile_rows<kKeys>(p, keys, g, jb + b, nb - b, end);
     for (int32_t h = 0; h < group; h += 16 / kKeys)
-      logits_tile<kDtype, kKeys>(q + int64_t{h} * dim, k, dim, p.scale, valid,
-                                 s + int64_t{h} * kKeyBlock + b,
-                                 prefetch && h == 0 ? &ahead : nullptr);
+      logits_tile<kDtype, kKeys>(q + int64_t{h} * dim, rows, h == 0, dim, p.scale,
+                                 s + int64_t{h} * kKeyBlock + b);
   }
 }
 
@@ -209,13 +179,7 @@ void logits_block(const AttentionProblem& p, const KeySet& keys, int32_t g, cons
   } else {
     logits_tiles<kDtype, 16>(p, keys, g, q, group, jb, nb, end, s);
   }
-  if (p.softcap > 0.0f) {
-    for (int32_t h = 0; h < group; ++h)
-      for (int64_t b = 0; b < nb; ++b) {
-        float& x = s[h * kKeyBlock + b];
-        x = p.softcap * std::tanh(x / p.softcap);
-      }
-  }
+  if (p.softcap > 0.0f) apply_softcap(s, group, nb, p.softcap);
 }
 
 // acc[h] += sum_b w[h][b] * v_b for kNh heads: 8 / kNh 16-wide slices of each of the kNh
