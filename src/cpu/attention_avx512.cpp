@@ -154,33 +154,14 @@ inline void logits_tile(const float* q, const TileRows<kKeys>& rows, bool prefet
   }
 }
 
-// All q heads of the group against keys [jb, jb + nb): tiles of 4 keys x 4 heads when the
-// group divides by 4, 8 x 2 when by 2, else 16 keys x 1 head. The first tile of each key step
-// prefetches the rows kPrefetchKeys further on while those lie before `end`.
-template <DType kDtype, int kKeys>
-void logits_tiles(const AttentionProblem& p, const KeySet& keys, int32_t g, const float* q,
-                  int32_t group, int64_t jb, int64_t nb, int64_t end, float* s) {
-  const int32_t dim = p.kv.head_dim;
-  for (int64_t b = 0; b < nb; b += kKeys) {
-    const auto rows = tile_rows<kKeys>(p, keys, g, jb + b, nb - b, end);
-    for (int32_t h = 0; h < group; h += 16 / kKeys)
-      logits_tile<kDtype, kKeys>(q + int64_t{h} * dim, rows, h == 0, dim, p.scale,
-                                 s + int64_t{h} * kKeyBlock + b);
-  }
-}
-
 template <DType kDtype>
-void logits_block(const AttentionProblem& p, const KeySet& keys, int32_t g, const float* q,
-                  int32_t group, int64_t jb, int64_t nb, int64_t end, float* s) {
-  if (group % 4 == 0) {
-    logits_tiles<kDtype, 4>(p, keys, g, q, group, jb, nb, end, s);
-  } else if (group % 2 == 0) {
-    logits_tiles<kDtype, 8>(p, keys, g, q, group, jb, nb, end, s);
-  } else {
-    logits_tiles<kDtype, 16>(p, keys, g, q, group, jb, nb, end, s);
+struct Tiles {
+  template <int kKeys>
+  static void run(const float* q, const TileRows<kKeys>& rows, bool prefetch, int32_t dim,
+                  float scale, float* s) {
+    logits_tile<kDtype, kKeys>(q, rows, prefetch, dim, scale, s);
   }
-  if (p.softcap > 0.0f) apply_softcap(s, group, nb, p.softcap);
-}
+};
 
 // acc[h] += sum_b w[h][b] * v_b for kNh heads: 8 / kNh 16-wide slices of each of the kNh
 // accumulators stay in registers (8 independent FMA chains whatever the group) while the
@@ -285,7 +266,7 @@ void chunk(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int64_t 
   std::memset(acc, 0, sizeof(float) * static_cast<size_t>(group) * dv);
   for (int64_t jb = j0; jb < j1; jb += kKeyBlock) {
     const int64_t nb = std::min(kKeyBlock, j1 - jb);
-    logits_block<kDtype>(p, keys, g, q, group, jb, nb, j1, s);
+    logits_block<16, Tiles<kDtype>>(p, keys, g, q, group, jb, nb, j1, s);
     for (int32_t h = 0; h < group; ++h)
       softmax_block(s + h * kKeyBlock, nb, dv, m[h], l[h], acc + int64_t{h} * dv);
     values_block<kDtype>(p, keys, g, group, jb, nb, s, acc);

@@ -2,6 +2,9 @@
 // set implements. It visits keys [j0, j1) of token t's KeySet for the q heads of kv head g
 // together and leaves the unnormalized online-softmax state: m[G] running max of the logits,
 // l[G] sum of exp(logit - m), acc[G * value_dim] sum of exp(logit - m) * v.
+// The SIMD workers include this before their target pragmas, so every template here is
+// compiled for the baseline instruction set wherever it is instantiated (the copies the
+// linker merges are identical) and calls into the workers' own tile code.
 #pragma once
 
 #include <algorithm>
@@ -68,6 +71,36 @@ inline void apply_softcap(float* s, int32_t group, int64_t nb, float softcap) {
       float& x = s[h * kKeyBlock + b];
       x = softcap * std::tanh(x / softcap);
     }
+}
+
+// Logits of all q heads of kv head g's group (rows q, q + head_dim, ...) over keys
+// [jb, jb + nb) into s[h * kKeyBlock + b], in tiles of kAcc / kNh keys x kNh heads with kNh
+// the largest of 4, 2, 1 dividing the group; Tiles::template run<kKeys>(q, rows, prefetch,
+// dim, scale, s) computes one tile (kAcc accumulators) and, when `prefetch`, asks for the rows
+// the tile names ahead; only the first head tile of each key step does.
+template <int kAcc, class Tiles, int kKeys>
+void logits_tiles(const AttentionProblem& p, const KeySet& keys, int32_t g, const float* q,
+                  int32_t group, int64_t jb, int64_t nb, int64_t end, float* s) {
+  const int32_t dim = p.kv.head_dim;
+  for (int64_t b = 0; b < nb; b += kKeys) {
+    const auto rows = tile_rows<kKeys>(p, keys, g, jb + b, nb - b, end);
+    for (int32_t h = 0; h < group; h += kAcc / kKeys)
+      Tiles::template run<kKeys>(q + int64_t{h} * dim, rows, h == 0, dim, p.scale,
+                                 s + int64_t{h} * kKeyBlock + b);
+  }
+}
+
+template <int kAcc, class Tiles>
+void logits_block(const AttentionProblem& p, const KeySet& keys, int32_t g, const float* q,
+                  int32_t group, int64_t jb, int64_t nb, int64_t end, float* s) {
+  if (group % 4 == 0) {
+    logits_tiles<kAcc, Tiles, kAcc / 4>(p, keys, g, q, group, jb, nb, end, s);
+  } else if (group % 2 == 0) {
+    logits_tiles<kAcc, Tiles, kAcc / 2>(p, keys, g, q, group, jb, nb, end, s);
+  } else {
+    logits_tiles<kAcc, Tiles, kAcc>(p, keys, g, q, group, jb, nb, end, s);
+  }
+  if (p.softcap > 0.0f) apply_softcap(s, group, nb, p.softcap);
 }
 
 // scratch holds at least G * kKeyBlock floats.
