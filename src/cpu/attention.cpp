@@ -121,10 +121,9 @@ bool isa_supported(Isa isa) {
 #endif
 }
 
-// The widest supported worker. Measured here on a quiet 2-core Xeon VM (f16, 32/8 heads,
-// dim 128, decode): AVX-512 read 8.1 GB/s of K/V at 4K keys on one thread against 5.8-7.4 for
-// AVX2, and 6.4-7.0 against 4.9-5.5 at 64K. (An earlier measurement on a heavily loaded
-// machine had put AVX2 ahead.)
+// The widest supported worker. Measured here (2-core Xeon VM, f16, 32/8 heads, dim 128, one
+// decode step, one thread, K/V resident in L2): the AVX-512 worker reads 15-16 GB/s of K/V,
+// the AVX2 one 9.5-10 GB/s (it is bound by 256-bit FMAs).
 Isa best_isa() {
   static const Isa isa = isa_supported(Isa::kAvx512) ? Isa::kAvx512
                          : isa_supported(Isa::kAvx2) ? Isa::kAvx2
