@@ -130,15 +130,6 @@ inline void logits_tile(const float* q, const TileRows<kKeys>& rows, bool prefet
     for (int j = 0; j < rows.valid; ++j) s[h * kKeyBlock + j] = out[h * kKeys + j];
 }
 
-template <DType kDtype>
-struct Tiles {
-  template <int kKeys>
-  static void run(const float* q, const TileRows<kKeys>& rows, bool prefetch, int32_t dim,
-                  float scale, float* s) {
-    logits_tile<kDtype, kKeys>(q, rows, prefetch, dim, scale, s);
-  }
-};
-
 // acc[h] += sum_b w[h][b] * v_b for kNh heads: a 16-wide slice of the kNh accumulators stays
 // in registers (2 * kNh independent FMA chains) while the block's value rows stream through.
 template <DType kDtype, int kNh>
@@ -221,32 +212,29 @@ void softmax_block(float* s, int64_t nb, int32_t dv, float& m, float& l, float* 
   m = m_new;
 }
 
+// This worker's parts for blocked_chunk (attention_chunk.h).
 template <DType kDtype>
-void chunk(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int64_t j1, float* m,
-           float* l, float* acc, float* s) {
-  const int32_t group = p.q_heads / p.kv.kv_heads, dv = p.kv.value_dim;
-  const KeySet& keys = p.keys[t];
-  const float* q = p.q + (int64_t{t} * p.q_heads + int64_t{g} * group) * p.kv.head_dim;
-  for (int32_t h = 0; h < group; ++h) m[h] = -INFINITY, l[h] = 0.0f;
-  std::memset(acc, 0, sizeof(float) * static_cast<size_t>(group) * dv);
-  for (int64_t jb = j0; jb < j1; jb += kKeyBlock) {
-    const int64_t nb = std::min(kKeyBlock, j1 - jb);
-    logits_block<8, Tiles<kDtype>>(p, keys, g, q, group, jb, nb, j1, s);
-    for (int32_t h = 0; h < group; ++h)
-      softmax_block(s + h * kKeyBlock, nb, dv, m[h], l[h], acc + int64_t{h} * dv);
-    values_block<kDtype>(p, keys, g, group, jb, nb, s, acc);
+struct Worker {
+  static constexpr int kAcc = 8;
+  template <int kKeys>
+  static void run(const float* q, const TileRows<kKeys>& rows, bool prefetch, int32_t dim,
+                  float scale, float* s) {
+    logits_tile<kDtype, kKeys>(q, rows, prefetch, dim, scale, s);
   }
-}
+  static void softmax(float* s, int64_t nb, int32_t dv, float& m, float& l, float* acc) {
+    softmax_block(s, nb, dv, m, l, acc);
+  }
+  static void values(const AttentionProblem& p, const KeySet& keys, int32_t g, int32_t group,
+                     int64_t jb, int64_t nb, const float* w, float* acc) {
+    values_block<kDtype>(p, keys, g, group, jb, nb, w, acc);
+  }
+};
 
 }  // namespace
 
 void chunk_avx2(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int64_t j1,
                 float* m, float* l, float* acc, float* scratch) {
-  switch (p.kv.dtype) {
-    case DType::kF32: return chunk<DType::kF32>(p, t, g, j0, j1, m, l, acc, scratch);
-    case DType::kF16: return chunk<DType::kF16>(p, t, g, j0, j1, m, l, acc, scratch);
-    case DType::kBF16: return chunk<DType::kBF16>(p, t, g, j0, j1, m, l, acc, scratch);
-  }
+  blocked_chunk_for_dtype<Worker>(p, t, g, j0, j1, m, l, acc, scratch);
 }
 
 }  // namespace kvcache::cpu::detail

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "cpu/attention.h"
 
@@ -101,6 +102,38 @@ void logits_block(const AttentionProblem& p, const KeySet& keys, int32_t g, cons
     logits_tiles<kAcc, Tiles, kAcc>(p, keys, g, q, group, jb, nb, end, s);
   }
   if (p.softcap > 0.0f) apply_softcap(s, group, nb, p.softcap);
+}
+
+// The blocked online softmax every SIMD worker runs over keys [j0, j1) of token t for kv head
+// g, kKeyBlock keys at a time: logits (W::kAcc accumulators a tile, W::run<kKeys> one tile),
+// then W::softmax per head (a block's logits into weights, rescaling that head's m, l, acc),
+// then W::values (acc += weights x value rows, whole group). s is the logits scratch.
+template <class W>
+void blocked_chunk(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int64_t j1,
+                   float* m, float* l, float* acc, float* s) {
+  const int32_t group = p.q_heads / p.kv.kv_heads, dv = p.kv.value_dim;
+  const KeySet& keys = p.keys[t];
+  const float* q = p.q + (int64_t{t} * p.q_heads + int64_t{g} * group) * p.kv.head_dim;
+  for (int32_t h = 0; h < group; ++h) m[h] = -INFINITY, l[h] = 0.0f;
+  std::memset(acc, 0, sizeof(float) * static_cast<size_t>(group) * dv);
+  for (int64_t jb = j0; jb < j1; jb += kKeyBlock) {
+    const int64_t nb = std::min(kKeyBlock, j1 - jb);
+    logits_block<W::kAcc, W>(p, keys, g, q, group, jb, nb, j1, s);
+    for (int32_t h = 0; h < group; ++h)
+      W::softmax(s + h * kKeyBlock, nb, dv, m[h], l[h], acc + int64_t{h} * dv);
+    W::values(p, keys, g, group, jb, nb, s, acc);
+  }
+}
+
+// blocked_chunk with Worker<the layer's dtype>.
+template <template <DType> class Worker>
+void blocked_chunk_for_dtype(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0,
+                             int64_t j1, float* m, float* l, float* acc, float* s) {
+  switch (p.kv.dtype) {
+    case DType::kF32: return blocked_chunk<Worker<DType::kF32>>(p, t, g, j0, j1, m, l, acc, s);
+    case DType::kF16: return blocked_chunk<Worker<DType::kF16>>(p, t, g, j0, j1, m, l, acc, s);
+    case DType::kBF16: return blocked_chunk<Worker<DType::kBF16>>(p, t, g, j0, j1, m, l, acc, s);
+  }
 }
 
 // scratch holds at least G * kKeyBlock floats.
