@@ -2,8 +2,8 @@
 // K/V rows are converted in registers (f16 by vcvtph2ps, bf16 by a 16-bit shift), each row
 // is read once for all q heads of its group, logits come from tiles of keys x heads folded by
 // one hadd tree, the rows of keys further on are prefetched a line at a time, and the softmax
-// is updated once per key block with a vector exp. All headers are included before the target pragma so nothing shared with
-// other translation units is compiled for AVX2.
+// is updated once per key block with a vector exp. All headers are included before the target
+// pragma so nothing shared with other translation units is compiled for AVX2.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

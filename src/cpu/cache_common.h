@@ -1,7 +1,11 @@
-// Internal to the cpu caches: pieces both layouts share — building the pools, running the
-// chosen kernel and the KeySet of a contiguous position range in a (possibly ring) layer.
+// Internal to the cpu caches: pieces both layouts share — building a cache over its layout,
+// the step checks, writing a step's K/V, running the chosen kernel and the KeySet of a
+// contiguous position range in a (possibly ring) layer.
 #pragma once
 
+#include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "cpu/attention.h"
@@ -9,6 +13,42 @@
 #include "cpu/kv_pool.h"
 
 namespace kvcache::cpu::detail {
+
+// A cache of type C over the layout L::create(g, c) validated, then C::init() (the pools).
+template <class C, class L>
+Result<std::shared_ptr<Cache>> make_cache(const CacheGeometry& g, const CacheConfig& c,
+                                          const CpuCacheOptions& options) {
+  Result<L> layout = L::create(g, c);
+  if (!layout.ok()) return layout.status();
+  auto cache = std::make_shared<C>(std::move(layout).value(), options);
+  KVCACHE_RETURN_IF_ERROR(cache->init());
+  return std::shared_ptr<Cache>(std::move(cache));
+}
+
+// update_and_attend's protocol check common to both layouts: a step is declared and the call
+// has as many tokens as it declared.
+inline Status check_declared(const AttendArgs& a, bool step_open, int64_t declared) {
+  const std::string at = "update_and_attend: layer " + std::to_string(a.layer) + ": ";
+  if (!step_open) return failed_precondition(at + "no declared step (call declare_step first)");
+  if (a.n_tokens != declared)
+    return invalid_argument(at + "n_tokens = " + std::to_string(a.n_tokens) +
+                            ", expected the declared " + std::to_string(declared));
+  return ok_status();
+}
+
+// Writes token i's K and V of the call into row row_of(i) of the layer's pool.
+template <class RowOf>
+void write_tokens(LayerPool& pool, const LayerGeometry& l, const AttendArgs& a, RowOf row_of) {
+  for (int32_t i = 0; i < a.n_tokens; ++i)
+    pool.write(row_of(i), a.k.data() + int64_t{i} * l.kv_heads * l.head_dim,
+               a.v.data() + int64_t{i} * l.kv_heads * l.value_dim);
+}
+
+inline int64_t pools_bytes(const std::vector<LayerPool>& pools) {
+  int64_t total = 0;
+  for (const LayerPool& p : pools) total += p.bytes();
+  return total;
+}
 
 inline void run_kernel(const CpuCacheOptions& o, const AttentionProblem& p) {
   if (o.reference_kernel) return attend_reference(p);

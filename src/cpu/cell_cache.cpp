@@ -71,10 +71,8 @@ class CellCache final : public Cache {
       Result<std::span<const int32_t>> placed = layout_.place(a.layer, a.positions);
       if (!placed.ok()) return placed.status();
       cells = *placed;
-      const LayerGeometry& l = layout_.geometry().layers[a.layer];
-      for (int32_t i = 0; i < a.n_tokens; ++i)
-        pool.write(cells[i], a.k.data() + int64_t{i} * l.kv_heads * l.head_dim,
-                   a.v.data() + int64_t{i} * l.kv_heads * l.value_dim);
+      detail::write_tokens(pool, layout_.geometry().layers[a.layer], a,
+                           [&](int32_t i) { return cells[i]; });
     }
     keys_.resize(a.n_tokens);
     for (int32_t i = 0; i < a.n_tokens; ++i) {
@@ -88,23 +86,12 @@ class CellCache final : public Cache {
     return ok_status();
   }
 
-  int64_t allocated_bytes() const override {
-    int64_t total = 0;
-    for (const auto& p : pools_) total += p.bytes();
-    return total;
-  }
+  int64_t allocated_bytes() const override { return detail::pools_bytes(pools_); }
 
  private:
   Status check_step(const AttendArgs& a) const {
-    if (!layout_.step_open())
-      return failed_precondition("update_and_attend: layer " + std::to_string(a.layer) +
-                                 ": no declared step (call declare_step first)");
-    const auto declared = static_cast<int64_t>(layout_.step_seq_ids().size());
-    if (a.n_tokens != declared)
-      return invalid_argument("update_and_attend: layer " + std::to_string(a.layer) +
-                              ": n_tokens = " + std::to_string(a.n_tokens) +
-                              ", expected the declared " + std::to_string(declared));
-    return ok_status();
+    return detail::check_declared(a, layout_.step_open(),
+                                  static_cast<int64_t>(layout_.step_seq_ids().size()));
   }
 
   // Rows a placement of n tokens can touch: the step's cells when another layer placed them,
@@ -125,11 +112,7 @@ class CellCache final : public Cache {
 
 Result<std::shared_ptr<Cache>> make_cell_cache(const CacheGeometry& g, const CacheConfig& c,
                                                const CpuCacheOptions& options) {
-  Result<CellLayout> layout = CellLayout::create(g, c);
-  if (!layout.ok()) return layout.status();
-  auto cache = std::make_shared<CellCache>(std::move(layout).value(), options);
-  KVCACHE_RETURN_IF_ERROR(cache->init());
-  return std::shared_ptr<Cache>(std::move(cache));
+  return detail::make_cache<CellCache, CellLayout>(g, c, options);
 }
 
 }  // namespace kvcache::cpu

@@ -73,11 +73,8 @@ class SequenceCache final : public Cache {
     LayerPool& pool = pools_[a.layer];
     const LayerGeometry& l = layout_.geometry().layers[a.layer];
     const int64_t slots = plan->slots;
-    if (!attend_only) {
-      for (int32_t i = 0; i < a.n_tokens; ++i)
-        pool.write((plan->start + i) % slots, a.k.data() + int64_t{i} * l.kv_heads * l.head_dim,
-                   a.v.data() + int64_t{i} * l.kv_heads * l.value_dim);
-    }
+    if (!attend_only)
+      detail::write_tokens(pool, l, a, [&](int32_t i) { return (plan->start + i) % slots; });
     keys_.resize(a.n_tokens);
     for (int32_t i = 0; i < a.n_tokens; ++i) {
       const int64_t p = plan->start + i;
@@ -88,11 +85,7 @@ class SequenceCache final : public Cache {
     return ok_status();
   }
 
-  int64_t allocated_bytes() const override {
-    int64_t total = 0;
-    for (const auto& p : pools_) total += p.bytes();
-    return total;
-  }
+  int64_t allocated_bytes() const override { return detail::pools_bytes(pools_); }
 
  private:
   static std::string unknown(const char* op, int32_t seq) {
@@ -102,13 +95,7 @@ class SequenceCache final : public Cache {
 
   // Protocol checks that read state but change nothing.
   Status check_step(const AttendArgs& a) const {
-    if (!layout_.step_open())
-      return failed_precondition("update_and_attend: layer " + std::to_string(a.layer) +
-                                 ": no declared step (call declare_step first)");
-    if (a.n_tokens != layout_.step_tokens())
-      return invalid_argument("update_and_attend: layer " + std::to_string(a.layer) +
-                              ": n_tokens = " + std::to_string(a.n_tokens) +
-                              ", expected the declared " + std::to_string(layout_.step_tokens()));
+    KVCACHE_RETURN_IF_ERROR(detail::check_declared(a, layout_.step_open(), layout_.step_tokens()));
     for (int32_t i = 0; i < a.n_tokens; ++i)
       if (a.positions[i] != layout_.step_start() + i)
         return invalid_argument("update_and_attend: layer " + std::to_string(a.layer) +
@@ -139,11 +126,7 @@ class SequenceCache final : public Cache {
 
 Result<std::shared_ptr<Cache>> make_sequence_cache(const CacheGeometry& g, const CacheConfig& c,
                                                    const CpuCacheOptions& options) {
-  Result<SequenceLayout> layout = SequenceLayout::create(g, c);
-  if (!layout.ok()) return layout.status();
-  auto cache = std::make_shared<SequenceCache>(std::move(layout).value(), options);
-  KVCACHE_RETURN_IF_ERROR(cache->init());
-  return std::shared_ptr<Cache>(std::move(cache));
+  return detail::make_cache<SequenceCache, SequenceLayout>(g, c, options);
 }
 
 }  // namespace kvcache::cpu
