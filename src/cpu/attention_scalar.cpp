@@ -45,7 +45,8 @@ void chunk_scalar(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, i
       const std::byte* k = kv.k_row(g, keys.row(jb + b));
       for (int32_t h = 0; h < group; ++h) {
         float dot = 0.0f;
-        for (int32_t d = 0; d < kv.head_dim; ++d) dot += q[h * kv.head_dim + d] * element(kv.dtype, k, d);
+        for (int32_t d = 0; d < kv.head_dim; ++d)
+          dot += q[h * kv.head_dim + d] * element(kv.dtype, k, d);
         float s = dot * p.scale;
         if (p.softcap > 0.0f) s = p.softcap * std::tanh(s / p.softcap);
         scratch[h * kKeyBlock + b] = s;
@@ -65,7 +66,8 @@ void chunk_scalar(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, i
       const std::byte* v = kv.v_row(g, keys.row(jb + b));
       for (int32_t d = 0; d < kv.value_dim; ++d) {
         const float x = element(kv.dtype, v, d);
-        for (int32_t h = 0; h < group; ++h) acc[h * kv.value_dim + d] += scratch[h * kKeyBlock + b] * x;
+        for (int32_t h = 0; h < group; ++h)
+          acc[h * kv.value_dim + d] += scratch[h * kKeyBlock + b] * x;
       }
     }
   }
