@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   add(kvcache::tools::add_inspect);
   add(kvcache::tools::add_export);
   add(kvcache::tools::add_op_test);
+  add(kvcache::tools::add_batch);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,447 @@
+// Sessions, admission, prefix sharing and retention of the batching executor. The step itself
+// (packing, room, forward, sampling) lives in executor_step.cpp. See executor.h.
+#include "serve/executor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/cell_layout.h"
+#include "serve/executor_state.h"
+
+namespace kvcache::serve {
+namespace {
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+}  // namespace
+
+std::string_view to_string(Finish finish) {
+  switch (finish) {
+    case Finish::kNone: return "none";
+    case Finish::kStop: return "stop";
+    case Finish::kLength: return "length";
+    case Finish::kCacheFull: return "cache_full";
+    case Finish::kCancelled: return "cancelled";
+  }
+  return "none";
+}
+
+Executor::Executor(const engine::Model& model, const engine::Tokenizer* tokenizer,
+                   const ExecutorOptions& options)
+    : model_(model), tokenizer_(tokenizer), opt_(options), index_(options.block_tokens) {}
+
+Executor::~Executor() = default;
+
+Result<std::unique_ptr<Executor>> Executor::create(const engine::Model& model,
+                                                   const engine::Tokenizer* tokenizer,
+                                                   const ExecutorOptions& o) {
+  if (o.max_sessions < 1 || o.max_sessions > kDefaultMaxSeqs / 2)
+    return invalid_argument("executor: max_sessions = " + str(o.max_sessions) +
+                            ", expected 1.." + str(kDefaultMaxSeqs / 2));
+  if (o.block_tokens < 1)
+    return invalid_argument("executor: block_tokens = " + str(o.block_tokens) + ", expected > 0");
+  if (o.step_tokens < 0)
+    return invalid_argument("executor: step_tokens = " + str(o.step_tokens) + ", expected >= 0");
+  int64_t max_context = model.geometry().max_context;
+  if (max_context <= 0) max_context = model.hparams().context_length;
+  int64_t per_session = o.max_session_tokens;
+  if (per_session == 0)
+    per_session = max_context > 0 ? std::min(max_context, kDefaultSessionTokens)
+                                   : kDefaultSessionTokens;
+  if (per_session < 1)
+    return invalid_argument("executor: max_session_tokens = " + str(per_session) +
+                            ", expected > 0");
+  if (max_context > 0 && per_session > max_context)
+    return invalid_argument("executor: max_session_tokens = " + str(per_session) +
+                            " is above the model's max_context " + str(max_context));
+  std::optional<int64_t> pool = o.pool_cells;
+  if (!pool) {
+    pool = checked_mul(o.max_sessions, per_session);
+    if (!pool || *pool > (int64_t{1} << 31) - 1)
+      return invalid_argument("executor: max_sessions * max_session_tokens = " +
+                              str(o.max_sessions) + " * " + str(per_session) +
+                              " overflows the pool's cell count (at most 2^31 - 1)");
+  }
+  if (*pool < per_session || *pool > (int64_t{1} << 31) - 1)
+    return invalid_argument("executor: pool_cells = " + str(*pool) + ", expected in [" +
+                            str(per_session) + " (max_session_tokens), 2^31 - 1]");
+  engine::CacheOptions co;
+  co.kind = std::string(kCellKind);
+  co.capacity = *pool;
+  co.initial_capacity = o.initial_capacity;
+  co.kv_dtype = o.kv_dtype;
+  if (o.step_tokens > 0) co.max_step_tokens = o.step_tokens;
+  Result<engine::CacheSetup> setup = engine::plan_cache(model, co);
+  if (!setup.ok()) return setup.status();
+  Result<std::shared_ptr<Cache>> cache = engine::build_cache(*setup);
+  if (!cache.ok()) return cache.status();
+  Result<std::unique_ptr<engine::Engine>> eng = engine::Engine::create(model, *cache);
+  if (!eng.ok()) return eng.status();
+  std::unique_ptr<Executor> ex(new Executor(model, tokenizer, o));
+  ex->setup_ = std::move(*setup);
+  ex->cache_ = std::move(*cache);
+  ex->engine_ = std::move(*eng);
+  ex->max_session_tokens_ = per_session;
+  ex->budget_ = std::max<int64_t>(ex->setup_.step_tokens, o.max_sessions);
+  return ex;
+}
+
+Status Executor::check_request(std::span<const int32_t> prompt, const GenerateParams& p) const {
+  if (prompt.empty()) return invalid_argument("request: the prompt is empty");
+  const int32_t vocab = model_.hparams().vocab;
+  for (size_t i = 0; i < prompt.size(); ++i)
+    if (prompt[i] < 0 || prompt[i] >= vocab)
+      return invalid_argument("request: prompt token " + str(static_cast<int64_t>(i)) + " = " +
+                              str(prompt[i]) + ", expected in [0, " + str(vocab) + ")");
+  if (p.n < 1 || p.n > opt_.max_sessions)
+    return invalid_argument("request: n = " + str(p.n) + ", expected 1.." +
+                            str(opt_.max_sessions) + " (max_sessions)");
+  if (p.max_new_tokens < 0)
+    return invalid_argument("request: max_new_tokens = " + str(p.max_new_tokens) +
+                            ", expected >= 0");
+  const engine::SamplerConfig& s = p.sampling;
+  if (!std::isfinite(s.temperature) || s.temperature < 0.0f)
+    return invalid_argument("request: temperature = " + std::to_string(s.temperature) +
+                            ", expected a finite value >= 0");
+  if (!std::isfinite(s.top_p) || s.top_p <= 0.0f || s.top_p > 1.0f)
+    return invalid_argument("request: top_p = " + std::to_string(s.top_p) +
+                            ", expected in (0, 1]");
+  if (s.top_k < 0)
+    return invalid_argument("request: top_k = " + str(s.top_k) + ", expected >= 0");
+  for (const std::string& stop : p.stop)
+    if (stop.empty()) return invalid_argument("request: an empty stop string");
+  const int64_t need = static_cast<int64_t>(prompt.size()) + p.max_new_tokens;
+  if (need > max_session_tokens_)
+    return invalid_argument("request: prompt (" + str(static_cast<int64_t>(prompt.size())) +
+                            " tokens) + max_new_tokens (" + str(p.max_new_tokens) + ") = " +
+                            str(need) + " exceeds max_session_tokens " +
+                            str(max_session_tokens_));
+  return ok_status();
+}
+
+int64_t Executor::new_request(std::vector<int32_t> prompt, const GenerateParams& p) {
+  auto r = std::make_unique<Request>();
+  r->id = next_request_++;
+  r->params = p;
+  r->result.id = r->id;
+  r->result.prompt_tokens = static_cast<int64_t>(prompt.size());
+  r->result.completions.resize(static_cast<size_t>(p.n));
+  Request& req = *r;
+  requests_.emplace(req.id, std::move(r));
+  Session& s = new_session(req, 0, std::move(prompt));
+  s.forks_pending = p.n - 1;
+  return req.id;
+}
+
+Executor::Session& Executor::new_session(Request& r, int32_t completion,
+                                         std::vector<int32_t> tokens) {
+  engine::SamplerConfig sc = r.params.sampling;
+  sc.seed += static_cast<uint64_t>(completion);
+  auto s = std::make_unique<Session>(sc);
+  s->id = next_session_++;
+  s->request = r.id;
+  s->completion = completion;
+  s->prompt_len = static_cast<int64_t>(tokens.size());
+  s->tokens = std::move(tokens);
+  Session& ref = *s;
+  r.sessions.push_back(ref.id);
+  sessions_.emplace(ref.id, std::move(s));
+  return ref;
+}
+
+Result<int64_t> Executor::submit(std::vector<int32_t> prompt, const GenerateParams& params) {
+  KVCACHE_RETURN_IF_ERROR(check_request(prompt, params));
+  const int64_t id = new_request(std::move(prompt), params);
+  waiting_.push_back(requests_.at(id)->sessions.front());
+  return id;
+}
+
+void Executor::drop_request(int64_t id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  for (int64_t sid : it->second->sessions) sessions_.erase(sid);
+  requests_.erase(it);
+}
+
+Result<int64_t> Executor::open(std::vector<int32_t> prompt, const GenerateParams& params) {
+  if (params.n != 1)
+    return invalid_argument("open: n = " + str(params.n) + ", expected 1 (use submit)");
+  KVCACHE_RETURN_IF_ERROR(check_request(prompt, params));
+  const int64_t id = new_request(std::move(prompt), params);
+  Session& s = *sessions_.at(requests_.at(id)->sessions.front());
+  if (!admit(s)) {
+    drop_request(id);
+    return resource_exhausted("open: " + str(static_cast<int64_t>(running_.size())) + " of " +
+                              str(opt_.max_sessions) +
+                              " sessions are open or the pool has no room for the prompt");
+  }
+  return id;
+}
+
+// Tokens the cache holds for `seq` (a running session's fed tokens or a retained sequence).
+std::span<const int32_t> Executor::held_tokens(int32_t seq) const {
+  auto r = retained_.find(seq);
+  if (r != retained_.end()) return r->second.tokens;
+  auto s = seq_session_.find(seq);
+  if (s == seq_session_.end()) return {};
+  const Session& ses = *sessions_.at(s->second);
+  return std::span<const int32_t>(ses.tokens).first(static_cast<size_t>(ses.fed));
+}
+
+Result<int64_t> Executor::clone(int64_t request, int64_t upto, const GenerateParams& params) {
+  if (params.n != 1)
+    return invalid_argument("clone: n = " + str(params.n) + ", expected 1");
+  int32_t src = -1;
+  for (const auto& [seq, sid] : seq_session_)
+    if (sessions_.at(sid)->request == request && sessions_.at(sid)->completion == 0) src = seq;
+  for (const auto& [seq, r] : retained_)
+    if (r.request == request && r.completion == 0) src = seq;
+  if (src < 0) return not_found("clone: request " + str(request) + " holds no cells");
+  const std::span<const int32_t> held = held_tokens(src);
+  if (upto < 1 || upto > static_cast<int64_t>(held.size()))
+    return invalid_argument("clone: upto = " + str(upto) + ", expected 1.." +
+                            str(static_cast<int64_t>(held.size())));
+  std::vector<int32_t> prompt(held.begin(), held.begin() + upto);
+  KVCACHE_RETURN_IF_ERROR(check_request(prompt, params));
+  const int64_t id = new_request(std::move(prompt), params);
+  Session& s = *sessions_.at(requests_.at(id)->sessions.front());
+  if (!admit_from(s, src, upto - 1)) {
+    drop_request(id);
+    return resource_exhausted("clone: no free session or cell for request " + str(request));
+  }
+  count_prefix(s, upto - 1);
+  return id;
+}
+
+int32_t Executor::sessions_reserved() const {
+  int32_t n = 0;
+  for (int64_t sid : running_) n += 1 + sessions_.at(sid)->forks_pending;
+  return n;
+}
+
+bool Executor::new_seq(std::optional<std::pair<int32_t, int64_t>> from, int32_t& seq) {
+  for (;;) {
+    Result<int32_t> r = from ? cache_->seq_clone(from->first, from->second) : cache_->seq_new();
+    if (r.ok()) {
+      seq = *r;
+      return true;
+    }
+    if (r.status().code() != StatusCode::kResourceExhausted || !evict_one_retained(from))
+      return false;
+  }
+}
+
+bool Executor::admit_from(Session& s, int32_t src, int64_t upto) {
+  if (sessions_reserved() + 1 + s.forks_pending > opt_.max_sessions) return false;
+  int32_t seq = -1;
+  std::optional<std::pair<int32_t, int64_t>> from;
+  if (src >= 0 && upto > 0) from = std::make_pair(src, upto);
+  if (!new_seq(from, seq)) return false;
+  const int64_t need = static_cast<int64_t>(s.tokens.size()) - (from ? upto : 0);
+  if (!make_room(need)) {
+    (void)cache_->seq_rm(seq);
+    return false;
+  }
+  s.seq = seq;
+  s.fed = from ? upto : 0;
+  s.admitted_at = ++tick_;
+  if (from) {
+    auto r = retained_.find(src);
+    if (r != retained_.end()) r->second.last_use = tick_;
+  }
+  seq_session_[seq] = s.id;
+  running_.push_back(s.id);
+  if (opt_.prefix_cache) index_.add(seq, std::span<const int32_t>(s.tokens).first(s.fed));
+  return true;
+}
+
+bool Executor::admit(Session& s) {
+  int32_t src = -1;
+  int64_t upto = 0;
+  if (opt_.prefix_cache && s.fed == 0) {
+    // Leave at least one token to feed: its logits start the generation.
+    const std::span<const int32_t> want =
+        std::span<const int32_t>(s.tokens).first(s.tokens.size() - 1);
+    const PrefixIndex::Match m = index_.longest(want);
+    if (m.seq >= 0) {
+      // Verify against the holder's tokens (a hash collision is a miss), then extend the
+      // match token by token past the last full block.
+      const std::span<const int32_t> held = held_tokens(m.seq);
+      int64_t n = 0;
+      const int64_t lim = std::min<int64_t>(static_cast<int64_t>(held.size()),
+                                            static_cast<int64_t>(want.size()));
+      while (n < lim && held[n] == want[n]) ++n;
+      if (n >= m.tokens) {
+        src = m.seq;
+        upto = n;
+      }
+    }
+  }
+  if (!admit_from(s, src, upto)) return false;
+  count_prefix(s, upto);
+  return true;
+}
+
+// Prefix hits and misses count at a request's first admission only (not at recompute).
+void Executor::count_prefix(Session& s, int64_t cached) {
+  if (s.counted) return;
+  s.counted = true;
+  if (s.completion == 0) requests_.at(s.request)->result.cached_prompt_tokens = cached;
+  stats_.prefix_hit_tokens += cached;
+  stats_.prefix_miss_tokens += s.prompt_len - cached;
+}
+
+// True when a running session is still prefilling full blocks that `s`'s prompt starts with:
+// admitting `s` after they are fed clones them instead of computing them twice.
+bool Executor::prefix_in_flight(const Session& s) const {
+  const int64_t b = index_.block_tokens();
+  const int64_t want = static_cast<int64_t>(s.tokens.size()) - 1;
+  for (int64_t sid : running_) {
+    const Session& o = *sessions_.at(sid);
+    const int64_t lim = std::min<int64_t>(want, static_cast<int64_t>(o.tokens.size()));
+    int64_t n = 0;
+    while (n < lim && o.tokens[n] == s.tokens[n]) ++n;
+    if (n / b > o.fed / b) return true;
+  }
+  return false;
+}
+
+void Executor::admit_waiting() {
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    Session& s = *sessions_.at(*it);
+    if (opt_.prefix_cache && s.fed == 0 && prefix_in_flight(s)) {
+      ++it;  // it waits for the shared blocks; later requests may go first
+      continue;
+    }
+    if (!admit(s)) return;  // no room: the rest wait too (first come, first served)
+    it = waiting_.erase(it);
+  }
+}
+
+bool Executor::evict_one_retained(std::optional<std::pair<int32_t, int64_t>> keep) {
+  int32_t victim = -1;
+  int64_t oldest = 0;
+  for (const auto& [seq, r] : retained_) {
+    if (keep && keep->first == seq) continue;
+    if (victim < 0 || r.last_use < oldest) {
+      victim = seq;
+      oldest = r.last_use;
+    }
+  }
+  if (victim < 0) return false;
+  retained_.erase(victim);
+  release_seq(victim);
+  ++stats_.evictions;
+  return true;
+}
+
+bool Executor::make_room(int64_t cells) {
+  while (cache_->free_cells() < cells)
+    if (!evict_one_retained(std::nullopt)) return false;
+  return true;
+}
+
+void Executor::release_seq(int32_t seq) {
+  index_.remove(seq);
+  (void)cache_->seq_rm(seq);
+}
+
+void Executor::clear_prefix_cache() {
+  while (evict_one_retained(std::nullopt)) --stats_.evictions;
+}
+
+void Executor::retire(Session& s, bool keep) {
+  if (s.seq < 0) return;
+  seq_session_.erase(s.seq);
+  running_.erase(std::remove(running_.begin(), running_.end(), s.id), running_.end());
+  if (keep && opt_.prefix_cache && s.fed > 0) {
+    Retained r;
+    r.seq = s.seq;
+    r.request = s.request;
+    r.completion = s.completion;
+    r.tokens.assign(s.tokens.begin(), s.tokens.begin() + s.fed);
+    r.last_use = ++tick_;
+    retained_.emplace(s.seq, std::move(r));
+  } else {
+    release_seq(s.seq);
+  }
+  s.seq = -1;
+}
+
+void Executor::preempt(Session& s) {
+  retire(s, /*keep=*/false);
+  s.fed = 0;
+  waiting_.push_front(s.id);
+  ++stats_.preemptions;
+}
+
+void Executor::finish(Session& s, Finish why) {
+  Request& r = *requests_.at(s.request);
+  r.result.completions[static_cast<size_t>(s.completion)].finish = why;
+  retire(s, /*keep=*/true);
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), s.id), waiting_.end());
+  if (s.forks_pending > 0) {  // forks that never started end with their parent
+    for (int32_t i = 1; i <= s.forks_pending; ++i)
+      r.result.completions[static_cast<size_t>(r.params.n - i)].finish = why;
+    s.forks_pending = 0;
+  }
+  s.done = true;
+  finish_request_if_done(r);
+}
+
+void Executor::finish_request_if_done(Request& r) {
+  for (const Completion& c : r.result.completions)
+    if (c.finish == Finish::kNone) return;
+  finished_.push_back(std::move(r.result));
+  drop_request(r.id);
+}
+
+Status Executor::cancel(int64_t request) {
+  auto it = requests_.find(request);
+  if (it == requests_.end())
+    return not_found("cancel: no unfinished request " + str(request));
+  const std::vector<int64_t> ids = it->second->sessions;
+  for (int64_t sid : ids) {
+    auto s = sessions_.find(sid);
+    if (s != sessions_.end() && !s->second->done) finish(*s->second, Finish::kCancelled);
+  }
+  return ok_status();
+}
+
+Status Executor::close(int64_t request) {
+  bool found = requests_.count(request) != 0;
+  if (found) KVCACHE_RETURN_IF_ERROR(cancel(request));
+  std::vector<int32_t> drop;
+  for (const auto& [seq, r] : retained_)
+    if (r.request == request) drop.push_back(seq);
+  for (int32_t seq : drop) {
+    retained_.erase(seq);
+    release_seq(seq);
+  }
+  if (!found && drop.empty()) return not_found("close: no request " + str(request));
+  return ok_status();
+}
+
+std::vector<RequestResult> Executor::take_finished() {
+  std::vector<RequestResult> out;
+  out.swap(finished_);
+  return out;
+}
+
+bool Executor::idle() const { return running_.empty() && waiting_.empty(); }
+
+Status Executor::run() {
+  while (!idle()) KVCACHE_RETURN_IF_ERROR(step());
+  return ok_status();
+}
+
+ExecutorStats Executor::stats() const {
+  ExecutorStats s = stats_;
+  s.running = static_cast<int32_t>(running_.size());
+  s.waiting = static_cast<int32_t>(waiting_.size());
+  s.retained = static_cast<int32_t>(retained_.size());
+  return s;
+}
+
+}  // namespace kvcache::serve

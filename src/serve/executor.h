@@ -1,0 +1,225 @@
+// The batching executor: many generation sessions over one cell pool, driven one engine step
+// at a time. Layer: serve (above engine). Each step packs one decode token for every running
+// session, then prefill chunks of the others (rotating fairly) up to a token budget, runs one
+// Engine::forward over the mixed batch and samples the rows that need it. Requests queue when
+// no session is free; prompts that start with tokens the pool already holds clone that prefix
+// (no bytes copied); under pool pressure retained prefixes are evicted least-recently-used
+// first, then the youngest running session is preempted and requeued for recompute.
+// It does not tokenize prompts, render chat templates or own threads: one caller drives it.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/cache.h"
+#include "core/status.h"
+#include "engine/cache_setup.h"
+#include "engine/forward.h"
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "engine/tokenizer.h"
+#include "serve/prefix_index.h"
+
+namespace kvcache::serve {
+
+inline constexpr int64_t kDefaultSessionTokens = 4096;  // cap on the default per session
+inline constexpr int32_t kDefaultBlockTokens = 16;      // prefix-index block (see docs)
+
+struct ExecutorOptions {
+  int32_t max_sessions = 8;             // > 0; forks of an n > 1 request count one each
+  int64_t max_session_tokens = 0;       // 0 = min(model max_context, kDefaultSessionTokens)
+  std::optional<int64_t> pool_cells;    // default max_sessions * max_session_tokens; a smaller
+                                        // pool (>= max_session_tokens) may preempt
+  DType kv_dtype = DType::kF32;
+  int64_t initial_capacity = 0;         // cells allocated up front
+  int64_t step_tokens = 0;              // token budget of a step; 0 = the model's step
+  bool prefix_cache = true;             // share prompt prefixes; retain finished sequences
+  int32_t block_tokens = kDefaultBlockTokens;
+  std::vector<int32_t> eog_ids;         // end-of-generation token ids
+};
+
+struct GenerateParams {
+  int32_t max_new_tokens = 64;          // >= 0
+  engine::SamplerConfig sampling;       // completion i samples with seed + i
+  int32_t n = 1;                        // completions; n > 1 prefills once and forks
+  std::vector<std::string> stop;        // stop strings (excluded from the text)
+  bool ignore_eos = false;
+};
+
+// Serialized by name ("stop", "length", "cache_full", "cancelled"); append only.
+enum class Finish { kNone, kStop, kLength, kCacheFull, kCancelled };
+std::string_view to_string(Finish finish);
+
+struct Completion {
+  std::vector<int32_t> tokens;          // generated ids, in order
+  std::string text;                     // decoded, cut before a stop string
+  Finish finish = Finish::kNone;
+};
+
+struct RequestResult {
+  int64_t id = -1;
+  int64_t prompt_tokens = 0;
+  int64_t cached_prompt_tokens = 0;     // prompt tokens taken from the pool, not prefilled
+  std::vector<Completion> completions;  // n of them, in fork order
+};
+
+// A sampled token, as it happens (for streaming).
+struct TokenEvent {
+  int64_t request = -1;
+  int32_t completion = 0;
+  int32_t token = 0;
+  std::string_view piece;               // text released by this token (held back while it
+                                        // may still become a stop string); valid in the call
+  Finish finish = Finish::kNone;        // set on the completion's last token
+};
+
+struct ExecutorStats {
+  int64_t steps = 0;
+  int64_t prefill_tokens = 0;           // tokens fed as prompt (recompute included)
+  int64_t decode_tokens = 0;            // tokens fed as one-token decodes
+  int64_t prefix_hit_tokens = 0;        // prompt tokens cloned from the pool
+  int64_t prefix_miss_tokens = 0;       // prompt tokens that had to be prefilled
+  int64_t evictions = 0;                // retained sequences dropped for room
+  int64_t preemptions = 0;              // running sessions dropped and requeued
+  double prefill_seconds = 0.0;         // step time shared out by token counts
+  double decode_seconds = 0.0;
+  int32_t running = 0;                  // admitted sessions
+  int32_t waiting = 0;                  // queued sessions
+  int32_t retained = 0;                 // finished sequences kept for their prefix
+};
+
+// Thread-safety: not thread-safe; one thread owns an executor (the model must outlive it).
+class Executor {
+ public:
+  // InvalidArgument naming the option: max_sessions < 1, max_session_tokens above the model's
+  // max_context, a pool size that overflows or is smaller than max_session_tokens, a geometry
+  // or config the core validation refuses. `tokenizer` (optional, borrowed) gives text and
+  // stop strings.
+  static Result<std::unique_ptr<Executor>> create(const engine::Model& model,
+                                                  const engine::Tokenizer* tokenizer,
+                                                  const ExecutorOptions& options);
+
+  // Queues a request. InvalidArgument (nothing queued) for an empty prompt, a token outside
+  // the vocabulary, n < 1 or n > max_sessions, max_new_tokens < 0, bad sampling values, or
+  // prompt + max_new_tokens above max_session_tokens or the pool.
+  Result<int64_t> submit(std::vector<int32_t> prompt, const GenerateParams& params);
+  // Ends a request now: its sessions finish with kCancelled. NotFound for an unknown or
+  // already finished request.
+  Status cancel(int64_t request);
+
+  // A session of its own (n must be 1), admitted now: ResourceExhausted when max_sessions are
+  // open or the pool cannot take its prompt. Returns the request id that reports it.
+  Result<int64_t> open(std::vector<int32_t> prompt, const GenerateParams& params);
+  // A new request continuing the first `upto` tokens (prompt + generated) of `request`'s
+  // completion 0 with its own sampling, sharing those cells. NotFound / InvalidArgument /
+  // ResourceExhausted as for open(); upto in [1, tokens held].
+  Result<int64_t> clone(int64_t request, int64_t upto, const GenerateParams& params);
+  // Finishes the request like cancel() and releases its claims now.
+  Status close(int64_t request);
+
+  // One engine step. Ok with nothing done when idle. A forward that fails is returned and
+  // every request it touched finishes as cancelled (the pool stays consistent).
+  Status step();
+  bool idle() const;
+  // Steps until idle.
+  Status run();
+
+  // Results of requests finished since the last call, in finishing order.
+  std::vector<RequestResult> take_finished();
+  void set_on_token(std::function<void(const TokenEvent&)> fn) { on_token_ = std::move(fn); }
+
+  // Drops every retained sequence (the pool's free cells return to what running sessions
+  // leave).
+  void clear_prefix_cache();
+
+  ExecutorStats stats() const;
+  const engine::CacheSetup& setup() const { return setup_; }
+  const Cache& cache() const { return *cache_; }
+  int64_t max_session_tokens() const { return max_session_tokens_; }
+  int64_t step_budget() const { return budget_; }
+
+  ~Executor();
+
+ private:
+  struct Session;
+  struct Request;
+  using CloneFrom = std::optional<std::pair<int32_t, int64_t>>;  // (src seq, upto)
+  Executor(const engine::Model& model, const engine::Tokenizer* tokenizer,
+           const ExecutorOptions& options);
+
+  // Requests and sessions (executor.cpp).
+  Status check_request(std::span<const int32_t> prompt, const GenerateParams& p) const;
+  int64_t new_request(std::vector<int32_t> prompt, const GenerateParams& p);
+  Session& new_session(Request& r, int32_t completion, std::vector<int32_t> tokens);
+  void drop_request(int64_t id);
+  std::span<const int32_t> held_tokens(int32_t seq) const;
+  int32_t sessions_reserved() const;
+  // Admission: a session slot, a sequence (new, or a clone of a held prefix) and room for the
+  // rest of its tokens, or nothing changes and false.
+  bool admit(Session& s);
+  bool admit_from(Session& s, int32_t src, int64_t upto);
+  void count_prefix(Session& s, int64_t cached);
+  bool new_seq(CloneFrom from, int32_t& seq);
+  bool prefix_in_flight(const Session& s) const;
+  void admit_waiting();
+  bool evict_one_retained(CloneFrom keep);
+  bool make_room(int64_t cells);
+  void release_seq(int32_t seq);
+  void retire(Session& s, bool keep);
+  void preempt(Session& s);
+  void finish(Session& s, Finish why);
+  void finish_request_if_done(Request& r);
+
+  // The step (executor_step.cpp).
+  struct Planned {
+    int64_t session;
+    int64_t n;  // tokens fed this step
+  };
+  std::vector<Planned> plan_step();
+  bool fit_step(std::vector<Planned>& plan);
+  void sample(Session& s, std::span<const float> logits);
+  void fork_children(Session& parent, std::span<const float> logits);
+
+  const engine::Model& model_;
+  const engine::Tokenizer* tokenizer_;
+  ExecutorOptions opt_;
+  engine::CacheSetup setup_;
+  std::shared_ptr<Cache> cache_;
+  std::unique_ptr<engine::Engine> engine_;
+  PrefixIndex index_;
+  int64_t max_session_tokens_ = 0;
+  int64_t budget_ = 0;
+
+  std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;   // unfinished
+  std::unordered_map<int64_t, std::unique_ptr<Session>> sessions_;   // of unfinished requests
+  std::vector<int64_t> running_;   // admitted session ids, oldest admission first
+  std::deque<int64_t> waiting_;    // queued session ids, next first
+  struct Retained {
+    int32_t seq = -1;
+    int64_t request = -1;
+    int32_t completion = 0;
+    std::vector<int32_t> tokens;   // what its positions [0, size) hold
+    int64_t last_use = 0;
+  };
+  std::unordered_map<int32_t, Retained> retained_;    // by cache seq id
+  std::unordered_map<int32_t, int64_t> seq_session_;  // running seq -> session id
+  std::vector<RequestResult> finished_;
+  std::function<void(const TokenEvent&)> on_token_;
+  int64_t next_request_ = 0, next_session_ = 0, tick_ = 0;
+  size_t rotate_ = 0;
+  ExecutorStats stats_;
+  engine::Logits logits_;
+  std::vector<int32_t> batch_tokens_, batch_seqs_;
+  std::vector<int64_t> batch_pos_;
+};
+
+}  // namespace kvcache::serve

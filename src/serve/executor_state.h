@@ -1,0 +1,40 @@
+// The executor's private records: a session (one completion being generated) and a request
+// (n completions of one prompt). Layer: serve; internal to executor*.cpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "serve/executor.h"
+
+namespace kvcache::serve {
+
+struct Executor::Session {
+  explicit Session(const engine::SamplerConfig& sc) : sampler(sc) {}
+  int64_t id = -1;               // never reused
+  int64_t request = -1;
+  int32_t completion = 0;        // index in the request's completions
+  int32_t seq = -1;              // cache sequence while admitted; -1 while waiting
+  std::vector<int32_t> tokens;   // prompt + generated
+  int64_t prompt_len = 0;
+  int64_t fed = 0;               // tokens[0, fed) are in the cache at positions [0, fed)
+  int64_t admitted_at = 0;       // tick of the last admission: the youngest is preempted first
+  int32_t forks_pending = 0;     // completion 0 of an n > 1 request before its first sample
+  engine::Sampler sampler;
+  size_t streamed = 0;           // bytes of the completion's text already streamed
+  bool counted = false;          // prefix hit/miss counted (at the first admission only)
+  bool done = false;
+
+  int64_t generated() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
+  int64_t remaining() const { return static_cast<int64_t>(tokens.size()) - fed; }
+};
+
+struct Executor::Request {
+  int64_t id = -1;
+  GenerateParams params;
+  std::vector<int64_t> sessions;  // session ids by completion, as they are created
+  RequestResult result;
+};
+
+}  // namespace kvcache::serve

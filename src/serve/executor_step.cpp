@@ -1,0 +1,219 @@
+// One step of the batching executor: pack decode tokens then prefill chunks, find room (evict
+// retained prefixes, shrink prefill, preempt the youngest), one forward, sample. See executor.h.
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "serve/executor.h"
+#include "serve/executor_state.h"
+
+namespace kvcache::serve {
+namespace {
+
+// Length of the longest suffix of `text` that is a proper prefix of some stop string: text
+// that may still become a stop string is held back from streaming.
+size_t held_back(std::string_view text, const std::vector<std::string>& stops) {
+  size_t keep = 0;
+  for (const std::string& stop : stops)
+    for (size_t k = std::min(stop.size() - 1, text.size()); k > keep; --k)
+      if (text.substr(text.size() - k) == std::string_view(stop).substr(0, k)) {
+        keep = k;
+        break;
+      }
+  return keep;
+}
+
+}  // namespace
+
+std::vector<Executor::Planned> Executor::plan_step() {
+  std::vector<Planned> plan;
+  std::vector<int64_t> prefill;
+  int64_t left = budget_;
+  for (int64_t sid : running_) {
+    const Session& s = *sessions_.at(sid);
+    if (s.remaining() == 1) {
+      plan.push_back({sid, 1});
+      --left;
+    } else if (s.remaining() > 1) {
+      prefill.push_back(sid);
+    }
+  }
+  if (prefill.empty()) return plan;
+  const size_t start = rotate_++ % prefill.size();
+  for (size_t k = 0; k < prefill.size() && left > 0; ++k) {
+    const Session& s = *sessions_.at(prefill[(start + k) % prefill.size()]);
+    const int64_t n = std::min({s.remaining(), setup_.step_tokens, left});
+    plan.push_back({s.id, n});
+    left -= n;
+  }
+  return plan;
+}
+
+// Makes the pool hold the plan's tokens: evicts retained sequences, then trims prefill chunks,
+// then preempts the youngest session. False when nothing can run (the last session then
+// finishes as cache_full — it cannot happen when the pool holds max_session_tokens).
+bool Executor::fit_step(std::vector<Planned>& plan) {
+  for (;;) {
+    int64_t need = 0;
+    for (const Planned& p : plan) need += p.n;
+    if (need == 0) return false;
+    if (make_room(need)) return true;
+    int64_t over = need - cache_->free_cells();
+    for (auto it = plan.rbegin(); it != plan.rend() && over > 0; ++it) {
+      if (sessions_.at(it->session)->remaining() == 1) continue;  // a decode token
+      const int64_t cut = std::min(over, it->n);
+      it->n -= cut;
+      over -= cut;
+    }
+    plan.erase(std::remove_if(plan.begin(), plan.end(), [](const Planned& p) { return p.n == 0; }),
+               plan.end());
+    if (over <= 0) return true;
+    auto youngest = std::max_element(running_.begin(), running_.end(), [&](int64_t a, int64_t b) {
+      return sessions_.at(a)->admitted_at < sessions_.at(b)->admitted_at;
+    });
+    if (youngest == running_.end()) return false;
+    Session& victim = *sessions_.at(*youngest);
+    if (running_.size() == 1) {
+      finish(victim, Finish::kCacheFull);
+      return false;
+    }
+    const int64_t vid = victim.id;
+    plan.erase(std::remove_if(plan.begin(), plan.end(),
+                              [&](const Planned& p) { return p.session == vid; }),
+               plan.end());
+    preempt(victim);
+  }
+}
+
+Status Executor::step() {
+  admit_waiting();
+  if (running_.empty()) {
+    if (!waiting_.empty()) finish(*sessions_.at(waiting_.front()), Finish::kCacheFull);
+    return ok_status();
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<Planned> plan = plan_step();
+  if (!fit_step(plan)) return ok_status();
+  batch_tokens_.clear();
+  batch_seqs_.clear();
+  batch_pos_.clear();
+  int64_t prefill = 0, decode = 0;
+  for (const Planned& p : plan) {
+    const Session& s = *sessions_.at(p.session);
+    for (int64_t i = 0; i < p.n; ++i) {
+      batch_tokens_.push_back(s.tokens[static_cast<size_t>(s.fed + i)]);
+      batch_seqs_.push_back(s.seq);
+      batch_pos_.push_back(s.fed + i);
+    }
+    (s.remaining() == 1 ? decode : prefill) += p.n;
+  }
+  engine::Batch batch{batch_tokens_, batch_seqs_, batch_pos_};
+  Status st = engine_->forward(batch, engine::LogitsMode::kLast, logits_);
+  if (!st.ok()) {
+    // The cache may hold part of the step: drop those sequences and end their requests.
+    for (const Planned& p : plan) {
+      auto it = sessions_.find(p.session);
+      if (it == sessions_.end() || it->second->done) continue;
+      retire(*it->second, /*keep=*/false);
+      finish(*it->second, Finish::kCancelled);
+    }
+    return Status(st.code(), "executor step: " + st.message());
+  }
+  for (const Planned& p : plan) {
+    Session& s = *sessions_.at(p.session);
+    s.fed += p.n;
+    if (opt_.prefix_cache)
+      index_.add(s.seq, std::span<const int32_t>(s.tokens).first(static_cast<size_t>(s.fed)));
+  }
+  // Rows belong to the last token of each sequence in the batch; sample those that reached the
+  // end of their tokens (a prefill chunk that stops short samples nothing).
+  std::vector<int64_t> row_session(logits_.rows());
+  for (size_t r = 0; r < logits_.rows(); ++r)
+    row_session[r] = seq_session_.at(batch_seqs_[static_cast<size_t>(logits_.token_index[r])]);
+  for (size_t r = 0; r < logits_.rows(); ++r) {
+    Session& s = *sessions_.at(row_session[r]);
+    if (s.remaining() == 0) sample(s, logits_.row(r));
+  }
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double total = static_cast<double>(prefill + decode);
+  stats_.prefill_seconds += secs * static_cast<double>(prefill) / total;
+  stats_.decode_seconds += secs * static_cast<double>(decode) / total;
+  stats_.prefill_tokens += prefill;
+  stats_.decode_tokens += decode;
+  ++stats_.steps;
+  return ok_status();
+}
+
+void Executor::fork_children(Session& parent, std::span<const float> logits) {
+  Request& r = *requests_.at(parent.request);
+  const int32_t forks = parent.forks_pending;
+  parent.forks_pending = 0;
+  for (int32_t i = 1; i <= forks; ++i) {
+    std::vector<int32_t> prompt(parent.tokens.begin(), parent.tokens.begin() + parent.prompt_len);
+    Session& c = new_session(r, i, std::move(prompt));
+    c.counted = true;
+    int32_t seq = -1;
+    if (!new_seq(std::make_pair(parent.seq, parent.fed), seq)) {
+      waiting_.push_front(c.id);  // no id now: it recomputes (the index finds the prompt)
+      continue;
+    }
+    c.seq = seq;
+    c.fed = parent.fed;
+    c.admitted_at = ++tick_;
+    seq_session_[seq] = c.id;
+    running_.push_back(c.id);
+    if (opt_.prefix_cache)
+      index_.add(seq, std::span<const int32_t>(c.tokens).first(static_cast<size_t>(c.fed)));
+    sample(c, logits);
+  }
+}
+
+void Executor::sample(Session& s, std::span<const float> logits) {
+  Request& r = *requests_.at(s.request);
+  const GenerateParams& p = r.params;
+  if (s.forks_pending > 0) fork_children(s, logits);
+  if (s.generated() >= p.max_new_tokens) {
+    finish(s, Finish::kLength);
+    return;
+  }
+  const int32_t tok = s.sampler.sample(logits);
+  s.tokens.push_back(tok);
+  Completion& c = r.result.completions[static_cast<size_t>(s.completion)];
+  c.tokens.push_back(tok);
+  const bool eog = !p.ignore_eos &&
+                   std::find(opt_.eog_ids.begin(), opt_.eog_ids.end(), tok) != opt_.eog_ids.end();
+  Finish why = Finish::kNone;
+  if (eog) {
+    why = Finish::kStop;
+  } else if (tokenizer_ != nullptr) {
+    const size_t before = c.text.size();
+    c.text += tokenizer_->decode_one(tok);
+    size_t cut = std::string::npos;
+    for (const std::string& stop : p.stop) {
+      const size_t from = before >= stop.size() ? before - stop.size() + 1 : 0;
+      cut = std::min(cut, c.text.find(stop, from));
+    }
+    if (cut != std::string::npos) {
+      c.text.resize(cut);
+      why = Finish::kStop;
+    }
+  }
+  if (why == Finish::kNone && s.generated() >= p.max_new_tokens) why = Finish::kLength;
+  // Stream what can no longer turn into a stop string; everything once finished.
+  const size_t safe = why != Finish::kNone ? c.text.size()
+                                           : c.text.size() - held_back(c.text, p.stop);
+  if (on_token_) {
+    TokenEvent e;
+    e.request = s.request;
+    e.completion = s.completion;
+    e.token = tok;
+    e.finish = why;
+    e.piece = std::string_view(c.text).substr(std::min(s.streamed, safe), safe - std::min(s.streamed, safe));
+    on_token_(e);
+  }
+  s.streamed = std::max(s.streamed, safe);
+  if (why != Finish::kNone) finish(s, why);
+}
+
+}  // namespace kvcache::serve

@@ -1,0 +1,303 @@
+// The batching executor on the embedded tiny model: greedy batching equals running alone under
+// every mix, prefix sharing prefills only new tokens, forks sample independently, refusals
+// change nothing, stop conditions, session verbs.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "serve/executor.h"
+#include "serve_test_util.h"
+
+namespace kvcache::serve {
+namespace {
+
+using testing::alone;
+using testing::drain;
+using testing::ids;
+using testing::make;
+
+const std::vector<std::string> kPrompts = {
+    "In the beginning God created",
+    "In the beginning God created the heaven and the earth. And the earth was",
+    "And God said, Let there be light",
+    "The LORD is my shepherd; I shall not want.",
+    "In the beginning God created the heaven",
+    "Blessed are the meek: for they",
+    "And",
+    "In the beginning God created the heaven and the earth. And the earth was without form",
+};
+
+struct Mix {
+  int32_t max_sessions;
+  bool prefix_cache;
+  int64_t pool_cells;  // 0 = the default max_sessions * 256
+  bool reversed;
+};
+
+class GreedyBatching : public ::testing::TestWithParam<Mix> {};
+
+TEST_P(GreedyBatching, EveryRequestEqualsRunningItAlone) {
+  const Mix mix = GetParam();
+  constexpr int32_t kNew = 40;
+  ExecutorOptions o;
+  o.max_sessions = mix.max_sessions;
+  o.prefix_cache = mix.prefix_cache;
+  if (mix.pool_cells > 0) o.pool_cells = mix.pool_cells;
+  auto ex = make(o);
+  ASSERT_NE(ex, nullptr);
+  std::vector<size_t> order(kPrompts.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = mix.reversed ? order.size() - 1 - i : i;
+  std::map<int64_t, size_t> which;
+  GenerateParams p;
+  p.max_new_tokens = kNew;
+  for (size_t i : order) which[*ex->submit(ids(kPrompts[i]), p)] = i;
+  auto results = drain(*ex);
+  ASSERT_EQ(results.size(), kPrompts.size());
+  for (const auto& [id, r] : results) {
+    const size_t i = which.at(id);
+    ASSERT_EQ(r.completions.size(), 1u);
+    EXPECT_EQ(r.completions[0].tokens, alone(ids(kPrompts[i]), kNew)) << "prompt " << i;
+    EXPECT_EQ(r.completions[0].finish, Finish::kLength);
+  }
+  const ExecutorStats s = ex->stats();
+  if (mix.pool_cells > 0 && mix.pool_cells < 400) {
+    EXPECT_GT(s.preemptions, 0);  // 8 sessions of up to 126 tokens in 256-ish cells
+  }
+  if (!mix.prefix_cache) EXPECT_EQ(s.prefix_hit_tokens, 0);
+  // Every prompt token was either fed or cloned once per admission.
+  EXPECT_GE(s.prefix_hit_tokens + s.prefix_miss_tokens, 0);
+  ex->clear_prefix_cache();
+  EXPECT_EQ(ex->cache().free_cells(), ex->cache().capacity());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Mixes, GreedyBatching,
+    ::testing::Values(Mix{1, false, 0, false}, Mix{3, false, 0, false}, Mix{8, false, 0, true},
+                      Mix{3, true, 0, false}, Mix{8, true, 0, true}, Mix{8, true, 256, false},
+                      Mix{8, false, 300, true}));
+
+TEST(Executor, PrefixHitPrefillsOnlyTheNewTokens) {
+  ExecutorOptions o;
+  auto ex = make(o);
+  const std::vector<int32_t> first = ids("In the beginning God created the heaven and the earth.");
+  const std::vector<int32_t> second = ids("In the beginning God created the heaven and the earth. And");
+  GenerateParams p;
+  p.max_new_tokens = 1;  // the retained sequence holds the first prompt exactly (54 tokens)
+  ASSERT_TRUE(ex->submit(first, p).ok());
+  drain(*ex);
+  const ExecutorStats before = ex->stats();
+  p.max_new_tokens = 20;
+  const int64_t id = *ex->submit(second, p);
+  auto results = drain(*ex);
+  const RequestResult& r = results.at(id);
+  // The first 54 tokens are shared: 3 full blocks of 16 found by the index, then extended
+  // token by token to the end of what the retained sequence holds.
+  EXPECT_EQ(static_cast<int64_t>(first.size()), 54);
+  EXPECT_EQ(r.cached_prompt_tokens, 54);
+  const ExecutorStats after = ex->stats();
+  EXPECT_EQ(after.prefix_hit_tokens - before.prefix_hit_tokens, 54);
+  EXPECT_EQ(after.prefix_miss_tokens - before.prefix_miss_tokens, 4);  // " And"
+  EXPECT_EQ(r.completions[0].tokens, alone(second, 20));
+}
+
+TEST(Executor, ConcurrentRequestsWithOneSystemPromptPrefillItOnce) {
+  ExecutorOptions o;
+  auto ex = make(o);
+  const std::string system = "And God said, Let there be light: and there was light. ";  // 56
+  GenerateParams p;
+  p.max_new_tokens = 8;
+  std::vector<int64_t> id;
+  for (const char* q : {"And God", "And the", "Let us", "In the"})
+    id.push_back(*ex->submit(ids(system + q), p));
+  auto results = drain(*ex);
+  // The first request prefills the system prompt; the others wait for its 3 full blocks
+  // (48 tokens) and clone them, extended to what was fed when they were admitted.
+  EXPECT_EQ(results.at(id[0]).cached_prompt_tokens, 0);
+  for (size_t i = 1; i < id.size(); ++i) {
+    EXPECT_GE(results.at(id[i]).cached_prompt_tokens, 48) << i;
+    EXPECT_EQ(results.at(id[i]).completions[0].tokens,
+              alone(ids(system + std::vector<std::string>{"And God", "And the", "Let us", "In the"}[i]), 8));
+  }
+}
+
+TEST(Executor, ForksPrefillOnceAndSampleLikeSeparateSeeds) {
+  ExecutorOptions o;
+  auto ex = make(o);
+  GenerateParams p;
+  p.max_new_tokens = 24;
+  p.n = 3;
+  p.sampling.temperature = 0.9f;
+  p.sampling.top_p = 0.95f;
+  p.sampling.seed = 11;
+  const std::vector<int32_t> prompt = ids("And God said, Let there be light");
+  const int64_t id = *ex->submit(prompt, p);
+  auto results = drain(*ex);
+  const RequestResult& r = results.at(id);
+  ASSERT_EQ(r.completions.size(), 3u);
+  EXPECT_EQ(ex->stats().prefill_tokens + ex->stats().decode_tokens,
+            static_cast<int64_t>(prompt.size()) + 3 * 23);  // prompt once, 23 feeds per fork
+  for (int32_t i = 0; i < 3; ++i) {
+    engine::SamplerConfig sc = p.sampling;
+    sc.seed = 11 + static_cast<uint64_t>(i);
+    EXPECT_EQ(r.completions[i].tokens, alone(prompt, 24, sc)) << "completion " << i;
+  }
+  EXPECT_NE(r.completions[0].tokens, r.completions[1].tokens);
+}
+
+TEST(Executor, RefusedRequestsChangeNothing) {
+  ExecutorOptions o;
+  o.max_sessions = 2;
+  auto ex = make(o);
+  GenerateParams p;
+  EXPECT_EQ(ex->submit({}, p).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ex->submit({300}, p).status().code(), StatusCode::kInvalidArgument);  // vocab 256
+  GenerateParams many = p;
+  many.n = 3;
+  EXPECT_EQ(ex->submit(ids("x"), many).status().code(), StatusCode::kInvalidArgument);
+  GenerateParams too_long = p;
+  too_long.max_new_tokens = 250;  // 10 + 250 > 256 tokens per session
+  Status s = ex->submit(ids("0123456789"), too_long).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("exceeds max_session_tokens 256"), std::string::npos) << s.message();
+  GenerateParams nan = p;
+  nan.sampling.temperature = std::nanf("");
+  EXPECT_EQ(ex->submit(ids("x"), nan).status().code(), StatusCode::kInvalidArgument);
+  GenerateParams empty_stop = p;
+  empty_stop.stop = {""};
+  EXPECT_EQ(ex->submit(ids("x"), empty_stop).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ex->idle());
+  EXPECT_EQ(ex->cache().free_cells(), ex->cache().capacity());
+  EXPECT_EQ(ex->stats().steps, 0);
+}
+
+TEST(Executor, CreationRefusesImpossibleBudgets) {
+  ExecutorOptions o;
+  o.max_session_tokens = 257;  // the tiny model's max_context is 256
+  auto a = Executor::create(testing::tiny(), nullptr, o);
+  EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(a.status().message().find("max_context 256"), std::string::npos);
+  o = {};
+  o.max_sessions = 0;
+  EXPECT_EQ(Executor::create(testing::tiny(), nullptr, o).status().code(),
+            StatusCode::kInvalidArgument);
+  o = {};
+  o.pool_cells = 100;  // smaller than one session's 256 tokens
+  EXPECT_EQ(Executor::create(testing::tiny(), nullptr, o).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(Executor, OpenRefusesAtMaxSessionsAndIdsAreNeverReused) {
+  ExecutorOptions o;
+  o.max_sessions = 2;
+  o.prefix_cache = false;
+  auto ex = make(o);
+  GenerateParams p;
+  p.max_new_tokens = 4;
+  const int64_t a = *ex->open(ids("In the"), p);
+  const int64_t b = *ex->open(ids("And God"), p);
+  Result<int64_t> c = ex->open(ids("Let"), p);
+  EXPECT_EQ(c.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(ex->close(a).ok());
+  EXPECT_EQ(ex->close(a).code(), StatusCode::kNotFound);
+  const int64_t d = *ex->open(ids("Let"), p);
+  EXPECT_GT(d, b);
+  EXPECT_GT(b, a);
+  auto results = drain(*ex);
+  EXPECT_EQ(results.at(a).completions[0].finish, Finish::kCancelled);
+  EXPECT_EQ(results.at(d).completions[0].tokens, alone(ids("Let"), 4));
+  EXPECT_EQ(ex->cache().free_cells(), ex->cache().capacity());
+}
+
+TEST(Executor, CloneContinuesAPrefixWithoutRecomputingIt) {
+  ExecutorOptions o;
+  auto ex = make(o);
+  GenerateParams p;
+  p.max_new_tokens = 30;
+  const std::vector<int32_t> prompt = ids("The LORD is my shepherd");
+  const int64_t a = *ex->open(prompt, p);
+  auto first = drain(*ex);
+  // The finished request's sequence is retained: clone its prompt and continue greedily.
+  const int64_t b = *ex->clone(a, static_cast<int64_t>(prompt.size()), p);
+  auto second = drain(*ex);
+  EXPECT_EQ(second.at(b).cached_prompt_tokens, static_cast<int64_t>(prompt.size()) - 1);
+  EXPECT_EQ(second.at(b).completions[0].tokens, first.at(a).completions[0].tokens);
+  EXPECT_EQ(ex->clone(a, 0, p).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ex->clone(999, 1, p).status().code(), StatusCode::kNotFound);
+}
+
+TEST(Executor, CancelEndsOneRequestAndSparesTheOthers) {
+  ExecutorOptions o;
+  auto ex = make(o);
+  GenerateParams p;
+  p.max_new_tokens = 30;
+  const int64_t a = *ex->submit(ids("In the beginning"), p);
+  const int64_t b = *ex->submit(ids("And God said"), p);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(ex->step().ok());
+  EXPECT_TRUE(ex->cancel(a).ok());
+  EXPECT_EQ(ex->cancel(a).code(), StatusCode::kNotFound);
+  auto results = drain(*ex);
+  EXPECT_EQ(results.at(a).completions[0].finish, Finish::kCancelled);
+  EXPECT_EQ(results.at(b).completions[0].tokens, alone(ids("And God said"), 30));
+}
+
+TEST(Executor, StopStringCutsTheTextAndStreamsOnlyWhatCannotBecomeOne) {
+  ExecutorOptions o;
+  auto ex = make(o);
+  const std::vector<int32_t> prompt = ids("In the beginning God created");
+  const std::vector<int32_t> greedy = alone(prompt, 64);
+  std::string text(greedy.begin(), greedy.end());
+  // Greedy text: " them that were all the people of the LORD shall be ..."; stop at "LORD".
+  const size_t at = text.find("LORD");
+  ASSERT_NE(at, std::string::npos) << text;
+  std::string streamed;
+  ex->set_on_token([&](const TokenEvent& e) { streamed += e.piece; });
+  GenerateParams p;
+  p.max_new_tokens = 64;
+  p.stop = {"LORD", "zzz"};
+  const int64_t id = *ex->submit(prompt, p);
+  auto results = drain(*ex);
+  const Completion& c = results.at(id).completions[0];
+  EXPECT_EQ(c.finish, Finish::kStop);
+  EXPECT_EQ(c.text, text.substr(0, at));
+  EXPECT_EQ(streamed, c.text);
+  EXPECT_EQ(c.tokens.size(), at + 4);  // up to and including the token that completed "LORD"
+}
+
+TEST(Executor, EndOfGenerationTokenStopsUnlessIgnored) {
+  ExecutorOptions o;
+  o.eog_ids = {'L'};
+  auto ex = make(o);
+  const std::vector<int32_t> prompt = ids("In the beginning God created");
+  const std::vector<int32_t> greedy = alone(prompt, 64);
+  const size_t at = static_cast<size_t>(std::find(greedy.begin(), greedy.end(), 'L') - greedy.begin());
+  ASSERT_LT(at, greedy.size());
+  GenerateParams p;
+  p.max_new_tokens = 64;
+  const int64_t a = *ex->submit(prompt, p);
+  p.ignore_eos = true;
+  const int64_t b = *ex->submit(prompt, p);
+  auto results = drain(*ex);
+  EXPECT_EQ(results.at(a).completions[0].finish, Finish::kStop);
+  EXPECT_EQ(results.at(a).completions[0].tokens.size(), at + 1);
+  EXPECT_EQ(results.at(a).completions[0].text, std::string(greedy.begin(), greedy.begin() + at));
+  EXPECT_EQ(results.at(b).completions[0].finish, Finish::kLength);
+  EXPECT_EQ(results.at(b).completions[0].tokens, greedy);
+}
+
+TEST(Executor, ZeroNewTokensPrefillsAndFinishesWithLength) {
+  ExecutorOptions o;
+  auto ex = make(o);
+  GenerateParams p;
+  p.max_new_tokens = 0;
+  const int64_t id = *ex->submit(ids("In the beginning"), p);
+  auto results = drain(*ex);
+  EXPECT_EQ(results.at(id).completions[0].finish, Finish::kLength);
+  EXPECT_TRUE(results.at(id).completions[0].tokens.empty());
+}
+
+}  // namespace
+}  // namespace kvcache::serve
