@@ -301,3 +301,57 @@ TEST(Executor, ZeroNewTokensPrefillsAndFinishesWithLength) {
 
 }  // namespace
 }  // namespace kvcache::serve
+
+namespace kvcache::serve {
+namespace {
+
+// A session's logits do not depend on who else is in the step beyond float rounding of the
+// same kernels: the row of sequence A decoding alone vs decoding beside B's prefill chunk and
+// C's decode token.
+TEST(Executor, LogitsOfARowDoNotDependOnTheBatch) {
+  const engine::Model& m = testing::tiny();
+  auto run = [&](bool crowded) {
+    engine::CacheOptions o;
+    o.kind = std::string(kCellKind);
+    auto setup = engine::plan_cache(m, o);
+    auto cache = *engine::build_cache(*setup);
+    auto eng = std::move(engine::Engine::create(m, cache).value());
+    const int32_t a = *cache->seq_new(), b = *cache->seq_new(), c = *cache->seq_new();
+    engine::Logits out;
+    auto feed = [&](int32_t seq, const std::string& text) {
+      std::vector<int32_t> t = testing::ids(text), s(t.size(), seq);
+      std::vector<int64_t> p(t.size());
+      for (size_t i = 0; i < t.size(); ++i) p[i] = cache->pos(seq) + static_cast<int64_t>(i);
+      EXPECT_TRUE(eng->forward({t, s, p}, engine::LogitsMode::kLast, out).ok());
+    };
+    feed(a, "In the beginning God");
+    feed(b, "And God said");
+    feed(c, "The LORD");
+    std::vector<int32_t> t = {' '}, s = {a};
+    std::vector<int64_t> p = {cache->pos(a)};
+    if (crowded) {
+      for (char ch : std::string(", Let")) {
+        t.push_back(ch);
+        s.push_back(b);
+        p.push_back(cache->pos(b) + static_cast<int64_t>(t.size()) - 2);
+      }
+      t.push_back(' ');
+      s.push_back(c);
+      p.push_back(cache->pos(c));
+    }
+    EXPECT_TRUE(eng->forward({t, s, p}, engine::LogitsMode::kLast, out).ok());
+    return std::vector<float>(out.row(0).begin(), out.row(0).end());
+  };
+  const std::vector<float> alone_row = run(false), crowded_row = run(true);
+  ASSERT_EQ(alone_row.size(), crowded_row.size());
+  float scale = 0.0f, diff = 0.0f;
+  for (size_t i = 0; i < alone_row.size(); ++i) {
+    scale = std::max(scale, std::fabs(alone_row[i]));
+    diff = std::max(diff, std::fabs(alone_row[i] - crowded_row[i]));
+  }
+  EXPECT_GT(scale, 1.0f);
+  EXPECT_LE(diff, 1e-5f * scale) << "max |diff| " << diff << " at logit scale " << scale;
+}
+
+}  // namespace
+}  // namespace kvcache::serve

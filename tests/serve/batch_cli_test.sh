@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# `kvcache batch` end to end on the embedded model: the --json shape, greedy results equal to
+# `kvcache run` alone, prefix hits on and off, n > 1, preemption with a small pool, and input
+# errors that name the file, line and field. Usage: batch_cli_test.sh KVCACHE_BIN SOURCE_DIR
+set -euo pipefail
+bin=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+if ! "$bin" run --max-new-tokens 1 >/dev/null 2>&1; then echo "SKIP: no embedded model"; exit 0; fi
+
+prompts=$src/examples/batch/prompts.jsonl
+"$bin" batch --prompts-file "$prompts" --json 2>/dev/null > "$tmp/on.json"
+"$bin" batch --prompts-file "$prompts" --json --no-prefix-cache --max-sessions 3 2>/dev/null > "$tmp/off.json"
+"$bin" batch --prompts-file "$prompts" --json --max-sessions 8 --max-session-tokens 160 \
+  --pool-tokens 200 2>/dev/null > "$tmp/small.json"
+"$bin" run --prompt "In the beginning God created" --max-new-tokens 64 --json 2>/dev/null > "$tmp/run0.json"
+"$bin" run --prompt "The LORD is my shepherd" --max-new-tokens 64 --json 2>/dev/null > "$tmp/run3.json"
+/usr/bin/python3 - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+on, off, small = (json.load(open(f"{d}/{n}.json")) for n in ("on", "off", "small"))
+run0 = json.load(open(f"{d}/run0.json"))["tokens"]
+run3 = json.load(open(f"{d}/run3.json"))
+for j in (on, off, small):
+    for k in ("results", "decode_tokens_per_s", "prefill_tokens_per_s", "prefix_hit_tokens",
+              "preemptions", "steps", "cache"):
+        assert k in j, k
+    r = j["results"]
+    assert [x["index"] for x in r] == list(range(6)), r
+    assert r[0]["completions"][0]["tokens"] == run0, (r[0], run0)
+    assert r[0]["completions"][0]["finish_reason"] == "length"
+    assert len(r[1]["completions"][0]["tokens"]) == 32           # per-line max_new_tokens
+    assert len(r[2]["completions"]) == 3                           # "n": 3
+    assert r[5]["prompt_tokens"] == 9                              # prompt_ids
+    c3 = r[3]["completions"][0]                                    # "stop": ["."]
+    full = bytes(run3["tokens"]).decode("latin-1")
+    if "." in full:
+        assert c3["finish_reason"] == "stop" and c3["text"] == full[:full.index(".")], (c3, full)
+    assert j["cache"]["kv_dtype"] == "f32"
+assert on["prefix_hit_tokens"] > 0 and off["prefix_hit_tokens"] == 0
+assert sum(x["cached_prompt_tokens"] for x in on["results"]) == on["prefix_hit_tokens"]
+assert small["preemptions"] > 0, small["preemptions"]
+assert [x["completions"] for x in on["results"]] == [x["completions"] for x in small["results"]]
+PY
+
+expect_error() {  # expect_error PATTERN args...
+  local pattern=$1; shift
+  if "$bin" batch "$@" >/dev/null 2>"$tmp/err"; then fail "batch $* should fail"; fi
+  grep -q -- "$pattern" "$tmp/err" || { cat "$tmp/err" >&2; fail "batch $*: expected '$pattern'"; }
+}
+printf '{"prompt": "a"}\n{"prompt": "b", "colour": 1}\n' > "$tmp/unknown.jsonl"
+expect_error "unknown.jsonl:2: unknown field \"colour\"" --prompts-file "$tmp/unknown.jsonl"
+printf '{"prompt": "a"}\n{"prompt": \n' > "$tmp/bad.jsonl"
+expect_error "bad.jsonl:2: not valid JSON" --prompts-file "$tmp/bad.jsonl"
+printf '{"prompt_ids": [1, 999]}\n' > "$tmp/ids.jsonl"
+expect_error "prompt_ids entry 999, expected an id in \[0, 256)" --prompts-file "$tmp/ids.jsonl"
+printf '{"prompt": "a", "max_new_tokens": 400}\n' > "$tmp/long.jsonl"
+expect_error "exceeds max_session_tokens 256" --prompts-file "$tmp/long.jsonl"
+printf '{"prompt": "a", "temperature": -1}\n' > "$tmp/temp.jsonl"
+expect_error "\"temperature\" = -1" --prompts-file "$tmp/temp.jsonl"
+printf '{"prompt": ""}\n' > "$tmp/empty.jsonl"
+expect_error "the prompt is empty" --prompts-file "$tmp/empty.jsonl"
+: > "$tmp/none.jsonl"
+expect_error "no requests" --prompts-file "$tmp/none.jsonl"
+expect_error "no such file" --prompts-file "$tmp/missing.jsonl"
+expect_error "not a regular file" --prompts-file "$tmp"
+expect_error "above the model's max_context 256" --prompts-file "$prompts" --max-session-tokens 300
+expect_error "prompts-file is required" --max-sessions 2
+echo "batch CLI: all checks passed"
