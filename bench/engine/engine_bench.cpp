@@ -21,77 +21,16 @@
 #include "engine/model.h"
 #include "program/gguf.h"
 #include "program/model_geometry.h"
+#include "bench_model.h"
 
 namespace kvcache::engine {
 namespace {
 
-constexpr int kD = 768, kLayers = 12, kHeads = 12, kKvHeads = 4, kHeadDim = 64, kFf = 2048;
-constexpr int kVocab = 32000, kMaxContext = 16384 + 1024, kChunk = 512;
-
-// float -> IEEE half by truncation (values here are small normals or flush to zero).
-uint16_t to_half(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  const int32_t exp = static_cast<int32_t>((x >> 23) & 0xFF) - 127 + 15;
-  if (exp <= 0) return static_cast<uint16_t>(sign);
-  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7BFFu);
-  return static_cast<uint16_t>(sign | (static_cast<uint32_t>(exp) << 10) | ((x >> 13) & 0x3FFu));
-}
-
-std::vector<uint8_t> random_f16(int64_t n, float scale, std::mt19937_64& rng) {
-  std::vector<uint8_t> out(n * 2);
-  std::uniform_real_distribution<float> u(-scale, scale);
-  for (int64_t i = 0; i < n; ++i) {
-    const uint16_t h = to_half(u(rng));
-    std::memcpy(&out[i * 2], &h, 2);
-  }
-  return out;
-}
-
-std::string write_model() {
-  gguf::GgufWriter w;
-  w.set_string("general.architecture", "llama");
-  w.set_uint32("llama.block_count", kLayers);
-  w.set_uint32("llama.embedding_length", kD);
-  w.set_uint32("llama.feed_forward_length", kFf);
-  w.set_uint32("llama.context_length", kMaxContext);
-  w.set_uint32("llama.attention.head_count", kHeads);
-  w.set_uint32("llama.attention.head_count_kv", kKvHeads);
-  ModelGeometry g;
-  for (int i = 0; i < kLayers; ++i) {
-    g.cache.layers.push_back({kKvHeads, kHeadDim, kHeadDim, 0});
-    g.layer_cache.push_back(i);
-  }
-  g.max_context = kMaxContext;
-  g.max_step_tokens = kChunk;
-  if (!write_model_geometry(g, w).ok()) return {};
-  std::mt19937_64 rng(1);
-  auto mat = [&](const std::string& name, int64_t out, int64_t in) {
-    (void)w.add_tensor(name, gguf::TensorType::kF16, {in, out},
-                       random_f16(out * in, 1.7f / std::sqrt(static_cast<float>(in)), rng));
-  };
-  auto ones = [&](const std::string& name) {
-    std::vector<float> v(kD, 1.0f);
-    (void)w.add_tensor_f32(name, {kD}, v);
-  };
-  mat("token_embd.weight", kVocab, kD);
-  for (int i = 0; i < kLayers; ++i) {
-    const std::string p = "blk." + std::to_string(i) + ".";
-    ones(p + "attn_norm.weight");
-    ones(p + "ffn_norm.weight");
-    mat(p + "attn_q.weight", kHeads * kHeadDim, kD);
-    mat(p + "attn_k.weight", kKvHeads * kHeadDim, kD);
-    mat(p + "attn_v.weight", kKvHeads * kHeadDim, kD);
-    mat(p + "attn_output.weight", kD, kHeads * kHeadDim);
-    mat(p + "ffn_gate.weight", kFf, kD);
-    mat(p + "ffn_up.weight", kFf, kD);
-    mat(p + "ffn_down.weight", kD, kFf);
-  }
-  ones("output_norm.weight");
-  const std::string path = "/tmp/kvcache_engine_bench_" + std::to_string(getpid()) + ".gguf";
-  return w.write(path).ok() ? path : std::string();
-}
+using bench::BenchModel;
+constexpr int kLayers = BenchModel::kLayers, kKvHeads = BenchModel::kKvHeads;
+constexpr int kHeadDim = BenchModel::kHeadDim, kVocab = BenchModel::kVocab;
+constexpr int kChunk = BenchModel::kChunk;
+constexpr int kMaxContext = 16384 + 1024;
 
 // One model + engine + f16 sequence cache shared by every benchmark, in registration order.
 struct State {
@@ -105,7 +44,7 @@ struct State {
 State& state() {
   static State* s = [] {
     auto* st = new State();
-    const std::string path = write_model();
+    const std::string path = bench::write_bench_model(kMaxContext);
     if (path.empty()) {
       st->error = "writing the bench model failed";
       return st;

@@ -1,0 +1,21 @@
+// The ~100M-parameter benchmark model: a random-weight llama GGUF with f16 matrices (d=768,
+// 12 layers, 12 q / 4 kv heads of 64, ff 2048, vocab 32000, tied embeddings), written to a
+// temporary file. Layer: bench. The engine and serve benchmarks load the same model so their
+// figures compare.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace kvcache::bench {
+
+struct BenchModel {
+  static constexpr int kD = 768, kLayers = 12, kHeads = 12, kKvHeads = 4, kHeadDim = 64;
+  static constexpr int kFf = 2048, kVocab = 32000, kChunk = 512;
+};
+
+// Writes the model with the given max_context to a fresh temporary path and returns it; empty
+// when writing failed. The caller removes the file.
+std::string write_bench_model(int64_t max_context);
+
+}  // namespace kvcache::bench
