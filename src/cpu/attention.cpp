@@ -14,6 +14,7 @@ namespace kvcache::cpu {
 namespace {
 
 constexpr int64_t kMinSplitKeys = 512;  // a key-range task is at least this long
+constexpr int64_t kMinSharedKeys = 128;  // shared cells worth a group's extra merge
 constexpr int64_t kMinParallelWork = 1 << 18;  // multiply-adds below which one thread runs a call
 
 detail::ChunkFn chunk_fn(Isa isa) {
@@ -157,6 +158,9 @@ void attend(const AttentionProblem& p, ThreadPool& pool, Isa isa) {
     static ThreadPool serial(1);
     return attend_unsplit(p, serial, fn);
   }
+  // Tokens that share leading cells (forks, prefix hits, one prefill chunk) read them once.
+  const std::vector<detail::SharedGroup> groups = detail::find_shared_groups(p, kMinSharedKeys);
+  if (!groups.empty()) return detail::attend_shared(p, groups, pool, fn);
   if (pairs >= want || longest < 2 * kMinSplitKeys) return attend_unsplit(p, pool, fn);
   const int64_t splits = (want + pairs - 1) / pairs;
   const int64_t chunk = std::max(kMinSplitKeys, (longest + splits - 1) / splits);

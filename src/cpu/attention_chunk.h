@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <span>
+#include <vector>
 
 #include "cpu/attention.h"
 
@@ -146,5 +148,16 @@ void chunk_avx2(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int
                 float* m, float* l, float* acc, float* scratch);
 void chunk_avx512(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int64_t j1,
                   float* m, float* l, float* acc, float* scratch);
+
+// Tokens whose key lists (cell lists only) start with the same `shared` cells, in runs of at
+// most 16 tokens; groups sharing fewer than min_shared cells are left out. attention_shared.cpp.
+struct SharedGroup {
+  std::vector<int32_t> tokens;
+  int64_t shared = 0;
+};
+std::vector<SharedGroup> find_shared_groups(const AttentionProblem& p, int64_t min_shared);
+// Attention for every token of p, reading each group's shared cells once for all its members.
+void attend_shared(const AttentionProblem& p, std::span<const SharedGroup> groups,
+                   ThreadPool& pool, ChunkFn fn);
 
 }  // namespace kvcache::cpu::detail

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cpu/attention.h"
+#include "cpu/attention_chunk.h"
 #include "cpu/kv_pool.h"
 #include "test_util.h"
 
@@ -174,6 +175,84 @@ TEST(AttentionKernel, LongDecodeSplitsKeysAndMatchesReference) {
     for (int mode : {0, 1, 2})
       run_differential(Shape{1, 8, 2, 64, 64, 5000, 0, dt, mode, 0.0f}, rng, {&p1, &p2, &p4});
   run_differential(Shape{2, 4, 1, 32, 16, 3000, 2500, DType::kF16, 1, 0.0f}, rng, {&p4});
+}
+
+// Forks of one prefix (the cell layout's clones) decoding together, and the tokens of one
+// prefill chunk: attend() reads the shared cells once per group and merges each token's own
+// suffix; the result equals the reference's per-token reading.
+TEST(AttentionKernel, SharedPrefixGroupsMatchReference) {
+  std::mt19937 rng(31);
+  ThreadPool p1(1), p2(2);
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
+    for (int chunk : {0, 1}) {
+      // 9 tokens: forks of a 700-cell prefix with own suffixes of 1..9 cells (scattered), or
+      // one sequence's chunk of 9 consecutive positions after 700 cells of history.
+      const int32_t T = 9, hq = 8, hkv = 2, dim = 64, dv = 48;
+      const int64_t prefix = 700, rows = prefix + 64;
+      Shape shape{T, hq, hkv, dim, dv, rows, 0, dt, 2, 0.0f};
+      LayerPool pool = filled_pool(rng, shape, rows);
+      std::vector<int32_t> order(rows);
+      for (int64_t i = 0; i < rows; ++i) order[i] = static_cast<int32_t>(i);
+      std::shuffle(order.begin(), order.end(), rng);
+      std::vector<std::vector<int32_t>> lists(T);
+      int64_t next = prefix;
+      for (int32_t t = 0; t < T; ++t) {
+        lists[t].assign(order.begin(), order.begin() + prefix);
+        if (chunk) {
+          for (int32_t i = 0; i <= t; ++i) lists[t].push_back(order[prefix + i]);
+        } else {
+          for (int32_t i = 0; i <= t; ++i) lists[t].push_back(order[next++]);
+        }
+      }
+      std::vector<KeySet> sets(T);
+      for (int32_t t = 0; t < T; ++t) sets[t].cells = lists[t];
+      auto q = random_floats(rng, size_t(T) * hq * dim, -2.0f, 2.0f);
+      AttentionProblem p;
+      p.n_tokens = T;
+      p.q_heads = hq;
+      p.q = q.data();
+      p.scale = 0.125f;
+      p.kv = pool.view();
+      p.keys = sets;
+      const auto groups = detail::find_shared_groups(p, 128);
+      ASSERT_EQ(groups.size(), 1u);
+      EXPECT_EQ(groups[0].tokens.size(), 9u);
+      EXPECT_EQ(groups[0].shared, chunk ? prefix + 1 : prefix);  // the chunk's first token's keys
+      std::vector<float> want(size_t(T) * hq * dv);
+      p.out = want.data();
+      attend_reference(p);
+      std::vector<Isa> isas = {Isa::kScalar};
+      for (Isa isa : {Isa::kAvx2, Isa::kAvx512})
+        if (isa_supported(isa)) isas.push_back(isa);
+      for (Isa isa : isas)
+        for (ThreadPool* tp : {&p1, &p2}) {
+          std::vector<float> got(want.size(), -99.0f);
+          p.out = got.data();
+          attend(p, *tp, isa);
+          expect_close(got, want, 2e-5, std::string(to_string(dt)) + " chunk=" +
+                                            std::to_string(chunk) + " isa=" +
+                                            std::string(to_string(isa)));
+        }
+    }
+}
+
+TEST(AttentionKernel, SharedGroupsNeedEnoughSharedCellsAndCellLists) {
+  std::vector<int32_t> a = {1, 2, 3, 4, 5}, b = {1, 2, 3, 9}, c = {7, 8};
+  std::vector<KeySet> sets(3);
+  sets[0].cells = a;
+  sets[1].cells = b;
+  sets[2].cells = c;
+  AttentionProblem p;
+  p.n_tokens = 3;
+  p.keys = sets;
+  auto groups = detail::find_shared_groups(p, 3);
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].tokens, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(groups[0].shared, 3);
+  EXPECT_TRUE(detail::find_shared_groups(p, 4).empty());
+  sets[1].n_runs = 1;  // a run (sequence layout): never grouped
+  sets[1].run_size[0] = 4;
+  EXPECT_TRUE(detail::find_shared_groups(p, 1).empty());
 }
 
 TEST(AttentionKernel, ReferenceMatchesBruteForceFromInputs) {
