@@ -210,7 +210,7 @@ Result<int64_t> Executor::clone(int64_t request, int64_t upto, const GeneratePar
     drop_request(id);
     return resource_exhausted("clone: no free session or cell for request " + str(request));
   }
-  count_prefix(s, upto - 1);
+  count_prefix(s, s.fed);
   return id;
 }
 
@@ -220,7 +220,7 @@ int32_t Executor::sessions_reserved() const {
   return n;
 }
 
-bool Executor::new_seq(std::optional<std::pair<int32_t, int64_t>> from, int32_t& seq) {
+bool Executor::new_seq(CloneFrom from, int32_t& seq) {
   for (;;) {
     Result<int32_t> r = from ? cache_->seq_clone(from->first, from->second) : cache_->seq_new();
     if (r.ok()) {
@@ -235,9 +235,14 @@ bool Executor::new_seq(std::optional<std::pair<int32_t, int64_t>> from, int32_t&
 bool Executor::admit_from(Session& s, int32_t src, int64_t upto) {
   if (sessions_reserved() + 1 + s.forks_pending > opt_.max_sessions) return false;
   int32_t seq = -1;
-  std::optional<std::pair<int32_t, int64_t>> from;
+  CloneFrom from;
   if (src >= 0 && upto > 0) from = std::make_pair(src, upto);
-  if (!new_seq(from, seq)) return false;
+  if (!new_seq(from, seq)) {
+    // A clone the layout refuses (e.g. a sliding pool no longer holds the window the prefix
+    // needs) falls back to a fresh sequence: the prompt is prefilled in full.
+    if (!from || !new_seq(std::nullopt, seq)) return false;
+    from.reset();
+  }
   const int64_t need = static_cast<int64_t>(s.tokens.size()) - (from ? upto : 0);
   if (!make_room(need)) {
     (void)cache_->seq_rm(seq);
@@ -279,7 +284,7 @@ bool Executor::admit(Session& s) {
     }
   }
   if (!admit_from(s, src, upto)) return false;
-  count_prefix(s, upto);
+  count_prefix(s, s.fed);
   return true;
 }
 
@@ -319,7 +324,7 @@ void Executor::admit_waiting() {
   }
 }
 
-bool Executor::evict_one_retained(std::optional<std::pair<int32_t, int64_t>> keep) {
+bool Executor::evict_one_retained(CloneFrom keep) {
   int32_t victim = -1;
   int64_t oldest = 0;
   for (const auto& [seq, r] : retained_) {
