@@ -115,40 +115,68 @@ void gemv_f16_scalar(const uint16_t* w, const float* x, float* y, int64_t rows, 
 
 namespace {
 
+// Rows of W against T <= kSmallBatch activation rows, each weight row converted once per four
+// activation rows. Every product is summed exactly as for T = 1 (two 8-lane accumulators over
+// 16-column steps, one reduction order), so a row's result does not depend on how many rows
+// share the call — a batched decode step gives each session what decoding alone gives it.
 __attribute__((target("avx2,fma,f16c"))) void gemv_f16_avx2(const uint16_t* w, const float* x,
                                                               float* y, int64_t rows,
-                                                              int64_t cols, bool accumulate) {
+                                                              int64_t cols, int64_t t,
+                                                              int64_t y_stride, bool accumulate) {
   const int64_t body = cols & ~int64_t{15};
   for (int64_t r = 0; r < rows; ++r) {
     const uint16_t* wr = w + r * cols;
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    for (int64_t c = 0; c < body; c += 16) {
-      const __m128i h0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wr + c));
-      const __m128i h1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wr + c + 8));
-      a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(h0), _mm256_loadu_ps(x + c), a0);
-      a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(h1), _mm256_loadu_ps(x + c + 8), a1);
+    for (int64_t t0 = 0; t0 < t; t0 += 4) {
+      const int64_t nt = std::min<int64_t>(4, t - t0);
+      __m256 a0[4], a1[4];
+      for (int j = 0; j < 4; ++j) a0[j] = a1[j] = _mm256_setzero_ps();
+      for (int64_t c = 0; c < body; c += 16) {
+        const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wr + c)));
+        const __m256 w1 =
+            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wr + c + 8)));
+        for (int64_t j = 0; j < nt; ++j) {
+          const float* xj = x + (t0 + j) * cols + c;
+          a0[j] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xj), a0[j]);
+          a1[j] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xj + 8), a1[j]);
+        }
+      }
+      for (int64_t j = 0; j < nt; ++j) {
+        const __m256 a = _mm256_add_ps(a0[j], a1[j]);
+        __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        s = _mm_hadd_ps(s, s);
+        s = _mm_hadd_ps(s, s);
+        float acc = _mm_cvtss_f32(s);
+        const float* xj = x + (t0 + j) * cols;
+        for (int64_t c = body; c < cols; ++c) acc += _cvtsh_ss(wr[c]) * xj[c];
+        float& out = y[(t0 + j) * y_stride + r];
+        out = accumulate ? out + acc : acc;
+      }
     }
-    const __m256 a = _mm256_add_ps(a0, a1);
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    s = _mm_hadd_ps(s, s);
-    s = _mm_hadd_ps(s, s);
-    float acc = _mm_cvtss_f32(s);
-    for (int64_t c = body; c < cols; ++c) acc += _cvtsh_ss(wr[c]) * x[c];
-    y[r] = accumulate ? y[r] + acc : acc;
   }
 }
 
-// T == 1: rows split over the global pool, each chunk with the dispatched kernel.
-void gemv_f16(const Weight& w, const float* x, float* y, bool accumulate) {
-  auto* fn = has_avx2_f16c() ? gemv_f16_avx2 : gemv_f16_scalar;
+void gemv_f16_rows_scalar(const uint16_t* w, const float* x, float* y, int64_t rows,
+                          int64_t cols, int64_t t, int64_t y_stride, bool accumulate) {
+  for (int64_t j = 0; j < t; ++j) {
+    std::vector<float> out(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) out[r] = y[j * y_stride + r];
+    gemv_f16_scalar(w, x + j * cols, out.data(), rows, cols, accumulate);
+    for (int64_t r = 0; r < rows; ++r) y[j * y_stride + r] = out[r];
+  }
+}
+
+// 1 <= T <= kSmallBatch (decode, alone or batched): rows split over the global pool, each
+// chunk with the dispatched kernel.
+void gemv_f16(const Weight& w, const float* x, float* y, int64_t t, bool accumulate) {
+  auto* fn = has_avx2_f16c() ? gemv_f16_avx2 : gemv_f16_rows_scalar;
   const int64_t min_rows = 64;
   cpu::ThreadPool& pool = cpu::global_pool();
   if (pool.size() == 1 || w.rows < 2 * min_rows) {
-    fn(w.f16.data(), x, y, w.rows, w.cols, accumulate);
+    fn(w.f16.data(), x, y, w.rows, w.cols, t, w.rows, accumulate);
     return;
   }
   pool.parallel_for(w.rows, [&](int64_t begin, int64_t end) {
-    fn(w.f16.data() + begin * w.cols, x, y + begin, end - begin, w.cols, accumulate);
+    fn(w.f16.data() + begin * w.cols, x, y + begin, end - begin, w.cols, t, w.rows, accumulate);
   });
 }
 
@@ -184,8 +212,8 @@ void matmul(std::span<const float> x, const Weight& w, std::span<float> y, int64
   }
   assert(static_cast<int64_t>(x.size()) >= t * w.cols);
   assert(static_cast<int64_t>(y.size()) >= t * w.rows);
-  if (t == 1) gemv_f16(w, x.data(), y.data(), accumulate);
-  else if (t > 1) gemm_f16(x, w, y, t, accumulate);
+  if (t >= 1 && t <= kSmallBatch) gemv_f16(w, x.data(), y.data(), t, accumulate);
+  else if (t > kSmallBatch) gemm_f16(x, w, y, t, accumulate);
 }
 
 void rmsnorm_rows(std::span<const float> x, std::span<const float> weight, std::span<float> out,

@@ -29,6 +29,10 @@ struct Weight {
   int64_t n_elements() const { return rows * cols; }
 };
 
+// Up to this many rows, f16 products read each weight row once for all rows and give every
+// row exactly what it gets alone (a batched decode step); above it, converted tiles + sgemm.
+inline constexpr int64_t kSmallBatch = 16;
+
 // y[T, w.rows] = x[T, w.cols] * W^T (+ y when accumulate), for either storage.
 void matmul(std::span<const float> x, const Weight& w, std::span<float> y, int64_t t,
             bool accumulate = false);

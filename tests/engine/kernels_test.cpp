@@ -38,7 +38,7 @@ TEST(Kernels, MatmulMatchesReferenceOverShapes) {
 // more rows than one 256-row block) against the double reference on the same half values.
 TEST(Kernels, F16MatmulMatchesReferenceOverShapesAndThreads) {
   for (int threads : {1, 2})
-    for (int64_t t : {1, 4})
+    for (int64_t t : {1, 4, 7, 16, 17})
       for (int64_t in : {1, 17, 64})
         for (int64_t out : {3, 300})
           for (bool acc : {false, true}) {
@@ -56,6 +56,29 @@ TEST(Kernels, F16MatmulMatchesReferenceOverShapesAndThreads) {
               ASSERT_NEAR(y[i], want[i], 1e-4 * (1.0 + std::abs(want[i])))
                   << threads << " threads " << t << "x" << in << "x" << out << " acc " << acc;
           }
+  cpu::set_global_threads(2);
+}
+
+// A batched decode step must give each row exactly what decoding it alone gives: for up to
+// kSmallBatch rows an f16 product sums every row in the same order as a single row.
+TEST(Kernels, F16ProductOfEachRowIsBitwiseIndependentOfTheBatch) {
+  for (int threads : {1, 2}) {
+    cpu::set_global_threads(threads);
+    Weight w;
+    w.rows = 300;
+    w.cols = 203;  // 12 steps of 16 columns and a tail of 11
+    for (float v : rnd(w.rows * w.cols, 21)) w.f16.push_back(program_detail::f32_to_f16(v));
+    for (int64_t t : {int64_t{2}, int64_t{5}, kSmallBatch}) {
+      std::vector<float> x = rnd(t * w.cols, 22), y(static_cast<size_t>(t * w.rows));
+      matmul(x, w, y, t);
+      for (int64_t j = 0; j < t; ++j) {
+        std::vector<float> one(static_cast<size_t>(w.rows));
+        matmul(std::span<const float>(x).subspan(j * w.cols, w.cols), w, one, 1);
+        for (int64_t r = 0; r < w.rows; ++r)
+          ASSERT_EQ(y[j * w.rows + r], one[r]) << "row " << j << " of " << t << ", output " << r;
+      }
+    }
+  }
   cpu::set_global_threads(2);
 }
 
