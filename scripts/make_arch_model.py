@@ -70,7 +70,8 @@ def build(name, seed):
     # Gemma multiplies embeddings by sqrt(d): keep the scaled rows near unit RMS so the
     # blocks, not the tied embedding, decide the logits.
     embd_std = 1.0 / np.sqrt(d) if gemma else 1.0
-    w.add_tensor("token_embd.weight", (embd_std * rng.standard_normal((c["vocab"], d))).astype(np.float32))
+    embd = embd_std * rng.standard_normal((c["vocab"], d))
+    w.add_tensor("token_embd.weight", embd.astype(np.float32))
     if c.get("rope_freqs"):
         # Divisors in Llama 3.1's range [1, 8], on every pair so that short tests see them.
         w.add_tensor("rope_freqs.weight", rng.uniform(1.0, 8.0, dk // 2).astype(np.float32))
@@ -98,7 +99,8 @@ def build(name, seed):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arch", required=True, choices=sorted(CONFIGS))
     ap.add_argument("--out", required=True, help="output GGUF path")
     ap.add_argument("--seed", type=int, default=7)

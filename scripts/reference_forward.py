@@ -58,7 +58,8 @@ class Hparams:
             self.rope_factor = float(g.kv[a + "rope.scaling.factor"])
         self.layer_cache = [int(c) for c in g.get("kvcache.layer_cache", range(self.n_layers))]
         if len(self.layer_cache) != self.n_layers:
-            raise ValueError(f"kvcache.layer_cache has {len(self.layer_cache)} entries, expected {self.n_layers}")
+            raise ValueError(f"kvcache.layer_cache has {len(self.layer_cache)} entries, "
+                             f"expected {self.n_layers}")
         if "kvcache.cache.windows" in g.kv:
             self.windows = [int(w) for w in g.kv["kvcache.cache.windows"]]
         else:

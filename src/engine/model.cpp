@@ -1,4 +1,4 @@
-// Model loading: hyperparameters, architecture traits, geometry and weights from a GGUF file.
+// Model loading: hyperparameters, geometry and float32 weights from a GGUF file.
 #include "engine/model.h"
 
 #include <algorithm>
@@ -158,6 +158,9 @@ Status apply_architecture(const GgufFile& f, HParams& hp) {
   const bool size_27b = (hp.arch == "gemma2" && hp.n_layers == 46) ||
                         (hp.arch == "gemma3" && hp.n_layers == 62);
   const int32_t scalar = size_27b ? hp.d_model / hp.q_heads : hp.head_dim;
+  if (scalar <= 0)
+    return invalid_argument("load model: " + a + "embedding_length / head_count = " +
+                            std::to_string(scalar) + ", expected > 0 (the attention scale)");
   hp.attn_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(scalar)));
   if (hp.arch == "gemma2") {
     // Absent keys: the Gemma 2 values, as llama.cpp defaults them.

@@ -1,6 +1,5 @@
-// A decoder's hyperparameters and weights (llama, qwen2, qwen3, gemma2, gemma3 text), loaded
-// from a GGUF file per docs/model_format.md; any other architecture is refused by name.
-// Layer: engine. F16 matrices stay f16 (half the bytes per decode
+// A Llama-family decoder's hyperparameters and weights, loaded from a GGUF file per
+// docs/model_format.md. Layer: engine. F16 matrices stay f16 (half the bytes per decode
 // token); everything else is converted to float32 once at load. The model knows nothing of
 // the cache beyond its published geometry (ModelGeometry). Errors name the missing tensor/key or the wrong shape.
 #pragma once
@@ -20,7 +19,8 @@ namespace kvcache::engine {
 enum class FfnActivation { kSilu, kGeluTanh };
 
 struct HParams {
-  std::string arch;            // general.architecture: llama, qwen2, qwen3, gemma2, gemma3
+  // general.architecture: llama, qwen2, qwen3, gemma2, gemma3 (text); others are refused.
+  std::string arch;
   int32_t n_layers = 0;        // block_count
   int32_t d_model = 0;         // embedding_length
   int32_t d_ff = 0;            // feed_forward_length

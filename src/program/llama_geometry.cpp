@@ -4,7 +4,8 @@
 // set_swa_pattern: layer i slides iff period == 0 or (i + 1) % period != 0; or a BOOL array
 // per layer, true = sliding), else from the architecture: gemma2 2, gemma3 6, gemma3n 5,
 // cohere2 4, gpt-oss 2 (all with the same period rule); every other architecture: no layer
-// slides. A gemma2 file without sliding_window slides at 4096 (the Gemma 2 value, as llama.cpp). {arch}.attention.shared_kv_layers: the last N layers own no cache (share_kv_layers).
+// slides. A gemma2 file without sliding_window slides at 4096 (Gemma 2's window, as
+// llama.cpp). {arch}.attention.shared_kv_layers: the last N layers own no cache (share_kv_layers).
 #include <limits>
 #include <map>
 
