@@ -32,8 +32,14 @@ CONFIGS = {
 }
 
 
-def build(name, seed):
-    c = CONFIGS[name]
+def build(name, seed, arch=None, rope_scaling=None):
+    """arch / rope_scaling override general.architecture (keys follow it) and write
+    rope.scaling.type: files the engine must refuse by name."""
+    c = dict(CONFIGS[name])
+    if arch:
+        c["arch"] = arch
+    if rope_scaling:
+        c["scaling"] = rope_scaling
     rng = np.random.default_rng(seed)
     a = c["arch"] + "."
     w = gguf_py.GGUFWriter()
@@ -54,9 +60,9 @@ def build(name, seed):
     if "attn_cap" in c:
         w.add_float32(a + "attn_logit_softcapping", c["attn_cap"])
         w.add_float32(a + "final_logit_softcapping", c["final_cap"])
-    if "linear" in c:
-        w.add_string(a + "rope.scaling.type", "linear")
-        w.add_float32(a + "rope.scaling.factor", c["linear"])
+    if "linear" in c or "scaling" in c:
+        w.add_string(a + "rope.scaling.type", c.get("scaling", "linear"))
+        w.add_float32(a + "rope.scaling.factor", c.get("linear", 4.0))
 
     def mat(out, inp):
         return (rng.standard_normal((out, inp)) / np.sqrt(inp)).astype(np.float32)
@@ -104,8 +110,10 @@ def main():
     ap.add_argument("--arch", required=True, choices=sorted(CONFIGS))
     ap.add_argument("--out", required=True, help="output GGUF path")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--set-arch", help="write this general.architecture instead (refusal tests)")
+    ap.add_argument("--rope-scaling", help="write this rope.scaling.type (refusal tests)")
     args = ap.parse_args()
-    build(args.arch, args.seed).write(args.out)
+    build(args.arch, args.seed, args.set_arch, args.rope_scaling).write(args.out)
     print(f"wrote {args.out} ({args.arch})")
 
 
