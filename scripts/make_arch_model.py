@@ -32,9 +32,9 @@ CONFIGS = {
 }
 
 
-def build(name, seed, arch=None, rope_scaling=None):
+def build(name, seed, arch=None, rope_scaling=None, f16=False):
     """arch / rope_scaling override general.architecture (keys follow it) and write
-    rope.scaling.type: files the engine must refuse by name."""
+    rope.scaling.type: files the engine must refuse by name. f16: matrices stored as F16."""
     c = dict(CONFIGS[name])
     if arch:
         c["arch"] = arch
@@ -64,8 +64,10 @@ def build(name, seed, arch=None, rope_scaling=None):
         w.add_string(a + "rope.scaling.type", c.get("scaling", "linear"))
         w.add_float32(a + "rope.scaling.factor", c.get("linear", 4.0))
 
+    wtype = np.float16 if f16 else np.float32
+
     def mat(out, inp):
-        return (rng.standard_normal((out, inp)) / np.sqrt(inp)).astype(np.float32)
+        return (rng.standard_normal((out, inp)) / np.sqrt(inp)).astype(wtype)
 
     def norm(n):
         return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
@@ -77,7 +79,7 @@ def build(name, seed, arch=None, rope_scaling=None):
     # blocks, not the tied embedding, decide the logits.
     embd_std = 1.0 / np.sqrt(d) if gemma else 1.0
     embd = embd_std * rng.standard_normal((c["vocab"], d))
-    w.add_tensor("token_embd.weight", embd.astype(np.float32))
+    w.add_tensor("token_embd.weight", embd.astype(wtype))
     if c.get("rope_freqs"):
         # Divisors in Llama 3.1's range [1, 8], on every pair so that short tests see them.
         w.add_tensor("rope_freqs.weight", rng.uniform(1.0, 8.0, dk // 2).astype(np.float32))
@@ -112,8 +114,9 @@ def main():
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--set-arch", help="write this general.architecture instead (refusal tests)")
     ap.add_argument("--rope-scaling", help="write this rope.scaling.type (refusal tests)")
+    ap.add_argument("--f16", action="store_true", help="store the matrices as F16")
     args = ap.parse_args()
-    build(args.arch, args.seed, args.set_arch, args.rope_scaling).write(args.out)
+    build(args.arch, args.seed, args.set_arch, args.rope_scaling, args.f16).write(args.out)
     print(f"wrote {args.out} ({args.arch})")
 
 

@@ -5,14 +5,16 @@
 # logits (24 positions, windows of 5-6: most of them past the window) must match
 # scripts/reference_forward.py within 1e-4 of the logit scale. For gemma3 also checks what
 # `kvcache inspect` derives: 5 sliding : 1 full and the ring saving of the sliding layers.
-# Usage: arch_golden.sh KVCACHE_BIN REPO_DIR ARCH   (ARCH: gemma2, gemma3, llama-rope-freqs)
+# Usage: arch_golden.sh KVCACHE_BIN REPO_DIR ARCH [--f16]
+#   (ARCH: gemma2, gemma3, llama-rope-freqs; --f16 stores the matrices as F16, which the
+#   reference reads exactly as stored)
 set -euo pipefail
-bin=$1; repo=$2; arch=$3
+bin=$1; repo=$2; arch=$3; shift 3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 py=/usr/bin/python3
 ids=3,17,42,99,5,250,7,7,128,64,1,299,33,8,200,11,256,90,45,12,180,77,6,141
-"$py" "$repo/scripts/make_arch_model.py" --arch "$arch" --out "$tmp/model.gguf" >/dev/null
+"$py" "$repo/scripts/make_arch_model.py" --arch "$arch" --out "$tmp/model.gguf" "$@" >/dev/null
 "$py" "$repo/scripts/reference_forward.py" --model "$tmp/model.gguf" --tokens "$ids" \
   --out "$tmp/ref.npy" >/dev/null
 for kind in sequence cell; do
