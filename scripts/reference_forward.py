@@ -1,9 +1,15 @@
 """Float64 numpy reference forward of a GGUF model, per docs/model_format.md.
 
 Full causal recomputation without a cache: logits of every token [T, vocab]. Handles arch llama
-(interleaved RoPE pairs 2j, 2j+1) and qwen2/qwen3 (rotate-half pairs i, i + r/2), q/k/v biases,
-q/k norm, per-layer kv heads, sliding windows (kvcache.cache.windows via kvcache.layer_cache),
-KV-shared layers, tied/untied output, linear RoPE scaling.
+(interleaved RoPE pairs 2j, 2j+1; rope_freqs.weight divides pair j's frequency) and qwen2/qwen3
+(rotate-half pairs i, i + r/2), q/k/v biases, q/k norm, per-layer kv heads, sliding windows
+(kvcache.cache.windows via kvcache.layer_cache), KV-shared layers, tied/untied output, linear
+RoPE scaling. Gemma 2 and Gemma 3 (text) follow their published model definitions:
+embeddings times sqrt(hidden), rotate-half RoPE, GELU-tanh gated MLP, RMSNorm before and after
+attention and MLP (the file holds the final multiplier 1 + w), attention scale
+query_pre_attn_scalar^-0.5, sliding layers (Gemma 2: even layers; Gemma 3: all but every
+sixth), Gemma 2 attention/final logit soft-caps, Gemma 3 q/k norms and a local RoPE base of
+10000 (unscaled) on sliding layers against rope.freq_base (+ linear scaling) on global ones.
 
   /usr/bin/python3 scripts/reference_forward.py --model models/tiny.gguf --tokens 1,2,3 --out logits.npy
 """
@@ -18,7 +24,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf_py  # noqa: E402
 
 INTERLEAVED_ARCHS = {"llama"}
-ROTATE_HALF_ARCHS = {"qwen2", "qwen3"}
+ROTATE_HALF_ARCHS = {"qwen2", "qwen3", "gemma2", "gemma3"}
+GEMMA_ARCHS = {"gemma2", "gemma3"}
 
 
 def _per_layer(value, n, what):
@@ -33,7 +40,8 @@ class Hparams:
     def __init__(self, g):
         self.arch = g.get("general.architecture")
         if self.arch not in INTERLEAVED_ARCHS | ROTATE_HALF_ARCHS:
-            raise ValueError(f"general.architecture {self.arch!r} unsupported (llama, qwen2, qwen3)")
+            raise ValueError(f"general.architecture {self.arch!r} unsupported "
+                             "(llama, qwen2, qwen3, gemma2, gemma3)")
         a = self.arch + "."
         self.n_layers = int(g.kv[a + "block_count"])
         self.d = int(g.kv[a + "embedding_length"])
@@ -49,21 +57,69 @@ class Hparams:
         if g.get(a + "rope.scaling.type", "none") == "linear":
             self.rope_factor = float(g.kv[a + "rope.scaling.factor"])
         self.layer_cache = [int(c) for c in g.get("kvcache.layer_cache", range(self.n_layers))]
-        n_caches = max(self.layer_cache) + 1
-        self.windows = [int(w) for w in g.get("kvcache.cache.windows", [0] * n_caches)]
         if len(self.layer_cache) != self.n_layers:
-            raise ValueError(f"kvcache.layer_cache has {len(self.layer_cache)} entries, expected {self.n_layers}")
+            raise ValueError(f"kvcache.layer_cache has {len(self.layer_cache)} entries, "
+                             f"expected {self.n_layers}")
+        if "kvcache.cache.windows" in g.kv:
+            self.windows = [int(w) for w in g.kv["kvcache.cache.windows"]]
+        else:
+            self.windows = self.model_windows(g)
+        # The layer kind of the model (selects Gemma 3's RoPE), per model layer.
+        self.sliding = [self.windows[c] > 0 for c in self.layer_cache]
+        self.gemma = self.arch in GEMMA_ARCHS
+        self.embed_scale = np.sqrt(self.d) if self.gemma else 1.0
+        # query_pre_attn_scalar is not in GGUF files: head_dim, except the 27B models
+        # (Gemma 2: 46 layers, Gemma 3: 62), whose config says hidden_size / num_heads.
+        qpas = self.dk
+        if (self.arch, self.n_layers) in {("gemma2", 46), ("gemma3", 62)}:
+            qpas = self.d // self.n_head
+        self.attn_scale = qpas ** -0.5
+        self.attn_cap = self.final_cap = 0.0
+        if self.arch == "gemma2":
+            self.attn_cap = float(g.get(a + "attn_logit_softcapping", 50.0))
+            self.final_cap = float(g.get(a + "final_logit_softcapping", 30.0))
+        # (base, position divisor) for global and sliding layers.
+        self.rope_global = (self.base, self.rope_factor)
+        self.rope_local = (float(g.get(a + "rope.freq_base_swa", 10000.0)), 1.0) \
+            if self.arch == "gemma3" else self.rope_global
+        self.rope_freqs = g.tensors.get("rope_freqs.weight")
+
+    def model_windows(self, g):
+        """Windows per layer of a file without kvcache.* keys, from the published layer
+        patterns: Gemma 2 slides on even layers (window 4096 unless the file says), Gemma 3
+        on every layer but each sixth; llama/qwen do not slide."""
+        a = self.arch + "."
+        n = self.n_layers
+        if self.arch == "gemma2":
+            w = int(g.get(a + "attention.sliding_window", 4096))
+            return [w if i % 2 == 0 else 0 for i in range(n)]
+        if self.arch == "gemma3":
+            w = int(g.get(a + "attention.sliding_window", 0))
+            return [w if (i + 1) % 6 != 0 else 0 for i in range(n)]
+        return [0] * n
 
 
 def rmsnorm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rope(x, pos, hp):
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def softcap(x, cap):
+    return cap * np.tanh(x / cap) if cap > 0 else x
+
+
+def rope(x, pos, hp, sliding=False):
     """x [T, H, D] float64; rotate the first rope_dim dims of each head."""
     r = hp.rope_dim
+    base, factor = hp.rope_local if sliding else hp.rope_global
     j = np.arange(r // 2, dtype=np.float64)
-    ang = (pos.astype(np.float64)[:, None] / hp.rope_factor) * hp.base ** (-2.0 * j / r)
+    freq = base ** (-2.0 * j / r)
+    if hp.rope_freqs is not None:
+        freq = freq / np.asarray(hp.rope_freqs, dtype=np.float64)
+    ang = (pos.astype(np.float64)[:, None] / factor) * freq
     cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
     out = x.copy()
     if hp.arch in INTERLEAVED_ARCHS:
@@ -77,8 +133,9 @@ def rope(x, pos, hp):
     return out
 
 
-def attend(q, k, v, window, dk):
-    """q [T, Hq, Dk], k [T, Hkv, Dk], v [T, Hkv, Dv] -> [T, Hq*Dv]; causal, optional window."""
+def attend(q, k, v, window, hp):
+    """q [T, Hq, Dk], k [T, Hkv, Dk], v [T, Hkv, Dv] -> [T, Hq*Dv]; causal, optional window
+    (query p sees keys p - window < j <= p), scaled then soft-capped logits."""
     t, hq, _ = q.shape
     rep = hq // k.shape[1]
     pos = np.arange(t)
@@ -88,7 +145,7 @@ def attend(q, k, v, window, dk):
         allowed &= diff < window
     out = np.empty((t, hq, v.shape[2]))
     for h in range(hq):
-        s = q[:, h, :] @ k[:, h // rep, :].T / np.sqrt(dk)
+        s = softcap(q[:, h, :] @ k[:, h // rep, :].T * hp.attn_scale, hp.attn_cap)
         s = np.where(allowed, s, -np.inf)
         s = np.exp(s - s.max(axis=-1, keepdims=True))
         out[:, h, :] = (s / s.sum(axis=-1, keepdims=True)) @ v[:, h // rep, :]
@@ -100,7 +157,7 @@ def forward(g, tokens):
     W = {n: np.asarray(a, dtype=np.float64) for n, a in g.tensors.items()}
     tokens = np.asarray(tokens, dtype=np.int64)
     pos = np.arange(len(tokens))
-    x = W["token_embd.weight"][tokens]
+    x = W["token_embd.weight"][tokens] * hp.embed_scale
     caches = {}
     for i in range(hp.n_layers):
         p = f"blk.{i}."
@@ -114,22 +171,29 @@ def forward(g, tokens):
         q = proj("attn_q").reshape(len(tokens), hp.n_head, hp.dk)
         if p + "attn_q_norm.weight" in W:
             q = rmsnorm(q, W[p + "attn_q_norm.weight"], hp.eps)
-        q = rope(q, pos, hp)
+        q = rope(q, pos, hp, hp.sliding[i])
         if c not in caches:                      # this layer owns cache c
             k = proj("attn_k").reshape(len(tokens), hp.kv_heads[i], hp.dk)
             if p + "attn_k_norm.weight" in W:
                 k = rmsnorm(k, W[p + "attn_k_norm.weight"], hp.eps)
             v = proj("attn_v").reshape(len(tokens), hp.kv_heads[i], hp.dv)
-            caches[c] = (rope(k, pos, hp), v)
+            caches[c] = (rope(k, pos, hp, hp.sliding[i]), v)
         elif p + "attn_k.weight" in W:
             raise ValueError(f"layer {i} reads cache {c} written by an earlier layer but has attn_k")
         k, v = caches[c]
-        x = x + attend(q, k, v, hp.windows[c], hp.dk) @ W[p + "attn_output.weight"].T
+        o = attend(q, k, v, hp.windows[c], hp) @ W[p + "attn_output.weight"].T
+        if hp.gemma:
+            o = rmsnorm(o, W[p + "post_attention_norm.weight"], hp.eps)
+        x = x + o
         h = rmsnorm(x, W[p + "ffn_norm.weight"], hp.eps)
         gate = h @ W[p + "ffn_gate.weight"].T
-        x = x + (gate / (1.0 + np.exp(-gate)) * (h @ W[p + "ffn_up.weight"].T)) @ W[p + "ffn_down.weight"].T
+        act = gelu_tanh(gate) if hp.gemma else gate / (1.0 + np.exp(-gate))
+        m = (act * (h @ W[p + "ffn_up.weight"].T)) @ W[p + "ffn_down.weight"].T
+        if hp.gemma:
+            m = rmsnorm(m, W[p + "post_ffw_norm.weight"], hp.eps)
+        x = x + m
     out_w = W.get("output.weight", W["token_embd.weight"])
-    return rmsnorm(x, W["output_norm.weight"], hp.eps) @ out_w.T
+    return softcap(rmsnorm(x, W["output_norm.weight"], hp.eps) @ out_w.T, hp.final_cap)
 
 
 def main():

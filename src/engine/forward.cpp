@@ -51,7 +51,16 @@ Engine::Engine(const Model& model, std::shared_ptr<Cache> cache)
     : model_(model), cache_(std::move(cache)) {
   const HParams& hp = model_.hparams();
   rope_ = RopeParams{hp.head_dim, hp.rope_dim, hp.rope_base, hp.rope_linear,
-                     hp.rope_interleaved};
+                     hp.rope_interleaved, model_.rope_freqs()};
+  rope_swa_ = rope_;
+  rope_swa_.base = hp.rope_base_swa;
+  rope_swa_.linear = hp.rope_linear_swa;
+}
+
+void Engine::add_residual(std::span<float> y, const std::vector<float>& post_norm, int64_t t) {
+  const int64_t d = model_.hparams().d_model;
+  if (!post_norm.empty()) rmsnorm_rows(y, post_norm, y, t, d, model_.hparams().rms_eps);
+  for (int64_t i = 0; i < t * d; ++i) x_[i] += y[i];
 }
 
 Result<std::unique_ptr<Engine>> Engine::create(const Model& model, std::shared_ptr<Cache> cache) {
@@ -65,11 +74,12 @@ Status Engine::run_layer(int32_t i, int64_t t, std::span<const int64_t> position
   const LayerWeights& w = model_.layers()[i];
   const int64_t d = hp.d_model, hq = hp.q_heads, dk = hp.head_dim, dv = hp.value_dim;
   const int64_t kd = w.kv_heads * dk, vd = w.kv_heads * dv;
+  const RopeParams& rp = w.sliding ? rope_swa_ : rope_;
   rmsnorm_rows(x_, w.attn_norm, h_, t, d, hp.rms_eps);
   matmul(h_, w.wq, q_, t);
   add_bias(q_, w.bq, t);
   head_norm(q_, w.q_norm, t * hq, hp.head_dim, hp.rms_eps);
-  rope(q_, positions, hp.q_heads, rope_);
+  rope(q_, positions, hp.q_heads, rp);
   AttendArgs args;
   args.layer = w.cache;
   args.n_tokens = static_cast<int32_t>(t);
@@ -82,21 +92,34 @@ Status Engine::run_layer(int32_t i, int64_t t, std::span<const int64_t> position
     add_bias(k_, w.bk, t);
     add_bias(v_, w.bv, t);
     head_norm(k_, w.k_norm, t * w.kv_heads, hp.head_dim, hp.rms_eps);
-    rope(k_, positions, w.kv_heads, rope_);
+    rope(k_, positions, w.kv_heads, rp);
     args.k = std::span<const float>(k_.data(), t * kd);
     args.v = std::span<const float>(v_.data(), t * vd);
   }
-  args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
+  args.scale = hp.attn_scale;
+  args.softcap = hp.attn_softcap;
   args.out = std::span<float>(att_.data(), t * hq * dv);
   Status st = cache_->update_and_attend(args);
   if (!st.ok())
     return Status(st.code(), "engine: layer " + std::to_string(i) + ": " + st.message());
-  matmul(att_, w.wo, x_, t, /*accumulate=*/true);
+  if (w.post_attn_norm.empty()) {
+    matmul(att_, w.wo, x_, t, /*accumulate=*/true);
+  } else {
+    matmul(att_, w.wo, h_, t);
+    add_residual(h_, w.post_attn_norm, t);
+  }
   rmsnorm_rows(x_, w.ffn_norm, h_, t, d, hp.rms_eps);
   matmul(h_, w.w_gate, gate_, t);
   matmul(h_, w.w_up, up_, t);
-  swiglu(std::span<float>(gate_.data(), t * hp.d_ff), up_);
-  matmul(gate_, w.w_down, x_, t, /*accumulate=*/true);
+  const std::span<float> gate(gate_.data(), t * hp.d_ff);
+  if (hp.ffn_act == FfnActivation::kGeluTanh) gelu_tanh_gated(gate, up_);
+  else swiglu(gate, up_);
+  if (w.post_ffn_norm.empty()) {
+    matmul(gate_, w.w_down, x_, t, /*accumulate=*/true);
+  } else {
+    matmul(gate_, w.w_down, h_, t);
+    add_residual(h_, w.post_ffn_norm, t);
+  }
   return ok_status();
 }
 
@@ -128,6 +151,8 @@ Status Engine::forward(const Batch& batch, LogitsMode mode, Logits& out) {
   grow(up_, t * hp.d_ff);
   for (int64_t i = 0; i < t; ++i)
     model_.token_embd().row(batch.tokens[i], std::span<float>(x_).subspan(i * d, d));
+  if (hp.embed_scale != 1.0f)
+    for (int64_t i = 0; i < t * d; ++i) x_[i] *= hp.embed_scale;
   for (int32_t i = 0; i < hp.n_layers; ++i)
     KVCACHE_RETURN_IF_ERROR(run_layer(i, t, batch.positions));
 
@@ -148,6 +173,7 @@ Status Engine::forward(const Batch& batch, LogitsMode mode, Logits& out) {
                  model_.output_norm(), std::span<float>(h_).subspan(r * d, d), 1, d, hp.rms_eps);
   out.data.resize(rows * hp.vocab);
   matmul(h_, model_.output(), out.data, rows);
+  softcap(out.data, hp.final_softcap);
   return ok_status();
 }
 

@@ -57,10 +57,12 @@ class Engine {
  private:
   Engine(const Model& model, std::shared_ptr<Cache> cache);
   Status run_layer(int32_t i, int64_t t, std::span<const int64_t> positions);
+  // x_ += (post-norm of) y[T, d]: a block's residual add; gemma normalizes y first.
+  void add_residual(std::span<float> y, const std::vector<float>& post_norm, int64_t t);
 
   const Model& model_;
   std::shared_ptr<Cache> cache_;
-  RopeParams rope_;
+  RopeParams rope_, rope_swa_;  // full layers, sliding layers (gemma3: a different base)
   // Scratch, sized for the largest batch seen: x/h [T, d], q [T, Hq*Dk], k/v, att, ff.
   std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_;
 };

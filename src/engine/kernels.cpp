@@ -236,7 +236,8 @@ void rope(std::span<float> x, std::span<const int64_t> positions, int32_t heads,
   for (int64_t t = 0; t < tokens; ++t) {
     const double pos = static_cast<double>(positions[t]) / p.linear;
     for (int32_t j = 0; j < half; ++j) {
-      const double freq = std::pow(static_cast<double>(p.base), -2.0 * j / p.rope_dim);
+      double freq = std::pow(static_cast<double>(p.base), -2.0 * j / p.rope_dim);
+      if (!p.freq_factors.empty()) freq /= static_cast<double>(p.freq_factors[j]);
       const double angle = pos * freq;
       const auto c = static_cast<float>(std::cos(angle)), s = static_cast<float>(std::sin(angle));
       const int32_t i0 = p.interleaved ? 2 * j : j;
@@ -256,6 +257,21 @@ void swiglu(std::span<float> g, std::span<const float> u) {
     const float v = g[i];
     g[i] = v / (1.0f + std::exp(-v)) * u[i];
   }
+}
+
+float gelu_tanh(float x) {
+  constexpr double kSqrt2OverPi = 0.7978845608028654;
+  const double v = x;
+  return static_cast<float>(0.5 * v * (1.0 + std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v))));
+}
+
+void gelu_tanh_gated(std::span<float> g, std::span<const float> u) {
+  for (size_t i = 0; i < g.size(); ++i) g[i] = gelu_tanh(g[i]) * u[i];
+}
+
+void softcap(std::span<float> x, float cap) {
+  if (!(cap > 0.0f)) return;
+  for (float& v : x) v = cap * std::tanh(v / cap);
 }
 
 }  // namespace kvcache::engine

@@ -1,6 +1,7 @@
 // The engine's dense kernels: matrix products (OpenBLAS sgemm/sgemv for f32 weights; for f16
 // weights a threaded gemv with AVX2/F16C runtime dispatch and a block-converting sgemm),
-// RMSNorm, RoPE (both pairings) and SwiGLU. Layer: engine. matmul_reference is the readable
+// RMSNorm, RoPE (both pairings, optional per-pair frequency factors), SwiGLU, GELU-tanh gating
+// and the logit soft-cap. Layer: engine. matmul_reference is the readable
 // double-accumulating form the fast paths are tested against. Attention goes through the cache.
 #pragma once
 
@@ -59,12 +60,23 @@ struct RopeParams {
   float base = 10000.0f;
   float linear = 1.0f;        // position divisor
   bool interleaved = true;    // (2j, 2j+1) vs (j, j + rope_dim/2)
+  // rope_dim/2 divisors of the pair frequencies (Llama 3.1 rope_freqs.weight); empty = none.
+  std::span<const float> freq_factors = {};
 };
-// Rotates x[T, heads, head_dim] in place; token t at positions[t].
+// Rotates x[T, heads, head_dim] in place; token t at positions[t]. Pair j turns by
+// (pos / linear) * base^(-2j / rope_dim) / freq_factors[j].
 void rope(std::span<float> x, std::span<const int64_t> positions, int32_t heads,
           const RopeParams& p);
 
 // g[i] = silu(g[i]) * u[i].
 void swiglu(std::span<float> g, std::span<const float> u);
+
+// The tanh approximation of GELU: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+float gelu_tanh(float x);
+// g[i] = gelu_tanh(g[i]) * u[i] (Gemma's gated MLP).
+void gelu_tanh_gated(std::span<float> g, std::span<const float> u);
+
+// x[i] = cap * tanh(x[i] / cap) for cap > 0; cap <= 0 leaves x unchanged.
+void softcap(std::span<float> x, float cap);
 
 }  // namespace kvcache::engine

@@ -1,7 +1,10 @@
 // Model loading: hyperparameters, geometry and float32 weights from a GGUF file.
 #include "engine/model.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <utility>
 
@@ -108,15 +111,87 @@ Status load_layer(const GgufFile& f, const HParams& hp, int32_t i, bool keep_f16
     KVCACHE_RETURN_IF_ERROR(mat(w.wv, "attn_v.weight", vd, d));
     KVCACHE_RETURN_IF_ERROR(get(w.bk, "attn_k.bias", kd, 0, true));
     KVCACHE_RETURN_IF_ERROR(get(w.bv, "attn_v.bias", vd, 0, true));
-    KVCACHE_RETURN_IF_ERROR(get(w.k_norm, "attn_k_norm.weight", hp.head_dim, 0, true));
+    KVCACHE_RETURN_IF_ERROR(
+        get(w.k_norm, "attn_k_norm.weight", hp.head_dim, 0, !hp.qk_norm_required));
   }
-  KVCACHE_RETURN_IF_ERROR(get(w.q_norm, "attn_q_norm.weight", hp.head_dim, 0, true));
+  KVCACHE_RETURN_IF_ERROR(
+      get(w.q_norm, "attn_q_norm.weight", hp.head_dim, 0, !hp.qk_norm_required));
+  if (hp.post_norms) {
+    KVCACHE_RETURN_IF_ERROR(get(w.post_attn_norm, "post_attention_norm.weight", d, 0, false));
+    KVCACHE_RETURN_IF_ERROR(get(w.post_ffn_norm, "post_ffw_norm.weight", d, 0, false));
+  }
   KVCACHE_RETURN_IF_ERROR(mat(w.wo, "attn_output.weight", d, int64_t{hp.q_heads} * hp.value_dim));
   KVCACHE_RETURN_IF_ERROR(get(w.ffn_norm, "ffn_norm.weight", d, 0, false));
   KVCACHE_RETURN_IF_ERROR(mat(w.w_gate, "ffn_gate.weight", hp.d_ff, d));
   KVCACHE_RETURN_IF_ERROR(mat(w.w_up, "ffn_up.weight", hp.d_ff, d));
   KVCACHE_RETURN_IF_ERROR(mat(w.w_down, "ffn_down.weight", d, hp.d_ff));
   return ok_status();
+}
+
+
+constexpr const char* kArchitectures[] = {"llama", "qwen2", "qwen3", "gemma2", "gemma3"};
+
+// A float key that must be finite and >= 0 (a soft-cap or a RoPE base); `fallback` if absent.
+Result<float> nonnegative_float(const GgufFile& f, const std::string& key, double fallback) {
+  Result<double> r = float_or(f, key, fallback);
+  if (!r.ok()) return Status(r.status().code(), "load model: " + r.status().message());
+  if (!std::isfinite(*r) || *r < 0.0)
+    return invalid_argument("load model: " + key + " = " + std::to_string(*r) +
+                            ", expected finite and >= 0");
+  return static_cast<float>(*r);
+}
+
+// The per-architecture traits of docs/model_format.md: RoPE pairing, the attention scale
+// and the Gemma extras. hp.arch is one of kArchitectures.
+Status apply_architecture(const GgufFile& f, HParams& hp) {
+  const std::string a = hp.arch + ".";
+  hp.rope_base_swa = hp.rope_base;
+  hp.rope_linear_swa = hp.rope_linear;
+  hp.attn_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hp.head_dim)));
+  hp.rope_interleaved = hp.arch == "llama";
+  if (hp.arch != "gemma2" && hp.arch != "gemma3") return ok_status();
+  hp.embed_scale = static_cast<float>(std::sqrt(static_cast<double>(hp.d_model)));
+  hp.ffn_act = FfnActivation::kGeluTanh;
+  hp.post_norms = true;
+  // GGUF files carry no query_pre_attn_scalar. As llama.cpp derives it: key_length, except
+  // the 27B sizes (gemma2 with 46 layers, gemma3 with 62), which use d_model / head_count.
+  const bool size_27b = (hp.arch == "gemma2" && hp.n_layers == 46) ||
+                        (hp.arch == "gemma3" && hp.n_layers == 62);
+  const int32_t scalar = size_27b ? hp.d_model / hp.q_heads : hp.head_dim;
+  if (scalar <= 0)
+    return invalid_argument("load model: " + a + "embedding_length / head_count = " +
+                            std::to_string(scalar) + ", expected > 0 (the attention scale)");
+  hp.attn_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(scalar)));
+  if (hp.arch == "gemma2") {
+    // Absent keys: the Gemma 2 values, as llama.cpp defaults them.
+    Result<float> attn = nonnegative_float(f, a + "attn_logit_softcapping", 50.0);
+    if (!attn.ok()) return attn.status();
+    Result<float> final_cap = nonnegative_float(f, a + "final_logit_softcapping", 30.0);
+    if (!final_cap.ok()) return final_cap.status();
+    hp.attn_softcap = *attn;
+    hp.final_softcap = *final_cap;
+    return ok_status();
+  }
+  // gemma3: q/k norms, no soft-caps; sliding layers rotate with their own base, unscaled.
+  hp.qk_norm_required = true;
+  Result<float> base_swa = nonnegative_float(f, a + "rope.freq_base_swa", 10000.0);
+  if (!base_swa.ok()) return base_swa.status();
+  if (*base_swa == 0.0f)
+    return invalid_argument("load model: " + a + "rope.freq_base_swa = 0, expected > 0");
+  hp.rope_base_swa = *base_swa;
+  hp.rope_linear_swa = 1.0f;
+  return ok_status();
+}
+
+// rope_freqs.weight (Llama 3.1/3.2): one positive finite divisor per rotated pair, or absent.
+Result<std::vector<float>> load_rope_freqs(const GgufFile& f, const HParams& hp) {
+  Result<std::vector<float>> r = load_tensor(f, "rope_freqs.weight", hp.rope_dim / 2, 0, true);
+  if (!r.ok()) return r.status();
+  for (size_t j = 0; j < r->size(); ++j)
+    if (!std::isfinite((*r)[j]) || !((*r)[j] > 0.0f))
+      return invalid_argument("load model: rope_freqs.weight[" + std::to_string(j) + "] = " +
+                              std::to_string((*r)[j]) + ", expected finite and > 0");
+  return r;
 }
 
 }  // namespace
@@ -126,6 +201,11 @@ Result<HParams> read_hparams(const GgufFile& f) {
   Result<std::string> arch = f.get_string("general.architecture");
   if (!arch.ok()) return Status(arch.status().code(), "load model: " + arch.status().message());
   hp.arch = *arch;
+  if (std::find(std::begin(kArchitectures), std::end(kArchitectures), hp.arch) ==
+      std::end(kArchitectures))
+    return invalid_argument("load model: general.architecture = \"" + hp.arch +
+                            "\" is not supported, expected one of llama, qwen2, qwen3, gemma2, "
+                            "gemma3");
   const std::string a = hp.arch + ".";
   Result<int32_t> v = positive_int(f, a + "block_count");
   if (!v.ok()) return v.status();
@@ -175,16 +255,9 @@ Result<HParams> read_hparams(const GgufFile& f) {
     hp.rope_linear = static_cast<float>(*factor);
   } else if (scaling.ok() && *scaling != "none") {
     return invalid_argument("load model: " + a + "rope.scaling.type = \"" + *scaling +
-                            "\", expected \"linear\" or \"none\"");
+                            "\" is not supported, expected \"linear\" or \"none\"");
   }
-  if (hp.arch == "llama") {
-    hp.rope_interleaved = true;
-  } else if (hp.arch == "qwen2" || hp.arch == "qwen3") {
-    hp.rope_interleaved = false;
-  } else {
-    return invalid_argument("load model: general.architecture = \"" + hp.arch +
-                            "\", expected llama, qwen2 or qwen3");
-  }
+  KVCACHE_RETURN_IF_ERROR(apply_architecture(f, hp));
   const gguf::TensorInfo* embd = f.tensor("token_embd.weight");
   if (embd == nullptr) return not_found("load model: tensor token_embd.weight is missing");
   if (embd->dims.size() != 2 || embd->dims[0] != hp.d_model || embd->dims[1] <= 0 ||
@@ -228,6 +301,7 @@ Result<Model> Model::load(const GgufFile& f, const LoadOptions& options) {
                               " is not a multiple of cache layer " + std::to_string(w.cache) +
                               " kv_heads " + std::to_string(lg.kv_heads));
     w.kv_heads = lg.kv_heads;
+    w.sliding = lg.sliding();
     w.kv_shared = owned[w.cache];
     owned[w.cache] = true;
     KVCACHE_RETURN_IF_ERROR(load_layer(f, h, i, options.keep_f16, w));
@@ -242,6 +316,9 @@ Result<Model> Model::load(const GgufFile& f, const LoadOptions& options) {
   if (!e.ok()) return e.status();
   m.output_ = std::move(*e);
   m.tied_ = m.output_.empty();
+  Result<std::vector<float>> freqs = load_rope_freqs(f, h);
+  if (!freqs.ok()) return freqs.status();
+  m.rope_freqs_ = std::move(*freqs);
   return m;
 }
 
@@ -251,8 +328,8 @@ int64_t Model::n_params() const {
   for (const LayerWeights& w : layers_) {
     for (const Weight* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down})
       n += m->n_elements();
-    for (const std::vector<float>* v :
-         {&w.attn_norm, &w.bq, &w.bk, &w.bv, &w.q_norm, &w.k_norm, &w.ffn_norm})
+    for (const std::vector<float>* v : {&w.attn_norm, &w.bq, &w.bk, &w.bv, &w.q_norm, &w.k_norm,
+                                        &w.ffn_norm, &w.post_attn_norm, &w.post_ffn_norm})
       n += static_cast<int64_t>(v->size());
   }
   return n;

@@ -15,8 +15,12 @@
 
 namespace kvcache::engine {
 
+// The MLP's gate activation: silu (llama, qwen) or the tanh form of GELU (gemma).
+enum class FfnActivation { kSilu, kGeluTanh };
+
 struct HParams {
-  std::string arch;            // general.architecture: "llama", "qwen2", "qwen3", ...
+  // general.architecture: llama, qwen2, qwen3, gemma2, gemma3 (text); others are refused.
+  std::string arch;
   int32_t n_layers = 0;        // block_count
   int32_t d_model = 0;         // embedding_length
   int32_t d_ff = 0;            // feed_forward_length
@@ -30,6 +34,18 @@ struct HParams {
   int32_t rope_dim = 0;        // rotated dims per head (even, <= head_dim)
   bool rope_interleaved = true;  // llama: (2i, 2i+1); qwen2/qwen3: (i, i + rope_dim/2)
   int64_t context_length = 0;  // 0 = unknown
+  // RoPE of the layers whose file geometry slides (gemma3: base 10000, no scaling); the
+  // other architectures use rope_base / rope_linear on every layer.
+  float rope_base_swa = 10000.0f;
+  float rope_linear_swa = 1.0f;
+  // Gemma family (defaults = llama behaviour).
+  float embed_scale = 1.0f;    // token embeddings times this (gemma: sqrt(d_model))
+  FfnActivation ffn_act = FfnActivation::kSilu;
+  float attn_scale = 0.0f;     // attention logit scale: 1/sqrt(query_pre_attn_scalar)
+  float attn_softcap = 0.0f;   // 0 = none; gemma2: {arch}.attn_logit_softcapping
+  float final_softcap = 0.0f;  // 0 = none; gemma2: {arch}.final_logit_softcapping
+  bool post_norms = false;     // post_attention_norm / post_ffw_norm required (gemma)
+  bool qk_norm_required = false;  // attn_q_norm / attn_k_norm required (gemma3)
 };
 
 // One decoder block. Matrices are [out, in]. Empty = absent (optional / KV-shared).
@@ -37,8 +53,10 @@ struct LayerWeights {
   int32_t cache = 0;        // cache layer this block reads (ModelGeometry::layer_cache)
   bool kv_shared = false;   // an earlier block owns the cache: no K/V projections here
   int32_t kv_heads = 0;     // of the cache layer
+  bool sliding = false;     // the file's geometry slides this layer (selects its RoPE)
   Weight wq, wk, wv, wo, w_gate, w_up, w_down;
   std::vector<float> attn_norm, bq, bk, bv, q_norm, k_norm, ffn_norm;  // vectors, f32
+  std::vector<float> post_attn_norm, post_ffn_norm;  // [d]; empty unless gemma
 };
 
 struct LoadOptions {
@@ -59,6 +77,8 @@ class Model {
   // [vocab, d]; the embedding itself when tied.
   const Weight& output() const { return tied_ ? token_embd_ : output_; }
   bool tied() const { return tied_; }
+  // rope_freqs.weight: rope_dim/2 divisors of the pair frequencies; empty when absent.
+  const std::vector<float>& rope_freqs() const { return rope_freqs_; }
   int64_t n_params() const;
 
   Model(Model&&) noexcept = default;
@@ -73,6 +93,7 @@ class Model {
   std::vector<LayerWeights> layers_;
   Weight token_embd_, output_;
   std::vector<float> output_norm_;
+  std::vector<float> rope_freqs_;
   bool tied_ = false;
 };
 

@@ -31,13 +31,18 @@ void rmsnorm(Vec& x, const std::vector<float>& w, int64_t rows, int64_t d, doubl
   }
 }
 
-void rope(Vec& x, int64_t t, int64_t heads, const HParams& hp) {
+// RoPE of one layer: full layers use rope_base / rope_linear, sliding ones the _swa pair;
+// pair j's frequency is divided by factors[j] when given (rope_freqs.weight).
+void rope(Vec& x, int64_t t, int64_t heads, const HParams& hp, bool sliding,
+          const std::vector<float>& factors) {
   const int64_t half = hp.rope_dim / 2;
+  const double base = sliding ? hp.rope_base_swa : hp.rope_base;
+  const double linear = sliding ? hp.rope_linear_swa : hp.rope_linear;
   for (int64_t p = 0; p < t; ++p)
     for (int64_t j = 0; j < half; ++j) {
-      const double angle = (static_cast<double>(p) / hp.rope_linear) *
-                           std::pow(static_cast<double>(hp.rope_base),
-                                    -2.0 * static_cast<double>(j) / hp.rope_dim);
+      double freq = std::pow(base, -2.0 * static_cast<double>(j) / hp.rope_dim);
+      if (!factors.empty()) freq /= factors[j];
+      const double angle = (static_cast<double>(p) / linear) * freq;
       const double c = std::cos(angle), s = std::sin(angle);
       const int64_t i0 = hp.rope_interleaved ? 2 * j : j;
       const int64_t i1 = hp.rope_interleaved ? 2 * j + 1 : j + half;
@@ -50,11 +55,11 @@ void rope(Vec& x, int64_t t, int64_t heads, const HParams& hp) {
     }
 }
 
-// out[T, Hq, Dv]: query p sees keys (p - W, p] (W = 0: all of [0, p]).
+// out[T, Hq, Dv]: query p sees keys (p - W, p] (W = 0: all of [0, p]); logits scaled, then
+// soft-capped when cap > 0.
 Vec attend(const Vec& q, const Vec& k, const Vec& v, int64_t t, int64_t hq, int64_t hkv,
-           int64_t dk, int64_t dv, int32_t window) {
+           int64_t dk, int64_t dv, int32_t window, double scale, double cap) {
   Vec out(t * hq * dv, 0.0);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(dk));
   const int64_t group = hq / hkv;
   Vec w(t);
   for (int64_t p = 0; p < t; ++p)
@@ -66,7 +71,7 @@ Vec attend(const Vec& q, const Vec& k, const Vec& v, int64_t t, int64_t hq, int6
         double s = 0.0;
         for (int64_t i = 0; i < dk; ++i)
           s += q[(p * hq + h) * dk + i] * k[(j * hkv + kh) * dk + i];
-        w[j] = s * scale;
+        w[j] = cap > 0.0 ? cap * std::tanh(s * scale / cap) : s * scale;
         mx = std::max(mx, w[j]);
       }
       double sum = 0.0;
@@ -76,6 +81,17 @@ Vec attend(const Vec& q, const Vec& k, const Vec& v, int64_t t, int64_t hq, int6
           out[(p * hq + h) * dv + i] += w[j] / sum * v[(j * hkv + kh) * dv + i];
     }
   return out;
+}
+
+// x += y, through the block's post-norm when present (gemma).
+void add_residual(Vec& x, Vec y, const std::vector<float>& post_norm, int64_t t, int64_t d,
+                  double eps) {
+  if (!post_norm.empty()) rmsnorm(y, post_norm, t, d, eps);
+  for (int64_t i = 0; i < t * d; ++i) x[i] += y[i];
+}
+
+double gelu_tanh(double x) {
+  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
 }
 
 }  // namespace
@@ -88,7 +104,8 @@ std::vector<double> reference_logits(const Model& model, std::span<const int32_t
   const int64_t d = hp.d_model, hq = hp.q_heads, dk = hp.head_dim, dv = hp.value_dim;
   Vec x(t * d);
   for (int64_t p = 0; p < t; ++p)
-    for (int64_t i = 0; i < d; ++i) x[p * d + i] = model.token_embd().at(tokens[p], i);
+    for (int64_t i = 0; i < d; ++i)
+      x[p * d + i] = model.token_embd().at(tokens[p], i) * static_cast<double>(hp.embed_scale);
   std::vector<Vec> cache_k(geo.layers.size()), cache_v(geo.layers.size());
   for (const LayerWeights& w : model.layers()) {
     const int64_t hkv = w.kv_heads;
@@ -96,28 +113,32 @@ std::vector<double> reference_logits(const Model& model, std::span<const int32_t
     rmsnorm(h, w.attn_norm, t, d, hp.rms_eps);
     Vec q = linear(h, w.wq, w.bq, t);
     if (!w.q_norm.empty()) rmsnorm(q, w.q_norm, t * hq, dk, hp.rms_eps);
-    rope(q, t, hq, hp);
+    rope(q, t, hq, hp, w.sliding, model.rope_freqs());
     if (!w.kv_shared) {
       Vec k = linear(h, w.wk, w.bk, t);
       if (!w.k_norm.empty()) rmsnorm(k, w.k_norm, t * hkv, dk, hp.rms_eps);
-      rope(k, t, hkv, hp);
+      rope(k, t, hkv, hp, w.sliding, model.rope_freqs());
       cache_k[w.cache] = std::move(k);
       cache_v[w.cache] = linear(h, w.wv, w.bv, t);
     }
     Vec att = attend(q, cache_k[w.cache], cache_v[w.cache], t, hq, hkv, dk, dv,
-                     geo.layers[w.cache].window);
-    Vec o = linear(att, w.wo, {}, t);
-    for (int64_t i = 0; i < t * d; ++i) x[i] += o[i];
+                     geo.layers[w.cache].window, hp.attn_scale, hp.attn_softcap);
+    add_residual(x, linear(att, w.wo, {}, t), w.post_attn_norm, t, d, hp.rms_eps);
     h = x;
     rmsnorm(h, w.ffn_norm, t, d, hp.rms_eps);
     Vec g = linear(h, w.w_gate, {}, t);
     Vec u = linear(h, w.w_up, {}, t);
-    for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
-    Vec dn = linear(g, w.w_down, {}, t);
-    for (int64_t i = 0; i < t * d; ++i) x[i] += dn[i];
+    const bool gelu = hp.ffn_act == FfnActivation::kGeluTanh;
+    for (size_t i = 0; i < g.size(); ++i)
+      g[i] = (gelu ? gelu_tanh(g[i]) : g[i] / (1.0 + std::exp(-g[i]))) * u[i];
+    add_residual(x, linear(g, w.w_down, {}, t), w.post_ffn_norm, t, d, hp.rms_eps);
   }
   rmsnorm(x, model.output_norm(), t, d, hp.rms_eps);
-  return linear(x, model.output(), {}, t);
+  Vec logits = linear(x, model.output(), {}, t);
+  const double cap = hp.final_softcap;
+  if (cap > 0.0)
+    for (double& l : logits) l = cap * std::tanh(l / cap);
+  return logits;
 }
 
 }  // namespace kvcache::engine

@@ -4,7 +4,8 @@
 // set_swa_pattern: layer i slides iff period == 0 or (i + 1) % period != 0; or a BOOL array
 // per layer, true = sliding), else from the architecture: gemma2 2, gemma3 6, gemma3n 5,
 // cohere2 4, gpt-oss 2 (all with the same period rule); every other architecture: no layer
-// slides. {arch}.attention.shared_kv_layers: the last N layers own no cache (share_kv_layers).
+// slides. A gemma2 file without sliding_window slides at 4096 (Gemma 2's window, as
+// llama.cpp). {arch}.attention.shared_kv_layers: the last N layers own no cache (share_kv_layers).
 #include <limits>
 #include <map>
 
@@ -66,6 +67,9 @@ int64_t arch_period(const std::string& arch) {
   auto it = kPeriods.find(arch);
   return it == kPeriods.end() ? 1 : it->second;
 }
+
+// The window used when {arch}.attention.sliding_window is absent; 0 = no sliding layer.
+int64_t arch_default_window(const std::string& arch) { return arch == "gemma2" ? 4096 : 0; }
 
 Result<std::vector<bool>> sliding_layers(const gguf::GgufFile& f, const std::string& arch,
                                          int64_t n_layers) {
@@ -161,7 +165,7 @@ Result<ModelGeometry> derive_llama_geometry(const gguf::GgufFile& f) {
   if (!key_len.ok()) return key_len.status();
   auto value_len = optional_int(f, p + "attention.value_length", 0);
   if (!value_len.ok()) return value_len.status();
-  auto window = optional_int(f, p + "attention.sliding_window", 0);
+  auto window = optional_int(f, p + "attention.sliding_window", arch_default_window(arch));
   if (!window.ok()) return window.status();
   if (*window < 0 || *window > std::numeric_limits<int32_t>::max())
     return invalid_argument("gguf: " + p + "attention.sliding_window = " + std::to_string(*window) +

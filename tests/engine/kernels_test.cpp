@@ -148,5 +148,48 @@ TEST(Kernels, RmsnormAndSwiglu) {
   EXPECT_NEAR(g[1], 2.0 / (1.0 + std::exp(-1.0)), 1e-6);
 }
 
+TEST(Kernels, RopeFrequencyFactorsDivideEachPairsAngle) {
+  // Pair j turns by pos * base^(-2j/8) / f[j]: with every f = 2 that is position 6 at half
+  // speed, i.e. position 3 without factors; distinct factors turn each pair as its own
+  // position pos / f[j] would.
+  std::vector<float> x = rnd(8, 7), a = x, b = x;
+  std::vector<int64_t> p6 = {6}, p3 = {3};
+  const std::vector<float> twos = {2.0f, 2.0f, 2.0f, 2.0f};
+  rope(a, p6, 1, RopeParams{8, 8, 10000.0f, 1.0f, true, twos});
+  rope(b, p3, 1, RopeParams{8, 8, 10000.0f, 1.0f, true});
+  for (int i = 0; i < 8; ++i) EXPECT_NEAR(a[i], b[i], 1e-6);
+  const std::vector<float> f = {1.0f, 2.0f, 4.0f, 8.0f};
+  std::vector<float> c = x;
+  rope(c, p6, 1, RopeParams{8, 8, 10000.0f, 1.0f, true, f});
+  for (int j = 0; j < 4; ++j) {
+    const double angle = 6.0 * std::pow(10000.0, -2.0 * j / 8.0) / f[j];
+    EXPECT_NEAR(c[2 * j], x[2 * j] * std::cos(angle) - x[2 * j + 1] * std::sin(angle), 1e-6);
+    EXPECT_NEAR(c[2 * j + 1], x[2 * j] * std::sin(angle) + x[2 * j + 1] * std::cos(angle), 1e-6);
+  }
+}
+
+TEST(Kernels, GeluTanhGateMatchesPublishedValues) {
+  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) at x = 1, -1, 3, 0.
+  EXPECT_NEAR(gelu_tanh(1.0f), 0.8411920, 1e-6);
+  EXPECT_NEAR(gelu_tanh(-1.0f), -0.1588080, 1e-6);
+  EXPECT_NEAR(gelu_tanh(3.0f), 2.9963627, 1e-6);
+  EXPECT_EQ(gelu_tanh(0.0f), 0.0f);
+  std::vector<float> g = {1.0f, -1.0f}, u = {2.0f, 3.0f};
+  gelu_tanh_gated(g, u);
+  EXPECT_NEAR(g[0], 2 * 0.8411920, 1e-6);
+  EXPECT_NEAR(g[1], 3 * -0.1588080, 1e-6);
+}
+
+TEST(Kernels, SoftcapBendsTowardTheCapAndZeroCapIsIdentity) {
+  std::vector<float> x = {2.0f, -100.0f, 0.5f};
+  softcap(x, 2.0f);
+  EXPECT_NEAR(x[0], 2.0 * std::tanh(1.0), 1e-6);  // 1.5231884
+  EXPECT_NEAR(x[1], -2.0, 1e-6);                   // saturates at -cap
+  EXPECT_NEAR(x[2], 2.0 * std::tanh(0.25), 1e-6);
+  std::vector<float> y = {7.0f, -3.0f};
+  softcap(y, 0.0f);
+  EXPECT_EQ(y, (std::vector<float>{7.0f, -3.0f}));
+}
+
 }  // namespace
 }  // namespace kvcache::engine

@@ -41,7 +41,9 @@ std::vector<uint8_t> tiny_model_bytes(const TinySpec& s) {
   w.set_uint32(a + "attention.key_length", static_cast<uint32_t>(s.head_dim));
   w.set_uint32(a + "attention.value_length", static_cast<uint32_t>(s.head_dim));
   w.set_float32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
-  w.set_float32(a + "rope.freq_base", 10000.0f);
+  w.set_float32(a + "rope.freq_base", s.rope_base);
+  if (s.attn_softcap > 0.0f) w.set_float32(a + "attn_logit_softcapping", s.attn_softcap);
+  if (s.final_softcap > 0.0f) w.set_float32(a + "final_logit_softcapping", s.final_softcap);
   if (s.rope_dim > 0) w.set_uint32(a + "rope.dimension_count", static_cast<uint32_t>(s.rope_dim));
   if (s.rope_linear != 1.0f) {
     w.set_string(a + "rope.scaling.type", "linear");
@@ -69,7 +71,12 @@ std::vector<uint8_t> tiny_model_bytes(const TinySpec& s) {
   auto mat = [&](int64_t out, int64_t in) {
     return gen.normal(out * in, 1.0 / std::sqrt(static_cast<double>(in)));
   };
-  add("token_embd.weight", {d, s.vocab}, gen.normal(int64_t{s.vocab} * d, 1.0));
+  const bool gemma = s.arch.rfind("gemma", 0) == 0;
+  // Gemma scales embeddings by sqrt(d): keep the scaled rows near unit RMS.
+  add("token_embd.weight", {d, s.vocab},
+      gen.normal(int64_t{s.vocab} * d, gemma ? 1.0 / std::sqrt(static_cast<double>(d)) : 1.0));
+  if (!s.rope_freqs.empty())
+    add("rope_freqs.weight", {static_cast<int64_t>(s.rope_freqs.size())}, s.rope_freqs);
   std::vector<bool> owned(s.cache_kv_heads.size(), false);
   for (int32_t i = 0; i < n_layers; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
@@ -96,6 +103,10 @@ std::vector<uint8_t> tiny_model_bytes(const TinySpec& s) {
     add(p + "ffn_gate.weight", {d, s.d_ff}, mat(s.d_ff, d));
     add(p + "ffn_up.weight", {d, s.d_ff}, mat(s.d_ff, d));
     add(p + "ffn_down.weight", {s.d_ff, d}, mat(d, s.d_ff));
+    if (gemma) {
+      add(p + "post_attention_norm.weight", {d}, gen.normal(d, 0.1, 1.0));
+      add(p + "post_ffw_norm.weight", {d}, gen.normal(d, 0.1, 1.0));
+    }
   }
   add("output_norm.weight", {d}, gen.normal(d, 0.1, 1.0));
   if (!s.tied) add("output.weight", {d, s.vocab}, mat(s.vocab, d));

@@ -62,6 +62,16 @@ TEST(LlamaGeometry, Gemma2SlidesOnEveryOtherLayerFromZero) {
   EXPECT_EQ(g->cache.layers[0].value_dim, 96);
 }
 
+TEST(LlamaGeometry, Gemma2WithoutAWindowKeySlidesAtTheGemma2Default4096) {
+  auto g = derive(llama_style("gemma2", 3, 0));
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  EXPECT_EQ(windows(*g), (std::vector<int32_t>{4096, 0, 4096}));
+  // gemma3 has no such default: without the key no layer slides.
+  auto g3 = derive(llama_style("gemma3", 3, 0));
+  ASSERT_TRUE(g3.ok());
+  EXPECT_EQ(windows(*g3), (std::vector<int32_t>{0, 0, 0}));
+}
+
 TEST(LlamaGeometry, Gemma3SlidesFiveThenOneFull) {
   auto g = derive(llama_style("gemma3", 8, 512));
   ASSERT_TRUE(g.ok());

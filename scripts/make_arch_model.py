@@ -1,0 +1,124 @@
+"""Random-weight GGUF test models for the architectures beyond plain llama/qwen.
+
+Writes a small file for one of:
+  gemma2          alternating sliding window from layer 0, soft-caps, post-norms, GELU-tanh MLP
+  gemma3          5 sliding : 1 full, q/k norms, rope.freq_base on full layers (+ linear
+                  scaling), 10000 on sliding layers
+  llama-rope-freqs  llama with a rope_freqs.weight tensor (Llama 3.1 per-pair divisors)
+with llama.cpp's key and tensor names and no kvcache.* keys, so the cache geometry must be
+derived from the architecture. Norm weights hold the final multiplier (llama.cpp's converter
+stores Gemma's 1 + w). No tokenizer keys: ids are raw bytes (vocab >= 256).
+
+  /usr/bin/python3 scripts/make_arch_model.py --arch gemma3 --out /tmp/g3.gguf
+"""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gguf_py  # noqa: E402
+
+# Shapes per architecture. head_count * key_length differs from embedding_length on purpose.
+CONFIGS = {
+    "gemma2": dict(arch="gemma2", layers=4, d=48, ff=64, vocab=300, heads=4, kv_heads=2, dk=16,
+                   eps=1e-6, base=10000.0, window=6, attn_cap=1.5, final_cap=3.0),
+    "gemma3": dict(arch="gemma3", layers=7, d=48, ff=64, vocab=300, heads=4, kv_heads=2, dk=16,
+                   eps=1e-6, base=1000000.0, window=5, linear=4.0, qk_norm=True),
+    "llama-rope-freqs": dict(arch="llama", layers=3, d=32, ff=48, vocab=300, heads=4,
+                             kv_heads=2, dk=8, eps=1e-5, base=10000.0, rope_freqs=True),
+}
+
+
+def build(name, seed, arch=None, rope_scaling=None, f16=False):
+    """arch / rope_scaling override general.architecture (keys follow it) and write
+    rope.scaling.type: files the engine must refuse by name. f16: matrices stored as F16."""
+    c = dict(CONFIGS[name])
+    if arch:
+        c["arch"] = arch
+    if rope_scaling:
+        c["scaling"] = rope_scaling
+    rng = np.random.default_rng(seed)
+    a = c["arch"] + "."
+    w = gguf_py.GGUFWriter()
+    w.add_string("general.architecture", c["arch"])
+    w.add_string("general.name", f"random {name}")
+    w.add_uint32(a + "block_count", c["layers"])
+    w.add_uint32(a + "context_length", 256)
+    w.add_uint32(a + "embedding_length", c["d"])
+    w.add_uint32(a + "feed_forward_length", c["ff"])
+    w.add_uint32(a + "attention.head_count", c["heads"])
+    w.add_uint32(a + "attention.head_count_kv", c["kv_heads"])
+    w.add_uint32(a + "attention.key_length", c["dk"])
+    w.add_uint32(a + "attention.value_length", c["dk"])
+    w.add_float32(a + "attention.layer_norm_rms_epsilon", c["eps"])
+    w.add_float32(a + "rope.freq_base", c["base"])
+    if "window" in c:
+        w.add_uint32(a + "attention.sliding_window", c["window"])
+    if "attn_cap" in c:
+        w.add_float32(a + "attn_logit_softcapping", c["attn_cap"])
+        w.add_float32(a + "final_logit_softcapping", c["final_cap"])
+    if "linear" in c or "scaling" in c:
+        w.add_string(a + "rope.scaling.type", c.get("scaling", "linear"))
+        w.add_float32(a + "rope.scaling.factor", c.get("linear", 4.0))
+
+    wtype = np.float16 if f16 else np.float32
+
+    def mat(out, inp):
+        return (rng.standard_normal((out, inp)) / np.sqrt(inp)).astype(wtype)
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    d, ff, dk = c["d"], c["ff"], c["dk"]
+    qd, kd = c["heads"] * dk, c["kv_heads"] * dk
+    gemma = c["arch"].startswith("gemma")
+    # Gemma multiplies embeddings by sqrt(d): keep the scaled rows near unit RMS so the
+    # blocks, not the tied embedding, decide the logits.
+    embd_std = 1.0 / np.sqrt(d) if gemma else 1.0
+    embd = embd_std * rng.standard_normal((c["vocab"], d))
+    w.add_tensor("token_embd.weight", embd.astype(wtype))
+    if c.get("rope_freqs"):
+        # Divisors in Llama 3.1's range [1, 8], on every pair so that short tests see them.
+        w.add_tensor("rope_freqs.weight", rng.uniform(1.0, 8.0, dk // 2).astype(np.float32))
+    for i in range(c["layers"]):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", norm(d))
+        w.add_tensor(p + "attn_q.weight", mat(qd, d))
+        w.add_tensor(p + "attn_k.weight", mat(kd, d))
+        w.add_tensor(p + "attn_v.weight", mat(kd, d))
+        if c.get("qk_norm"):
+            w.add_tensor(p + "attn_q_norm.weight", norm(dk))
+            w.add_tensor(p + "attn_k_norm.weight", norm(dk))
+        w.add_tensor(p + "attn_output.weight", mat(d, qd))
+        w.add_tensor(p + "ffn_norm.weight", norm(d))
+        w.add_tensor(p + "ffn_gate.weight", mat(ff, d))
+        w.add_tensor(p + "ffn_up.weight", mat(ff, d))
+        w.add_tensor(p + "ffn_down.weight", mat(d, ff))
+        if gemma:
+            w.add_tensor(p + "post_attention_norm.weight", norm(d))
+            w.add_tensor(p + "post_ffw_norm.weight", norm(d))
+    w.add_tensor("output_norm.weight", norm(d))
+    if not gemma:  # Gemma ties the output to the embedding: llama.cpp writes no output.weight
+        w.add_tensor("output.weight", mat(c["vocab"], d))
+    return w
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--arch", required=True, choices=sorted(CONFIGS))
+    ap.add_argument("--out", required=True, help="output GGUF path")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--set-arch", help="write this general.architecture instead (refusal tests)")
+    ap.add_argument("--rope-scaling", help="write this rope.scaling.type (refusal tests)")
+    ap.add_argument("--f16", action="store_true", help="store the matrices as F16")
+    args = ap.parse_args()
+    build(args.arch, args.seed, args.set_arch, args.rope_scaling, args.f16).write(args.out)
+    print(f"wrote {args.out} ({args.arch})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One architecture end to end against the independent Python float64 reference: a random-weight
+# GGUF with llama.cpp's names (scripts/make_arch_model.py, no kvcache.* keys) is run by
+# `kvcache run --dump-logits` through both cache layouts in chunks of 3, and every position's
+# logits (24 positions, windows of 5-6: most of them past the window) must match
+# scripts/reference_forward.py within 1e-4 of the logit scale. For gemma3 also checks what
+# `kvcache inspect` derives: 5 sliding : 1 full and the ring saving of the sliding layers.
+# Usage: arch_golden.sh KVCACHE_BIN REPO_DIR ARCH [--f16]
+#   (ARCH: gemma2, gemma3, llama-rope-freqs; --f16 stores the matrices as F16, which the
+#   reference reads exactly as stored)
+set -euo pipefail
+bin=$1; repo=$2; arch=$3; shift 3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+py=/usr/bin/python3
+ids=3,17,42,99,5,250,7,7,128,64,1,299,33,8,200,11,256,90,45,12,180,77,6,141
+"$py" "$repo/scripts/make_arch_model.py" --arch "$arch" --out "$tmp/model.gguf" "$@" >/dev/null
+"$py" "$repo/scripts/reference_forward.py" --model "$tmp/model.gguf" --tokens "$ids" \
+  --out "$tmp/ref.npy" >/dev/null
+for kind in sequence cell; do
+  "$bin" run "$tmp/model.gguf" --cache "$kind" --max-step-tokens 3 --prompt-ids "$ids" \
+    --dump-logits "$tmp/eng_$kind.npy" 2>"$tmp/err" || { cat "$tmp/err" >&2; exit 1; }
+  "$py" - "$tmp/eng_$kind.npy" "$tmp/ref.npy" "$arch/$kind" <<'PY'
+import sys
+import numpy as np
+got, want = np.load(sys.argv[1]).astype(np.float64), np.load(sys.argv[2])
+assert got.shape == want.shape == (24, 300), (got.shape, want.shape)
+rel = np.abs(got - want).max() / max(1.0, np.abs(want).max())
+print(f"{sys.argv[3]}: max abs diff relative to logit scale = {rel:.3e}")
+sys.exit(0 if rel <= 1e-4 else 1)
+PY
+done
+
+if [ "$arch" = gemma3 ]; then
+  "$bin" inspect "$tmp/model.gguf" --json > "$tmp/inspect.json"
+  "$py" - "$tmp/inspect.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+windows = [l["window"] for l in j["layers"]]
+assert windows == [5, 5, 5, 5, 5, 0, 5], windows  # (i + 1) % 6 != 0 slides
+# 256 cells of 2 heads x (16 + 16) f32 = 256 B per layer; a sliding layer keeps a ring of
+# W - 1 + max_write = 5 - 1 + 5 = 9 slots, the full layer all 256.
+assert [l["slots"] for l in j["layers"]] == [9, 9, 9, 9, 9, 256, 9], j["layers"]
+assert j["sequence_bytes_at_capacity"] == 256 * 256 + 6 * 9 * 256, j
+assert j["sliding_saving_bytes"] == 7 * 256 * 256 - (256 * 256 + 6 * 9 * 256), j
+print("gemma3 inspect: 6 sliding rings of 9 slots, saving", j["sliding_saving_bytes"], "bytes")
+PY
+fi

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# `kvcache run` and `inspect` on files the engine must refuse, each naming the value: an
+# unsupported general.architecture and rope.scaling.type "yarn" (scripts/make_arch_model.py).
+# inspect only reads the geometry, so it still describes them.
+# Usage: arch_refusals.sh KVCACHE_BIN REPO_DIR
+set -euo pipefail
+bin=$1; repo=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+make() { /usr/bin/python3 "$repo/scripts/make_arch_model.py" --out "$tmp/$1.gguf" "${@:2}" >/dev/null; }
+make phi3 --arch llama-rope-freqs --set-arch phi3
+make yarn --arch llama-rope-freqs --rope-scaling yarn
+make gemma3yarn --arch gemma3 --rope-scaling yarn
+
+expect_refusal() {  # expect_refusal FILE PATTERN
+  if "$bin" run "$tmp/$1.gguf" --prompt-ids 1,2,3 --max-new-tokens 1 >/dev/null 2>"$tmp/err"; then
+    fail "run $1 should be refused"
+  fi
+  grep -qF -- "$2" "$tmp/err" || { cat "$tmp/err" >&2; fail "run $1: no '$2'"; }
+}
+expect_refusal phi3 'general.architecture = "phi3" is not supported'
+expect_refusal yarn 'llama.rope.scaling.type = "yarn" is not supported'
+expect_refusal gemma3yarn 'gemma3.rope.scaling.type = "yarn" is not supported'
+"$bin" inspect "$tmp/phi3.gguf" >"$tmp/out" 2>&1 || { cat "$tmp/out"; fail "inspect phi3"; }
+grep -q "architecture phi3" "$tmp/out" || { cat "$tmp/out"; fail "inspect names phi3"; }
+echo "arch refusals: all checks passed"
