@@ -221,16 +221,6 @@ Result<std::vector<Input>> read_inputs(const BatchFlags& f, const LoadedModel& m
   return inputs;
 }
 
-std::vector<int32_t> eog_ids(const LoadedModel& m) {
-  std::vector<int32_t> ids;
-  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
-                          "tokenizer.ggml.eom_token_id"}) {
-    Result<int64_t> v = m.file->get_int(key);
-    if (v.ok() && *v >= 0 && *v < m.model->hparams().vocab) ids.push_back(static_cast<int32_t>(*v));
-  }
-  return ids;
-}
-
 double per_s(int64_t n, double s) { return s > 0.0 ? static_cast<double>(n) / s : 0.0; }
 
 json result_json(const serve::RequestResult& r, size_t index) {
@@ -265,7 +255,7 @@ int run_batch(const BatchFlags& f) {
   o.step_tokens = f.step_tokens;
   o.prefix_cache = !f.no_prefix_cache;
   o.block_tokens = f.block_tokens;
-  o.eog_ids = eog_ids(*m);
+  o.eog_ids = m->eog_ids;
   Result<std::unique_ptr<serve::Executor>> ex = serve::Executor::create(*m->model, &*m->tokenizer, o);
   if (!ex.ok()) return fail(ex.status().message());
   serve::Executor& e = **ex;

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "engine/model.h"
@@ -18,6 +19,7 @@ struct LoadedModel {
   std::unique_ptr<engine::Model> model;
   std::optional<engine::Tokenizer> tokenizer;
   std::string name;  // the file's stem, or "tiny" for the embedded model
+  std::vector<int32_t> eog_ids;  // end-of-generation ids (eos/eot/eom keys in the vocabulary)
 };
 
 // path empty = the embedded model (NotFound when this build has none).
