@@ -140,6 +140,9 @@ void quantize_activations(const float* x, int64_t cols, Q8Activations& out) {
   out.q.resize(static_cast<size_t>(cols));
   out.d.resize(static_cast<size_t>(out.blocks));
   out.sum16.resize(static_cast<size_t>(2 * out.blocks));
+  out.dsum16.resize(static_cast<size_t>(2 * out.blocks));
+  out.dsum.resize(static_cast<size_t>(out.blocks));
+  out.sum4.assign(static_cast<size_t>(8 * out.blocks), 0);
   for (int64_t b = 0; b < out.blocks; ++b) {
     const float* xb = x + 32 * b;
     float amax = 0.0f;
@@ -152,9 +155,13 @@ void quantize_activations(const float* x, int64_t cols, Q8Activations& out) {
       const auto q = static_cast<int8_t>(std::lrintf(xb[l] * inv));
       out.q[32 * b + l] = q;
       s[l / 16] += q;
+      out.sum4[8 * b + l / 4] += q;
     }
     out.sum16[2 * b] = s[0];
     out.sum16[2 * b + 1] = s[1];
+    out.dsum16[2 * b] = d * static_cast<float>(s[0]);
+    out.dsum16[2 * b + 1] = d * static_cast<float>(s[1]);
+    out.dsum[b] = d * static_cast<float>(s[0] + s[1]);
   }
 }
 

@@ -15,12 +15,15 @@
 namespace kvcache::engine {
 
 // The activation as int8 blocks of 32: x[32 b + l] ~= d[b] * q[32 b + l], |q| <= 127, and
-// sum16[2 b + h] = sum of q over the half [32 b + 16 h, +16) (for offsets and mins).
+// sum16[2 b + h] = sum of q over the half [32 b + 16 h, +16) (for offsets and mins), also
+// premultiplied by d[b] (dsum16) and whole (dsum[b] = d[b] * sum of the block's q);
+// sum4[8 b + k] = sum of q over [32 b + 4 k, +4) (lane k of a SIMD dot product).
 struct Q8Activations {
   int64_t blocks = 0;
   std::vector<int8_t> q;
   std::vector<float> d;
-  std::vector<int32_t> sum16;
+  std::vector<int32_t> sum16, sum4;
+  std::vector<float> dsum16, dsum;
 };
 // cols must be a multiple of 32.
 void quantize_activations(const float* x, int64_t cols, Q8Activations& out);
