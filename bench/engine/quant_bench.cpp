@@ -188,7 +188,8 @@ std::vector<uint8_t> f16_model_bytes() {
   (void)write_model_geometry(g, w);
   std::mt19937 rng(1);
   auto mat = [&](const std::string& name, int64_t out, int64_t in) {
-    std::uniform_real_distribution<float> u(-1.7f / std::sqrt(float(in)), 1.7f / std::sqrt(float(in)));
+    const float r = 1.7f / std::sqrt(float(in));
+    std::uniform_real_distribution<float> u(-r, r);
     std::vector<float> v(static_cast<size_t>(out * in));
     for (float& x : v) x = u(rng);
     (void)w.add_tensor_f32(name, {in, out}, v, TensorType::kF16);
@@ -313,9 +314,12 @@ void model_args(benchmark::internal::Benchmark* b) {
     }
 }
 
-BENCHMARK(BM_ReadProbe)->Arg(1)->Arg(2)->UseManualTime()->Iterations(3)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Matvec)->Apply(matvec_args)->Iterations(8)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Model)->Apply(model_args)->Iterations(8)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ReadProbe)->Arg(1)->Arg(2)->UseManualTime()->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Matvec)->Apply(matvec_args)->Iterations(8)->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_Model)->Apply(model_args)->Iterations(8)->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace kvcache::engine

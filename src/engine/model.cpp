@@ -1,12 +1,12 @@
-// Model loading: hyperparameters, geometry and weights (views of the mapped file) from a GGUF file.
+// Model loading: hyperparameters, geometry and weights (views of the mapped file) from GGUF.
 #include "engine/model.h"
-
-#include "program/gguf_quant.h"
 
 #include <cstring>
 #include <optional>
 #include <string>
 #include <utility>
+
+#include "program/gguf_quant.h"
 
 namespace kvcache::engine {
 namespace {

@@ -1,7 +1,8 @@
 // A Llama-family decoder's hyperparameters and weights, loaded from a GGUF file per
 // docs/model_format.md. Layer: engine. Matrices stay in the file's type (F32, F16, BF16, Q4_0,
 // Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) as views of the memory-mapped file, which the
-// Model keeps mapped; vectors (norms, biases) are converted to float32 once at load. The model knows nothing of
+// Model keeps mapped; vectors (norms, biases) are converted to float32 once at load.
+// The model knows nothing of
 // the cache beyond its published geometry (ModelGeometry). Errors name the missing tensor/key or the wrong shape.
 #pragma once
 

@@ -99,6 +99,19 @@ void decode_q6_k(const uint8_t* b, float* out) {
 
 // ---- encoders --------------------------------------------------------------------------
 
+// 32 values of 4 or 5 bits into a block's tail: for 5 bits, 4 bytes of high bits (bit j of
+// the little-endian u32 is value j's), then 16 nibble bytes (value j low, value j + 16 high).
+void pack_32(const uint8_t q[32], bool five_bit, uint8_t* p) {
+  if (five_bit) {
+    uint32_t qh = 0;
+    for (int j = 0; j < 32; ++j) qh |= static_cast<uint32_t>(q[j] >> 4) << j;
+    std::memcpy(p, &qh, 4);
+    p += 4;
+  }
+  for (int j = 0; j < 16; ++j)
+    p[j] = static_cast<uint8_t>((q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4));
+}
+
 // Symmetric 32-value blocks (Q4_0, Q5_0): the value of largest magnitude maps to -levels/2
 // (the widest end of the signed range), so it is represented exactly.
 void encode_sym_32(const float* x, bool five_bit, uint8_t* b) {
@@ -106,19 +119,12 @@ void encode_sym_32(const float* x, bool five_bit, uint8_t* b) {
   for (int j = 0; j < 32; ++j)
     if (std::fabs(x[j]) > std::fabs(extreme)) extreme = x[j];
   const int half = five_bit ? 16 : 8;
-  const float d = extreme / static_cast<float>(-half);
-  store_half(b, d);
-  const float inv = d != 0.0f ? 1.0f / load_half(b) : 0.0f;
-  uint8_t* p = b + 2;
-  uint32_t qh = 0;
+  store_half(b, extreme / static_cast<float>(-half));
+  const float d = load_half(b);
+  const float inv = d != 0.0f ? 1.0f / d : 0.0f;
   uint8_t q[32];
   for (int j = 0; j < 32; ++j) q[j] = clamp_u8(nearest(x[j] * inv) + half, 2 * half - 1);
-  if (five_bit) {
-    for (int j = 0; j < 32; ++j) qh |= static_cast<uint32_t>(q[j] >> 4) << j;
-    std::memcpy(p, &qh, 4);
-    p += 4;
-  }
-  for (int j = 0; j < 16; ++j) p[j] = static_cast<uint8_t>((q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4));
+  pack_32(q, five_bit, b + 2);
 }
 
 // Affine 32-value blocks (Q4_1, Q5_1): min and step from the block's range.
@@ -129,16 +135,9 @@ void encode_affine_32(const float* x, bool five_bit, uint8_t* b) {
   store_half(b + 2, *lo);
   const float d = load_half(b), m = load_half(b + 2);
   const float inv = d != 0.0f ? 1.0f / d : 0.0f;
-  uint8_t* p = b + 4;
   uint8_t q[32];
   for (int j = 0; j < 32; ++j) q[j] = clamp_u8(nearest((x[j] - m) * inv), top);
-  if (five_bit) {
-    uint32_t qh = 0;
-    for (int j = 0; j < 32; ++j) qh |= static_cast<uint32_t>(q[j] >> 4) << j;
-    std::memcpy(p, &qh, 4);
-    p += 4;
-  }
-  for (int j = 0; j < 16; ++j) p[j] = static_cast<uint8_t>((q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4));
+  pack_32(q, five_bit, b + 4);
 }
 
 void encode_q8_0(const float* x, uint8_t* b) {
@@ -148,7 +147,8 @@ void encode_q8_0(const float* x, uint8_t* b) {
   const float d = load_half(b);
   const float inv = d != 0.0f ? 1.0f / d : 0.0f;
   for (int j = 0; j < 32; ++j)
-    b[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::clamp(nearest(x[j] * inv), -127, 127)));
+    b[2 + j] = static_cast<uint8_t>(
+        static_cast<int8_t>(std::clamp(nearest(x[j] * inv), -127, 127)));
 }
 
 // Q4_K / Q5_K: per sub-block of 32 a step and a (non-negative) min with value = step * q -
@@ -227,7 +227,8 @@ void encode_q6_k(const float* x, uint8_t* b) {
 std::optional<BlockGeometry> block_geometry(TensorType type) {
   switch (type) {
     case TensorType::kF32: case TensorType::kI32: return BlockGeometry{1, 4};
-    case TensorType::kF16: case TensorType::kBF16: case TensorType::kI16: return BlockGeometry{1, 2};
+    case TensorType::kF16: case TensorType::kBF16: case TensorType::kI16:
+      return BlockGeometry{1, 2};
     case TensorType::kI8: return BlockGeometry{1, 1};
     case TensorType::kI64: case TensorType::kF64: return BlockGeometry{1, 8};
     case TensorType::kQ4_0: return BlockGeometry{32, 18};
