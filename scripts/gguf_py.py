@@ -28,7 +28,11 @@ _SCALAR_FMT = {
 # Tensor types (ggml_type ids).
 GGML_F32 = 0
 GGML_F16 = 1
+GGML_Q8_0 = 8
+GGML_Q4_K = 12
 _TENSOR_NP = {GGML_F32: np.dtype("<f4"), GGML_F16: np.dtype("<f2")}
+# Block types: (values per block, bytes per block).
+BLOCKS = {GGML_Q8_0: (32, 34), GGML_Q4_K: (256, 144), 11: (256, 110)}  # 11 = Q3_K (raw only)
 _NP_TENSOR = {np.dtype("float32"): GGML_F32, np.dtype("float16"): GGML_F16}
 
 
@@ -38,6 +42,79 @@ class GGUFError(ValueError):
 
 def _align(n, a):
     return (n + a - 1) // a * a
+
+
+class _Raw:
+    """Encoded bytes of a block-type tensor with its numpy shape."""
+
+    def __init__(self, shape, ttype, data):
+        self.shape, self.ttype, self.data, self.nbytes = shape, ttype, data, len(data)
+
+
+def _f16_bytes(v):
+    return np.asarray(v, dtype="<f2").reshape(-1, 1).view(np.uint8)
+
+
+def encode_q8_0(x):
+    """Blocks of 32: f16 scale amax/127, then 32 int8 values round(x / scale)."""
+    b = x.reshape(-1, 32).astype(np.float64)
+    d = (np.abs(b).max(axis=1) / 127.0).astype(np.float16)
+    inv = np.divide(1.0, d.astype(np.float64), out=np.zeros(len(d)), where=d != 0)
+    q = np.clip(np.rint(b * inv[:, None]), -127, 127).astype(np.int8)
+    return np.concatenate([_f16_bytes(d), q.view(np.uint8)], axis=1).tobytes()
+
+
+def decode_q8_0(raw, n):
+    b = np.frombuffer(raw, dtype=np.uint8).reshape(n // 32, 34)
+    d = b[:, :2].copy().view("<f2").astype(np.float32)
+    return (d * b[:, 2:].view(np.int8).astype(np.float32)).reshape(-1)
+
+
+def encode_q4_k(x):
+    """Super-blocks of 256 = 8 sub-blocks of 32, value = d*sc[j]*q - dmin*m[j], q in 0..15.
+
+    Per sub-block: lo = min(min(x), 0), step = (max(x) - lo) / 15; the 6-bit sc and m quantize
+    step and -lo against the super-block's largest (d = max step / 63, dmin = max(-lo) / 63).
+    """
+    b = x.reshape(-1, 8, 32).astype(np.float64)
+    lo = np.minimum(b.min(axis=2), 0.0)
+    step = (b.max(axis=2) - lo) / 15.0
+    d = (step.max(axis=1) / 63.0).astype(np.float16)
+    dmin = ((-lo).max(axis=1) / 63.0).astype(np.float16)
+    d64, dmin64 = d.astype(np.float64)[:, None], dmin.astype(np.float64)[:, None]
+    sc = np.clip(np.rint(np.divide(step, d64, out=np.zeros_like(step), where=d64 != 0)), 0, 63)
+    m = np.clip(np.rint(np.divide(-lo, dmin64, out=np.zeros_like(lo), where=dmin64 != 0)), 0, 63)
+    scale, mins = (d64 * sc)[:, :, None], (dmin64 * m)[:, :, None]
+    q = np.clip(np.rint(np.divide(b + mins, scale, out=np.zeros_like(b), where=scale != 0)), 0, 15)
+    q = q.astype(np.uint8)
+    sc, m = sc.astype(np.uint8), m.astype(np.uint8)
+    # 12 scale bytes: j < 4 -> bytes j (sc) and j + 4 (m), low 6 bits; j >= 4 -> byte j + 4
+    # holds sc low nibble | m low nibble << 4, their top 2 bits go to bits 6-7 of bytes j - 4
+    # (sc) and j (m).
+    packed = np.zeros((len(d), 12), dtype=np.uint8)
+    packed[:, 0:4] = sc[:, 0:4] | ((sc[:, 4:8] >> 4) << 6)
+    packed[:, 4:8] = m[:, 0:4] | ((m[:, 4:8] >> 4) << 6)
+    packed[:, 8:12] = (sc[:, 4:8] & 0x0F) | ((m[:, 4:8] & 0x0F) << 4)
+    # 128 nibble bytes: chunk c (64 values = sub-blocks 2c, 2c+1) -> bytes 32c..32c+31,
+    # sub-block 2c in the low nibbles, 2c+1 in the high ones.
+    qs = (q[:, 0::2, :] | (q[:, 1::2, :] << 4)).reshape(len(d), 128)
+    return np.concatenate([_f16_bytes(d), _f16_bytes(dmin), packed, qs], axis=1).tobytes()
+
+
+def decode_q4_k(raw, n):
+    b = np.frombuffer(raw, dtype=np.uint8).reshape(n // 256, 144)
+    d = b[:, 0:2].copy().view("<f2").astype(np.float32)
+    dmin = b[:, 2:4].copy().view("<f2").astype(np.float32)
+    s = b[:, 4:16]
+    sc = np.concatenate([s[:, 0:4] & 63, (s[:, 8:12] & 0x0F) | ((s[:, 0:4] >> 6) << 4)], axis=1)
+    m = np.concatenate([s[:, 4:8] & 63, (s[:, 8:12] >> 4) | ((s[:, 4:8] >> 6) << 4)], axis=1)
+    qs = b[:, 16:].reshape(-1, 4, 32)
+    q = np.stack([qs & 0x0F, qs >> 4], axis=2).reshape(-1, 8, 32).astype(np.float32)
+    out = d[:, :, None] * sc.astype(np.float32)[:, :, None] * q - (dmin * m.astype(np.float32))[:, :, None]
+    return out.reshape(-1)
+
+
+_DECODERS = {GGML_Q8_0: decode_q8_0, GGML_Q4_K: decode_q4_k}
 
 
 class GGUFWriter:
@@ -81,6 +158,22 @@ class GGUFWriter:
             raise GGUFError(f"duplicate tensor name {name!r}")
         self.tensors.append((name, arr))
 
+    def add_quantized_tensor(self, name, array, ttype):
+        """Encode a float array [.., row] as Q8_0 or Q4_K (rows must be whole blocks)."""
+        arr = np.ascontiguousarray(array, dtype=np.float32)
+        enc = {GGML_Q8_0: encode_q8_0, GGML_Q4_K: encode_q4_k}[ttype]
+        self.add_raw_tensor(name, arr.shape, ttype, enc(arr))
+
+    def add_raw_tensor(self, name, shape, ttype, data):
+        """A tensor of block type `ttype` given as its encoded bytes."""
+        per, nbytes = BLOCKS[ttype]
+        n = int(np.prod(shape, dtype=np.int64))
+        if shape[-1] % per or len(data) != n // per * nbytes:
+            raise GGUFError(f"tensor {name!r}: {len(data)} bytes do not encode shape {shape}")
+        if any(n_ == name for n_, _ in self.tensors):
+            raise GGUFError(f"duplicate tensor name {name!r}")
+        self.tensors.append((name, _Raw(tuple(shape), ttype, bytes(data))))
+
     @staticmethod
     def _str(s):
         b = s.encode("utf-8")
@@ -105,13 +198,17 @@ class GGUFWriter:
             dims = list(reversed(arr.shape)) or [1]
             head += self._str(name) + struct.pack("<I", len(dims))
             head += b"".join(struct.pack("<Q", d) for d in dims)
-            head += struct.pack("<IQ", _NP_TENSOR[arr.dtype], offset)
+            ttype = arr.ttype if isinstance(arr, _Raw) else _NP_TENSOR[arr.dtype]
+            head += struct.pack("<IQ", ttype, offset)
             offsets.append(offset)
             offset = _align(offset + arr.nbytes, self.alignment)
         head += b"\0" * (_align(len(head), self.alignment) - len(head))
         data = bytearray(offset)
         for (name, arr), off in zip(self.tensors, offsets):
-            data[off:off + arr.nbytes] = arr.astype(arr.dtype.newbyteorder("<")).tobytes()
+            if isinstance(arr, _Raw):
+                data[off:off + arr.nbytes] = arr.data
+            else:
+                data[off:off + arr.nbytes] = arr.astype(arr.dtype.newbyteorder("<")).tobytes()
         return bytes(head) + bytes(data)
 
     def write(self, path):
@@ -201,11 +298,20 @@ class GGUFFile:
         data_start = _align(cur.pos, self.alignment)
         self.tensors, self.tensor_types = {}, {}
         for name, dims, ttype, off in infos:
-            if ttype not in _TENSOR_NP:
-                raise GGUFError(f"tensor {name}: type {ttype} unsupported (F32/F16 only)")
+            if ttype not in _TENSOR_NP and ttype not in _DECODERS:
+                raise GGUFError(f"tensor {name}: type {ttype} unsupported (F32/F16/Q8_0/Q4_K)")
             if off % self.alignment:
                 raise GGUFError(f"tensor {name}: offset {off} not aligned to {self.alignment}")
             shape = tuple(reversed(dims))
+            if ttype in _DECODERS:
+                n = int(np.prod(shape, dtype=np.int64))
+                per, size = BLOCKS[ttype]
+                start, nbytes = data_start + off, n // per * size
+                if dims[0] % per or start + nbytes > len(buf):
+                    raise GGUFError(f"tensor {name}: bad block data for shape {shape}")
+                self.tensors[name] = _DECODERS[ttype](buf[start:start + nbytes], n).reshape(shape)
+                self.tensor_types[name] = ttype
+                continue
             dt = _TENSOR_NP[ttype]
             nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
             start = data_start + off
@@ -256,6 +362,21 @@ def _selftest():
     assert g.kv_types["a.arr"] == (ARRAY, INT32)
     assert np.array_equal(g.tensors["t.a"], a) and np.array_equal(g.tensors["t.b"], b)
     assert g.tensors["t.a"].shape == (3, 4)
+    # Block types: hand-checked values, then encode -> decode within the formats' error.
+    x = np.random.default_rng(0).standard_normal((3, 256)).astype(np.float32)
+    w = GGUFWriter()
+    w.add_quantized_tensor("q8", x, GGML_Q8_0)
+    w.add_quantized_tensor("q4k", x, GGML_Q4_K)
+    g = GGUFFile(w.to_bytes())
+    amax = np.abs(x).max()
+    assert np.abs(g.tensors["q8"] - x).max() <= amax * (0.5 / 127 + 1e-3)
+    err = np.abs(g.tensors["q4k"] - x).max()
+    assert 0 < err <= amax * 0.12, err
+    one = np.zeros(144, dtype=np.uint8)
+    one[0:2] = _f16_bytes(1.0)[0]; one[2:4] = _f16_bytes(0.5)[0]
+    one[4 + 2] = 3; one[4 + 6] = 2; one[16 + 32] = 0x75  # sub-block 2: sc 3, m 2
+    v = decode_q4_k(one.tobytes(), 256)
+    assert v[64] == 3 * 5 - 1.0 and v[65] == -1.0, (v[64], v[65])
     print("gguf_py selftest ok")
 
 

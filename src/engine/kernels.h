@@ -1,45 +1,18 @@
-// The engine's dense kernels: matrix products (OpenBLAS sgemm/sgemv for f32 weights; for f16
-// weights a threaded gemv with AVX2/F16C runtime dispatch and a block-converting sgemm),
-// RMSNorm, RoPE (both pairings, optional per-pair frequency factors), SwiGLU, GELU-tanh gating
-// and the logit soft-cap. Layer: engine. matmul_reference is the readable
-// double-accumulating form the fast paths are tested against. Attention goes through the cache.
+// The engine's dense kernels: f32 matrix products (OpenBLAS sgemm/sgemv; products with a
+// typed Weight are in weight.h), RMSNorm, RoPE (both pairings, optional per-pair frequency
+// factors), SwiGLU, GELU-tanh gating and the logit soft-cap. Layer: engine. matmul_reference
+// is the readable double-accumulating form the fast paths are tested against. Attention goes
+// through the cache.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "engine/weight.h"  // Weight and its type-dispatching matmul
 #include "program/half.h"
 
 namespace kvcache::engine {
-
-// A weight matrix [rows = out, cols = in], row-major, stored as f32 or as IEEE half (f16 files
-// keep their bytes: half the memory traffic per decode token). Move-only in spirit (big).
-struct Weight {
-  int64_t rows = 0, cols = 0;
-  std::vector<float> f32;     // rows * cols, or empty when f16 holds the data
-  std::vector<uint16_t> f16;  // rows * cols IEEE half, or empty
-
-  bool empty() const { return rows == 0; }
-  bool is_f16() const { return !f16.empty(); }
-  float at(int64_t r, int64_t c) const {
-    const size_t i = static_cast<size_t>(r * cols + c);
-    return is_f16() ? program_detail::f16_to_f32(f16[i]) : f32[i];
-  }
-  void row(int64_t r, std::span<float> out) const;  // row r as f32 (cols values)
-  int64_t n_elements() const { return rows * cols; }
-};
-
-// Up to this many rows, f16 products read each weight row once for all rows and give every
-// row exactly what it gets alone (a batched decode step); above it, converted tiles + sgemm.
-inline constexpr int64_t kSmallBatch = 16;
-
-// y[T, w.rows] = x[T, w.cols] * W^T (+ y when accumulate), for either storage.
-void matmul(std::span<const float> x, const Weight& w, std::span<float> y, int64_t t,
-            bool accumulate = false);
-// Single-threaded scalar f16 gemv (reference of the dispatched kernel; exposed for tests).
-void gemv_f16_scalar(const uint16_t* w, const float* x, float* y, int64_t rows, int64_t cols,
-                     bool accumulate);
 
 // y[T, out] = x[T, in] * W[out, in]^T (+ y when accumulate). Row-major. Uses cblas_sgemv
 // when T == 1, cblas_sgemm otherwise.

@@ -1,12 +1,15 @@
-// Model loading: hyperparameters, geometry and float32 weights from a GGUF file.
+// Model loading: hyperparameters, geometry and weights (views of the mapped file) from GGUF.
 #include "engine/model.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <utility>
+
+#include "program/gguf_quant.h"
 
 namespace kvcache::engine {
 namespace {
@@ -62,30 +65,55 @@ Result<std::vector<float>> load_tensor(const GgufFile& f, const std::string& nam
   return data;
 }
 
-// A matrix [rows, cols]; F16 data is kept as f16 when `keep_f16`.
+// The one place a GGUF tensor becomes a Weight [rows, cols]. Computable types stay in the
+// file's format as a view of the mapped bytes (no copy; the Weight shares the mapping), unless
+// the options ask for f32; F32/F16/BF16 data the file misaligns is copied. Other types are
+// refused naming the tensor and its type.
 Result<Weight> load_weight(const GgufFile& f, const std::string& name, int64_t rows, int64_t cols,
-                           bool keep_f16, bool optional = false) {
+                           const LoadOptions& o, bool optional = false) {
+  using gguf::TensorType;
   const gguf::TensorInfo* info = f.tensor(name);
-  Weight w;
-  if (info == nullptr && optional) return w;
-  if (info != nullptr && keep_f16 && info->type == gguf::TensorType::kF16 &&
-      info->dims == std::vector<int64_t>{cols, rows} &&
-      info->bytes.size() == static_cast<size_t>(rows * cols) * 2) {
-    w.rows = rows;
-    w.cols = cols;
-    w.f16.resize(static_cast<size_t>(rows * cols));
-    std::memcpy(w.f16.data(), info->bytes.data(), info->bytes.size());  // little endian
-    return w;
+  if (info == nullptr) {
+    if (optional) return Weight{};
+    return not_found("load model: tensor " + name + " is missing");
   }
-  Result<std::vector<float>> data = load_tensor(f, name, rows, cols, optional);
-  if (!data.ok()) return data.status();
+  const std::vector<int64_t> want{cols, rows};
+  if (info->dims != want)
+    return invalid_argument("load model: tensor " + name + " has GGUF dims " +
+                            dims_text(info->dims) + ", expected " + dims_text(want));
+  if (!gguf::is_computable(info->type))
+    return invalid_argument("load model: tensor " + name + " has type " +
+                            gguf::to_string(info->type) +
+                            ", expected F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K "
+                            "or Q6_K");
+  const std::optional<int64_t> rb = gguf::row_bytes(info->type, cols);
+  if (!rb || static_cast<int64_t>(info->bytes.size()) != rows * *rb)
+    return invalid_argument("load model: tensor " + name + " holds " +
+                            std::to_string(info->bytes.size()) + " bytes, expected " +
+                            (rb ? std::to_string(rows * *rb) : std::string("whole blocks")) +
+                            " for " + std::to_string(rows) + " rows of " + std::to_string(cols) +
+                            " " + gguf::to_string(info->type) + " values");
+  const bool quantized = info->type != TensorType::kF32 && info->type != TensorType::kF16 &&
+                         info->type != TensorType::kBF16;
+  if ((info->type == TensorType::kF16 && !o.keep_f16) || (quantized && !o.keep_quantized)) {
+    Result<std::vector<float>> data = f.tensor_f32(name);
+    if (!data.ok()) return Status(data.status().code(), "load model: " + data.status().message());
+    return Weight::from_f32(rows, cols, std::move(*data));
+  }
+  const uintptr_t align = info->type == TensorType::kF32 ? 4 : quantized ? 1 : 2;
+  if (reinterpret_cast<uintptr_t>(info->bytes.data()) % align != 0)
+    return Weight::from_bytes(info->type, rows, cols,
+                              std::vector<uint8_t>(info->bytes.begin(), info->bytes.end()));
+  Weight w;
+  w.type = info->type;
   w.rows = rows;
   w.cols = cols;
-  w.f32 = std::move(*data);
+  w.bytes = info->bytes;
+  w.owner = f.storage();
   return w;
 }
 
-Status load_layer(const GgufFile& f, const HParams& hp, int32_t i, bool keep_f16,
+Status load_layer(const GgufFile& f, const HParams& hp, int32_t i, const LoadOptions& o,
                   LayerWeights& w) {
   const std::string p = "blk." + std::to_string(i) + ".";
   const int64_t d = hp.d_model, qd = int64_t{hp.q_heads} * hp.head_dim;
@@ -98,7 +126,7 @@ Status load_layer(const GgufFile& f, const HParams& hp, int32_t i, bool keep_f16
     return ok_status();
   };
   auto mat = [&](Weight& dst, const std::string& n, int64_t r, int64_t c) -> Status {
-    Result<Weight> t = load_weight(f, p + n, r, c, keep_f16);
+    Result<Weight> t = load_weight(f, p + n, r, c, o);
     if (!t.ok()) return t.status();
     dst = std::move(*t);
     return ok_status();
@@ -304,15 +332,15 @@ Result<Model> Model::load(const GgufFile& f, const LoadOptions& options) {
     w.sliding = lg.sliding();
     w.kv_shared = owned[w.cache];
     owned[w.cache] = true;
-    KVCACHE_RETURN_IF_ERROR(load_layer(f, h, i, options.keep_f16, w));
+    KVCACHE_RETURN_IF_ERROR(load_layer(f, h, i, options, w));
   }
-  Result<Weight> e = load_weight(f, "token_embd.weight", h.vocab, h.d_model, options.keep_f16);
+  Result<Weight> e = load_weight(f, "token_embd.weight", h.vocab, h.d_model, options);
   if (!e.ok()) return e.status();
   m.token_embd_ = std::move(*e);
   Result<std::vector<float>> t = load_tensor(f, "output_norm.weight", h.d_model, 0);
   if (!t.ok()) return t.status();
   m.output_norm_ = std::move(*t);
-  e = load_weight(f, "output.weight", h.vocab, h.d_model, options.keep_f16, /*optional=*/true);
+  e = load_weight(f, "output.weight", h.vocab, h.d_model, options, /*optional=*/true);
   if (!e.ok()) return e.status();
   m.output_ = std::move(*e);
   m.tied_ = m.output_.empty();

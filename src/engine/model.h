@@ -1,6 +1,8 @@
 // A Llama-family decoder's hyperparameters and weights, loaded from a GGUF file per
-// docs/model_format.md. Layer: engine. F16 matrices stay f16 (half the bytes per decode
-// token); everything else is converted to float32 once at load. The model knows nothing of
+// docs/model_format.md. Layer: engine. Matrices stay in the file's type (F32, F16, BF16, Q4_0,
+// Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) as views of the memory-mapped file, which the
+// Model keeps mapped; vectors (norms, biases) are converted to float32 once at load.
+// The model knows nothing of
 // the cache beyond its published geometry (ModelGeometry). Errors name the missing tensor/key or the wrong shape.
 #pragma once
 
@@ -60,7 +62,8 @@ struct LayerWeights {
 };
 
 struct LoadOptions {
-  bool keep_f16 = true;  // false: convert F16 matrices to f32 too
+  bool keep_f16 = true;        // false: convert F16 matrices to f32 too
+  bool keep_quantized = true;  // false: decode block-quantized matrices to f32 at load
 };
 
 // Move-only: the weights are big. Thread-safety: immutable after load.

@@ -24,9 +24,19 @@ enum class ValueType : uint32_t {
 };
 std::string_view to_string(ValueType type);
 
-// Tensor types (ggml numbering) this project reads.
-enum class TensorType : uint32_t { kF32 = 0, kF16 = 1, kQ8_0 = 8, kBF16 = 30 };
-std::string_view to_string(TensorType type);
+// Tensor types, numbered as ggml numbers them. The reader accepts every number: it places the
+// data of the types listed here (their block sizes are known, gguf_quant.h) and leaves the
+// bytes of any other number empty, so metadata tools never refuse a file for its tensor types;
+// consumers (the engine loader) refuse what they cannot compute with, naming the type.
+enum class TensorType : uint32_t {
+  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kQ8_1 = 9,
+  kQ2_K = 10, kQ3_K = 11, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kQ8_K = 15, kIQ2_XXS = 16,
+  kIQ2_XS = 17, kIQ3_XXS = 18, kIQ1_S = 19, kIQ4_NL = 20, kIQ3_S = 21, kIQ2_S = 22,
+  kIQ4_XS = 23, kI8 = 24, kI16 = 25, kI32 = 26, kI64 = 27, kF64 = 28, kIQ1_M = 29, kBF16 = 30,
+  kTQ1_0 = 34, kTQ2_0 = 35, kMXFP4 = 39,
+};
+// The ggml name ("Q4_K"); "unknown(N)" for a number not listed above.
+std::string to_string(TensorType type);
 
 // One metadata value. Scalars of every integer width are held as int64_t/uint64_t; arrays
 // hold their element type and elements (nested arrays allowed).
@@ -46,7 +56,7 @@ Value string_value(std::string v);
 Value array_value(ValueType elem, std::vector<Value> elements);
 
 // Bytes a tensor of this type and element count takes; nullopt when `n` does not fill whole
-// blocks (Q8_0: 32 elements per 34-byte block) or on overflow.
+// blocks (Q8_0: 32 elements per 34-byte block), on overflow, or for a type of unknown size.
 std::optional<uint64_t> tensor_bytes(TensorType type, int64_t n);
 
 struct TensorInfo {
@@ -54,7 +64,9 @@ struct TensorInfo {
   TensorType type = TensorType::kF32;
   std::vector<int64_t> dims;  // ggml order: dims[0] is the fastest-varying (row length)
   uint64_t offset = 0;        // from the start of the data section
-  std::span<const uint8_t> bytes;  // into the mapped file; valid while the GgufFile lives
+  // Into the mapped file; valid while the GgufFile or a holder of storage() lives. Empty for
+  // a type whose block size is unknown (see TensorType).
+  std::span<const uint8_t> bytes;
   int64_t n_elements() const;
 };
 
@@ -83,9 +95,14 @@ class GgufFile {
   Result<std::vector<double>> get_float_array(std::string_view key) const;
   Result<std::vector<std::string>> get_string_array(std::string_view key) const;
 
-  // A tensor converted to float32 (F32, F16, BF16, Q8_0), row-major with dims reversed
-  // (i.e. the usual [rows, cols] view of a ggml [cols, rows] tensor). NotFound when absent.
+  // A tensor converted to float32 (F32, F16, BF16 and the block types gguf_quant.h decodes),
+  // row-major with dims reversed (i.e. the usual [rows, cols] view of a ggml [cols, rows]
+  // tensor). NotFound when absent; InvalidArgument naming tensor and type for other types.
   Result<std::vector<float>> tensor_f32(std::string_view name) const;
+
+  // Shared ownership of the bytes every TensorInfo::bytes points into (the mapping, or the
+  // parsed copy): holders keep tensor data valid after the GgufFile itself is gone.
+  std::shared_ptr<const void> storage() const;
 
   GgufFile(GgufFile&&) noexcept;
   GgufFile& operator=(GgufFile&&) noexcept;

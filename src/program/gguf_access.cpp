@@ -3,7 +3,7 @@
 #include <limits>
 
 #include "program/gguf.h"
-#include "half.h"
+#include "program/gguf_quant.h"
 
 namespace kvcache::gguf {
 namespace {
@@ -123,36 +123,14 @@ Result<std::vector<std::string>> GgufFile::get_string_array(std::string_view key
 }
 
 Result<std::vector<float>> GgufFile::tensor_f32(std::string_view name) const {
-  using namespace program_detail;
   const TensorInfo* t = tensor(name);
   if (!t) return not_found("gguf: tensor '" + std::string(name) + "' not found");
-  const auto n = static_cast<size_t>(t->n_elements());
-  const uint8_t* p = t->bytes.data();
-  std::vector<float> out(n);
-  switch (t->type) {
-    case TensorType::kF32:
-      if (n) std::memcpy(out.data(), p, n * 4);
-      break;
-    case TensorType::kF16:
-    case TensorType::kBF16:
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, p + 2 * i, 2);
-        out[i] = t->type == TensorType::kF16 ? f16_to_f32(h) : bf16_to_f32(h);
-      }
-      break;
-    case TensorType::kQ8_0:
-      // Blocks of 32: an f16 scale followed by 32 int8 quants.
-      for (size_t b = 0; b < n / 32; ++b) {
-        const uint8_t* block = p + b * 34;
-        uint16_t h;
-        std::memcpy(&h, block, 2);
-        const float scale = f16_to_f32(h);
-        for (size_t j = 0; j < 32; ++j)
-          out[b * 32 + j] = scale * static_cast<float>(static_cast<int8_t>(block[2 + j]));
-      }
-      break;
-  }
+  if (!is_computable(t->type))
+    return invalid_argument("gguf: tensor '" + std::string(name) + "' has type " +
+                            to_string(t->type) + ", which this project does not decode");
+  std::vector<float> out(static_cast<size_t>(t->n_elements()));
+  if (!dequantize(t->type, t->bytes, out))  // the reader placed whole blocks: cannot fail
+    return data_loss("gguf: tensor '" + std::string(name) + "' data does not match its shape");
   return out;
 }
 

@@ -12,6 +12,7 @@
 
 #include "program/file_bytes.h"
 #include "program/gguf.h"
+#include "program/gguf_quant.h"
 
 namespace kvcache::gguf {
 namespace {
@@ -160,13 +161,11 @@ struct ValueReader {
   }
 };
 
-bool is_supported_tensor_type(uint32_t t) { return t == 0 || t == 1 || t == 8 || t == 30; }
-
 }  // namespace
 
 struct GgufFile::Impl {
-  FileBytes file;                  // mapped (open) or copied (parse)
-  std::span<const uint8_t> bytes;  // file.bytes()
+  std::shared_ptr<const FileBytes> file;  // mapped (open) or copied (parse); shared with weights
+  std::span<const uint8_t> bytes;         // file->bytes()
   uint32_t version = 0;
   uint64_t alignment = 32;
   std::vector<std::pair<std::string, Value>> metadata;
@@ -174,7 +173,8 @@ struct GgufFile::Impl {
   std::vector<TensorInfo> tensors;
   std::unordered_map<std::string, size_t> tensor_index;
 
-  explicit Impl(FileBytes f) : file(std::move(f)), bytes(file.bytes()) {}
+  explicit Impl(FileBytes f)
+      : file(std::make_shared<const FileBytes>(std::move(f))), bytes(file->bytes()) {}
   Status parse();
   Status parse_metadata(Cursor& c, uint64_t n_kv);
   Status parse_tensor_infos(Cursor& c, uint64_t n_tensors);
@@ -270,9 +270,8 @@ Status GgufFile::Impl::parse_tensor_infos(Cursor& c, uint64_t n_tensors) {
     }
     uint32_t type = 0;
     KVCACHE_RETURN_IF_ERROR(c.read(&type, "type of " + what));
-    if (!is_supported_tensor_type(type))
-      return invalid_argument("gguf: " + what + " has ggml type " + num(type) +
-                              ", expected F32 (0), F16 (1), Q8_0 (8) or BF16 (30)");
+    // Every type number is accepted here (metadata readers must not refuse a file for its
+    // types); place_tensors gives data only to types of known block size.
     t.type = static_cast<TensorType>(type);
     KVCACHE_RETURN_IF_ERROR(c.read(&t.offset, "data offset of " + what));
     tensor_index.emplace(t.name, tensors.size());
@@ -291,6 +290,18 @@ Status GgufFile::Impl::place_tensors(uint64_t data_start) {
   ranges.reserve(tensors.size());
   for (auto& t : tensors) {
     const std::string what = "tensor '" + t.name + "'";
+    const auto block = block_geometry(t.type);
+    if (!block) {  // unknown size: no bytes, no range; consumers refuse it by type
+      if (t.offset % alignment != 0)
+        return data_loss("gguf: " + what + ": data offset " + num(t.offset) +
+                         " is not a multiple of the alignment " + num(alignment));
+      ranges.emplace_back(t.offset, t.offset);  // empty: skipped by the overlap check
+      continue;
+    }
+    if (t.dims[0] % block->elements != 0)
+      return invalid_argument("gguf: " + what + ": row length " + num(t.dims[0]) +
+                              " is not a multiple of the " + to_string(t.type) + " block (" +
+                              num(block->elements) + " values)");
     auto size = tensor_bytes(t.type, t.n_elements());
     if (!size)
       return invalid_argument("gguf: " + what + ": " + num(static_cast<uint64_t>(t.n_elements())) +
@@ -345,6 +356,7 @@ Result<GgufFile> GgufFile::open(const std::string& path) {
 }
 
 uint32_t GgufFile::version() const { return impl_->version; }
+std::shared_ptr<const void> GgufFile::storage() const { return impl_->file; }
 uint64_t GgufFile::alignment() const { return impl_->alignment; }
 const std::vector<std::pair<std::string, Value>>& GgufFile::metadata() const {
   return impl_->metadata;

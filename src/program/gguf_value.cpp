@@ -2,6 +2,7 @@
 #include <limits>
 
 #include "program/gguf.h"
+#include "program/gguf_quant.h"
 
 namespace kvcache::gguf {
 
@@ -24,14 +25,42 @@ std::string_view to_string(ValueType type) {
   return "UNKNOWN";
 }
 
-std::string_view to_string(TensorType type) {
+std::string to_string(TensorType type) {
   switch (type) {
     case TensorType::kF32: return "F32";
     case TensorType::kF16: return "F16";
+    case TensorType::kQ4_0: return "Q4_0";
+    case TensorType::kQ4_1: return "Q4_1";
+    case TensorType::kQ5_0: return "Q5_0";
+    case TensorType::kQ5_1: return "Q5_1";
     case TensorType::kQ8_0: return "Q8_0";
+    case TensorType::kQ8_1: return "Q8_1";
+    case TensorType::kQ2_K: return "Q2_K";
+    case TensorType::kQ3_K: return "Q3_K";
+    case TensorType::kQ4_K: return "Q4_K";
+    case TensorType::kQ5_K: return "Q5_K";
+    case TensorType::kQ6_K: return "Q6_K";
+    case TensorType::kQ8_K: return "Q8_K";
+    case TensorType::kIQ2_XXS: return "IQ2_XXS";
+    case TensorType::kIQ2_XS: return "IQ2_XS";
+    case TensorType::kIQ3_XXS: return "IQ3_XXS";
+    case TensorType::kIQ1_S: return "IQ1_S";
+    case TensorType::kIQ4_NL: return "IQ4_NL";
+    case TensorType::kIQ3_S: return "IQ3_S";
+    case TensorType::kIQ2_S: return "IQ2_S";
+    case TensorType::kIQ4_XS: return "IQ4_XS";
+    case TensorType::kI8: return "I8";
+    case TensorType::kI16: return "I16";
+    case TensorType::kI32: return "I32";
+    case TensorType::kI64: return "I64";
+    case TensorType::kF64: return "F64";
+    case TensorType::kIQ1_M: return "IQ1_M";
     case TensorType::kBF16: return "BF16";
+    case TensorType::kTQ1_0: return "TQ1_0";
+    case TensorType::kTQ2_0: return "TQ2_0";
+    case TensorType::kMXFP4: return "MXFP4";
   }
-  return "UNKNOWN";
+  return "unknown(" + std::to_string(static_cast<uint32_t>(type)) + ")";
 }
 
 Value int_value(ValueType type, int64_t v) {
@@ -79,22 +108,13 @@ Value array_value(ValueType elem, std::vector<Value> elements) {
 }
 
 std::optional<uint64_t> tensor_bytes(TensorType type, int64_t n) {
-  if (n < 0) return std::nullopt;
-  const auto un = static_cast<uint64_t>(n);
+  const auto g = block_geometry(type);
+  if (n < 0 || !g || n % g->elements != 0) return std::nullopt;
   uint64_t r = 0;
-  switch (type) {
-    case TensorType::kF32:
-      if (__builtin_mul_overflow(un, uint64_t{4}, &r)) return std::nullopt;
-      return r;
-    case TensorType::kF16:
-    case TensorType::kBF16:
-      if (__builtin_mul_overflow(un, uint64_t{2}, &r)) return std::nullopt;
-      return r;
-    case TensorType::kQ8_0:
-      if (un % 32 != 0) return std::nullopt;
-      return (un / 32) * 34;
-  }
-  return std::nullopt;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(n / g->elements),
+                             static_cast<uint64_t>(g->bytes), &r))
+    return std::nullopt;
+  return r;
 }
 
 int64_t TensorInfo::n_elements() const {

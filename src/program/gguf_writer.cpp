@@ -4,7 +4,7 @@
 #include <set>
 
 #include "program/gguf.h"
-#include "half.h"
+#include "program/gguf_quant.h"
 
 namespace kvcache::gguf {
 namespace {
@@ -152,26 +152,19 @@ Status GgufWriter::add_tensor(std::string name, TensorType type, std::vector<int
 
 Status GgufWriter::add_tensor_f32(std::string name, std::vector<int64_t> dims,
                                   std::span<const float> data, TensorType store_as) {
-  using namespace program_detail;
-  std::vector<uint8_t> bytes;
-  switch (store_as) {
-    case TensorType::kF32:
-      bytes.resize(data.size() * 4);
-      if (!data.empty()) std::memcpy(bytes.data(), data.data(), bytes.size());
-      break;
-    case TensorType::kF16:
-    case TensorType::kBF16:
-      bytes.resize(data.size() * 2);
-      for (size_t i = 0; i < data.size(); ++i) {
-        const uint16_t h = store_as == TensorType::kF16 ? f32_to_f16(data[i]) : f32_to_bf16(data[i]);
-        std::memcpy(bytes.data() + 2 * i, &h, 2);
-      }
-      break;
-    case TensorType::kQ8_0:
-      return invalid_argument("gguf writer: tensor '" + name +
-                              "': converting to Q8_0 is not supported");
-  }
-  return add_tensor(std::move(name), store_as, std::move(dims), std::move(bytes));
+  const std::string what = "gguf writer: tensor '" + name + "'";
+  if (!is_computable(store_as))
+    return invalid_argument(what + ": converting to " + to_string(store_as) + " is not supported");
+  if (dims.empty() || dims[0] < 0)
+    return invalid_argument(what + ": expected 1..4 dimensions, dims[0] >= 0");
+  const auto bytes = tensor_bytes(store_as, static_cast<int64_t>(data.size()));
+  if (!bytes || dims[0] % block_geometry(store_as)->elements != 0)
+    return invalid_argument(what + ": row length " + std::to_string(dims[0]) + " / " +
+                            std::to_string(data.size()) + " values do not form whole " +
+                            to_string(store_as) + " blocks");
+  std::vector<uint8_t> out(static_cast<size_t>(*bytes));
+  if (!quantize(store_as, data, out)) return invalid_argument(what + ": cannot encode");
+  return add_tensor(std::move(name), store_as, std::move(dims), std::move(out));
 }
 
 std::vector<uint8_t> GgufWriter::bytes() const {

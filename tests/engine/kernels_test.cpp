@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -43,12 +44,14 @@ TEST(Kernels, F16MatmulMatchesReferenceOverShapesAndThreads) {
         for (int64_t out : {3, 300})
           for (bool acc : {false, true}) {
             cpu::set_global_threads(threads);
-            Weight w;
-            w.rows = out;
-            w.cols = in;
             std::vector<float> dense = rnd(out * in, 8);
-            for (float v : dense) w.f16.push_back(program_detail::f32_to_f16(v));
-            for (size_t i = 0; i < dense.size(); ++i) dense[i] = program_detail::f16_to_f32(w.f16[i]);
+            std::vector<uint8_t> half(dense.size() * 2);
+            for (size_t i = 0; i < dense.size(); ++i) {
+              const uint16_t h = program_detail::f32_to_f16(dense[i]);
+              std::memcpy(half.data() + 2 * i, &h, 2);
+              dense[i] = program_detail::f16_to_f32(h);
+            }
+            Weight w = Weight::from_bytes(gguf::TensorType::kF16, out, in, std::move(half));
             std::vector<float> x = rnd(t * in, 9), y = rnd(t * out, 10), want = y;
             matmul(x, w, y, t, acc);
             matmul_reference(x, dense, want, t, in, out, acc);
@@ -60,14 +63,18 @@ TEST(Kernels, F16MatmulMatchesReferenceOverShapesAndThreads) {
 }
 
 // A batched decode step must give each row exactly what decoding it alone gives: for up to
-// kSmallBatch rows an f16 product sums every row in the same order as a single row.
+// kSmallBatch rows an f16 product runs the single-row kernel over shared chunks of rows.
 TEST(Kernels, F16ProductOfEachRowIsBitwiseIndependentOfTheBatch) {
   for (int threads : {1, 2}) {
     cpu::set_global_threads(threads);
-    Weight w;
-    w.rows = 300;
-    w.cols = 203;  // 12 steps of 16 columns and a tail of 11
-    for (float v : rnd(w.rows * w.cols, 21)) w.f16.push_back(program_detail::f32_to_f16(v));
+    constexpr int64_t kRows = 300, kCols = 203;  // 12 steps of 16 columns and a tail of 11
+    std::vector<uint8_t> half(kRows * kCols * 2);
+    std::vector<float> dense = rnd(kRows * kCols, 21);
+    for (size_t i = 0; i < dense.size(); ++i) {
+      const uint16_t h = program_detail::f32_to_f16(dense[i]);
+      std::memcpy(half.data() + 2 * i, &h, 2);
+    }
+    const Weight w = Weight::from_bytes(gguf::TensorType::kF16, kRows, kCols, std::move(half));
     for (int64_t t : {int64_t{2}, int64_t{5}, kSmallBatch}) {
       std::vector<float> x = rnd(t * w.cols, 22), y(static_cast<size_t>(t * w.rows));
       matmul(x, w, y, t);

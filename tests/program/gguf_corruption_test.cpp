@@ -140,13 +140,28 @@ TEST(GgufCorruption, UnknownValueTypesBoolBytesAndDeepNestingAreInvalid) {
   expect_error(d.bytes(), StatusCode::kInvalidArgument, "nested deeper");
 }
 
-TEST(GgufCorruption, UnsupportedTensorTypesAndDimensionCountsAreInvalid) {
+TEST(GgufCorruption, BlockTypesNeedWholeBlocksPerRowAndDimensionCountsAreChecked) {
   auto b = small_valid_file();
-  poke<uint32_t>(b, tensor_offset_field(b, 'b') - 4, 12);  // Q4_K
-  expect_error(b, StatusCode::kInvalidArgument, "tensor 'b' has ggml type 12");
+  poke<uint32_t>(b, tensor_offset_field(b, 'b') - 4, 12);  // Q4_K, but 'b' has 4 values
+  expect_error(b, StatusCode::kInvalidArgument,
+               "tensor 'b': row length 4 is not a multiple of the Q4_K block (256 values)");
   b = small_valid_file();
   poke<uint32_t>(b, tensor_offset_field(b, 'b') - 16, 5);  // n_dims
   expect_error(b, StatusCode::kInvalidArgument, "5 dimensions");
+}
+
+// Metadata readers (inspect) must not refuse a file for its tensor types: a type number this
+// project does not know parses, with no data placed, and names itself as "unknown(N)".
+TEST(GgufCorruption, UnknownTensorTypesParseWithoutData) {
+  auto b = small_valid_file();
+  poke<uint32_t>(b, tensor_offset_field(b, 'b') - 4, 77);
+  auto f = GgufFile::parse(b);
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_TRUE(f->tensor("b")->bytes.empty());
+  EXPECT_EQ(to_string(f->tensor("b")->type), "unknown(77)");
+  EXPECT_EQ(f->tensor_f32("b").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(f->tensor_f32("b").status().message().find("'b' has type unknown(77)"), std::string::npos);
+  EXPECT_EQ(f->tensor_f32("a").status().code(), StatusCode::kOk);
 }
 
 }  // namespace

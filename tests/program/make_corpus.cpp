@@ -100,6 +100,26 @@ int main(int argc, char** argv) {
   GgufWriter aligned(64);
   (void)aligned.add_tensor_f32("x", {2}, std::vector<float>{1, 2});
   save(dir, "valid_align64.gguf", aligned.bytes());
+  // Block types the engine computes with, and a known (Q3_K) and an unknown (77) type it only
+  // parses: the fuzzer mutates block headers, scales and type numbers from here.
+  GgufWriter quant;
+  std::vector<float> ramp(256);
+  for (size_t i = 0; i < ramp.size(); ++i) ramp[i] = static_cast<float>(i % 23) * 0.1f - 1.0f;
+  for (TensorType t : {TensorType::kQ4_0, TensorType::kQ5_1, TensorType::kQ4_K, TensorType::kQ5_K,
+                       TensorType::kQ6_K})
+    (void)quant.add_tensor_f32("t." + to_string(t), {256}, ramp, t);
+  (void)quant.add_tensor("t.q3k", TensorType::kQ3_K, {256}, std::vector<uint8_t>(110, 7));
+  save(dir, "valid_quant_types.gguf", quant.bytes());
+  GgufWriter unknown;
+  (void)unknown.add_tensor_f32("a", {2}, std::vector<float>{1, 2});
+  (void)unknown.add_tensor_f32("b", {4}, std::vector<float>{1, 2, 3, 4});
+  auto u = unknown.bytes();
+  for (size_t i = 0; i + 12 <= u.size(); ++i)  // 'b' is 1-D: name "b", n_dims 1, dim 4, type 0
+    if (u[i] == 'b' && u[i + 1] == 1 && u[i + 5] == 4) {
+      poke<uint32_t>(u, i + 13, 77);
+      break;
+    }
+  save(dir, "valid_unknown_type.gguf", u);
 
   auto b = valid;
   b[0] = 'X';

@@ -1,0 +1,327 @@
+// kvcache_quant_bench: weights read in their file format. (1) The matrix-vector kernels per
+// type, ISA and thread count over 256 MB of weight bytes (far above the LLC), reporting weight
+// bytes read per second and the ratio to a read-bandwidth probe run in this process with the
+// same threads right before and after. (2) Decode tok/s and a 512-token prefill of a random
+// ~100M-parameter llama (d 768, 12 layers, 12 q / 4 kv heads, ff 2048, vocab 32000, tied)
+// stored as F16, Q8_0 and Q4_K_M (the last two made in process by kvcache quantize's code),
+// with decode's effective bandwidth: (weight + K/V bytes read per token) * tok/s / probe.
+// Output: Google Benchmark (--benchmark_format=json).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "cpu/kv_pool.h"
+#include "cpu/thread_pool.h"
+#include "engine/cache_setup.h"
+#include "engine/forward.h"
+#include "engine/model.h"
+#include "engine/quant_matvec.h"
+#include "program/gguf.h"
+#include "program/gguf_quant.h"
+#include "program/gguf_quantize.h"
+#include "program/model_geometry.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace kvcache::engine {
+namespace {
+
+using gguf::TensorType;
+using benchmark::Counter;
+
+// ---- read probe (the same stream as kvcache_attention_bench's) --------------------------
+
+constexpr int64_t kProbeBytes = int64_t{768} << 20;
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) float sum_avx2(const float* p, int64_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t i = 0; i + 32 <= n; i += 32) {
+    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
+    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
+  }
+  float out[8];
+  _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
+}
+#endif
+
+// Bytes per second an AVX2 sum streams with the global pool's threads (best of `passes`).
+double measure_probe(int passes) {
+  static cpu::AlignedBytes buf = cpu::aligned_alloc_bytes(kProbeBytes);
+  static bool filled = false;
+  const int64_t n = kProbeBytes / 4;
+  auto* f = reinterpret_cast<float*>(buf.get());
+  if (!filled) {
+    for (int64_t i = 0; i < n; ++i) f[i] = static_cast<float>(i & 7);
+    filled = true;
+  }
+  cpu::ThreadPool& pool = cpu::global_pool();
+  const int threads = pool.size();
+  double best = 0;
+  volatile float sink = 0;
+  for (int pass = 0; pass < passes; ++pass) {
+    std::vector<float> part(threads);
+    const auto t0 = std::chrono::steady_clock::now();
+    pool.parallel_for(threads, [&](int64_t b, int64_t e) {
+      for (int64_t c = b; c < e; ++c) {
+        const int64_t lo = n * c / threads / 64 * 64, hi = n * (c + 1) / threads / 64 * 64;
+#if defined(__x86_64__)
+        part[c] = sum_avx2(f + lo, hi - lo);
+#else
+        float s = 0;
+        for (int64_t i = lo; i < hi; ++i) s += f[i];
+        part[c] = s;
+#endif
+      }
+    });
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (float x : part) sink = sink + x;
+    best = std::max(best, double(kProbeBytes) / s);
+  }
+  return best;
+}
+
+void report(benchmark::State& bs, double bytes_per_iter, double probe_before) {
+  const double probe = std::max(probe_before, measure_probe(3));
+  bs.counters["bytes_per_second"] = Counter(bytes_per_iter, Counter::kIsIterationInvariantRate);
+  bs.counters["probe_ratio"] = Counter(bytes_per_iter / probe, Counter::kIsIterationInvariantRate);
+  bs.counters["probe_bytes_per_second"] = probe;
+}
+
+void BM_ReadProbe(benchmark::State& bs) {
+  cpu::set_global_threads(static_cast<int>(bs.range(0)));
+  double best = 0;
+  for (auto _ : bs) {
+    const double bps = measure_probe(5);
+    best = std::max(best, bps);
+    bs.SetIterationTime(double(kProbeBytes) / bps);
+  }
+  bs.counters["bytes_per_second"] = best;
+}
+
+// ---- matrix-vector kernels --------------------------------------------------------------
+
+constexpr int64_t kCols = 4096, kWeightBytes = int64_t{256} << 20;
+
+// 256 MB of `type` rows: 512 quantized random rows repeated (the kernels' cost does not depend
+// on the values; the bytes must not fit in any cache).
+const Weight& big_weight(TensorType type) {
+  static std::map<TensorType, Weight> cache;
+  auto it = cache.find(type);
+  if (it != cache.end()) return it->second;
+  const int64_t rb = *gguf::row_bytes(type, kCols), seed_rows = 512;
+  std::vector<float> x(static_cast<size_t>(seed_rows * kCols));
+  std::mt19937_64 g(3);
+  std::normal_distribution<float> d(0.0f, 0.02f);
+  for (float& v : x) v = d(g);
+  std::vector<uint8_t> seed(static_cast<size_t>(seed_rows * rb));
+  (void)gguf::quantize(type, x, seed);
+  const int64_t rows = kWeightBytes / rb;
+  std::vector<uint8_t> all(static_cast<size_t>(rows * rb));
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(all.data() + r * rb, seed.data() + (r % seed_rows) * rb, static_cast<size_t>(rb));
+  return cache.emplace(type, Weight::from_bytes(type, rows, kCols, std::move(all))).first->second;
+}
+
+void BM_Matvec(benchmark::State& bs) {
+  const auto type = static_cast<TensorType>(bs.range(0));
+  const auto isa = static_cast<cpu::Isa>(bs.range(1));
+  if (!matvec_isa_supported(isa)) {
+    bs.SkipWithError("ISA not supported here");
+    return;
+  }
+  cpu::set_global_threads(static_cast<int>(bs.range(2)));
+  const Weight& w = big_weight(type);
+  std::vector<float> x(kCols, 0.5f), y(static_cast<size_t>(w.rows));
+  const double probe = measure_probe(3);
+  for (auto _ : bs) {
+    matvec(w, x.data(), y.data(), false, isa);
+    benchmark::DoNotOptimize(y.data());
+  }
+  report(bs, double(w.bytes.size()), probe);
+  bs.SetLabel(gguf::to_string(type) + "/" + std::string(cpu::to_string(isa)));
+}
+
+void matvec_args(benchmark::internal::Benchmark* b) {
+  for (TensorType t : {TensorType::kF16, TensorType::kBF16, TensorType::kQ8_0, TensorType::kQ4_0,
+                       TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K})
+    for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512})
+      for (int threads : {1, 2})
+        b->Args({static_cast<int64_t>(t), static_cast<int64_t>(isa), threads});
+}
+
+// ---- the 100M model as F16, Q8_0 and Q4_K_M ---------------------------------------------
+
+constexpr int kD = 768, kLayers = 12, kHeads = 12, kKvHeads = 4, kHeadDim = 64, kFf = 2048;
+constexpr int kVocab = 32000, kCtx = 2048, kChunk = 512;
+
+std::vector<uint8_t> f16_model_bytes() {
+  gguf::GgufWriter w;
+  w.set_string("general.architecture", "llama");
+  w.set_uint32("llama.block_count", kLayers);
+  w.set_uint32("llama.embedding_length", kD);
+  w.set_uint32("llama.feed_forward_length", kFf);
+  w.set_uint32("llama.context_length", kCtx);
+  w.set_uint32("llama.attention.head_count", kHeads);
+  w.set_uint32("llama.attention.head_count_kv", kKvHeads);
+  ModelGeometry g;
+  for (int i = 0; i < kLayers; ++i) {
+    g.cache.layers.push_back({kKvHeads, kHeadDim, kHeadDim, 0});
+    g.layer_cache.push_back(i);
+  }
+  g.max_context = kCtx;
+  g.max_step_tokens = kChunk;
+  (void)write_model_geometry(g, w);
+  std::mt19937 rng(1);
+  auto mat = [&](const std::string& name, int64_t out, int64_t in) {
+    const float r = 1.7f / std::sqrt(float(in));
+    std::uniform_real_distribution<float> u(-r, r);
+    std::vector<float> v(static_cast<size_t>(out * in));
+    for (float& x : v) x = u(rng);
+    (void)w.add_tensor_f32(name, {in, out}, v, TensorType::kF16);
+  };
+  const std::vector<float> ones(kD, 1.0f);
+  mat("token_embd.weight", kVocab, kD);
+  for (int i = 0; i < kLayers; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    (void)w.add_tensor_f32(p + "attn_norm.weight", {kD}, ones);
+    (void)w.add_tensor_f32(p + "ffn_norm.weight", {kD}, ones);
+    mat(p + "attn_q.weight", kHeads * kHeadDim, kD);
+    mat(p + "attn_k.weight", kKvHeads * kHeadDim, kD);
+    mat(p + "attn_v.weight", kKvHeads * kHeadDim, kD);
+    mat(p + "attn_output.weight", kD, kHeads * kHeadDim);
+    mat(p + "ffn_gate.weight", kFf, kD);
+    mat(p + "ffn_up.weight", kFf, kD);
+    mat(p + "ffn_down.weight", kD, kFf);
+  }
+  (void)w.add_tensor_f32("output_norm.weight", {kD}, ones);
+  return w.bytes();
+}
+
+struct Loaded {
+  std::unique_ptr<Model> model;
+  std::shared_ptr<Cache> cache;
+  std::unique_ptr<Engine> engine;
+  int64_t weight_bytes_per_token = 0;  // every matrix once, the embedding as one row
+  std::string error;
+};
+
+// mix < 0: the F16 file itself. Files are parsed from memory (the reader copies the bytes).
+Loaded& loaded(int mix) {
+  static std::map<int, Loaded> all;
+  auto it = all.find(mix);
+  if (it != all.end()) return it->second;
+  Loaded& l = all[mix];
+  static const std::vector<uint8_t> f16 = f16_model_bytes();
+  std::vector<uint8_t> bytes = f16;
+  if (mix >= 0) {
+    gguf::GgufFile src = gguf::GgufFile::parse(f16).value();
+    gguf::GgufWriter w;
+    auto r = gguf::quantize_model(src, static_cast<gguf::QuantMix>(mix), w);
+    if (!r.ok()) {
+      l.error = r.status().to_string();
+      return l;
+    }
+    bytes = w.bytes();
+  }
+  gguf::GgufFile f = gguf::GgufFile::parse(bytes).value();
+  Result<Model> m = Model::load(f);
+  if (!m.ok()) {
+    l.error = m.status().to_string();
+    return l;
+  }
+  l.model = std::make_unique<Model>(std::move(*m));
+  for (const LayerWeights& lw : l.model->layers())
+    for (const Weight* x : {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down})
+      l.weight_bytes_per_token += static_cast<int64_t>(x->bytes.size());
+  l.weight_bytes_per_token += static_cast<int64_t>(l.model->output().bytes.size());
+  CacheOptions o;
+  o.capacity = kCtx;
+  o.kv_dtype = DType::kF16;
+  l.cache = build_cache(plan_cache(*l.model, o).value()).value();
+  l.engine = Engine::create(*l.model, l.cache).value();
+  return l;
+}
+
+// range(0): mix (-1 = F16), range(1): tokens per step (1 = decode, 512 = prefill),
+// range(2): threads. The context holds 16 prompt tokens; each timed step is rewound.
+void BM_Model(benchmark::State& bs) {
+  const int mix = static_cast<int>(bs.range(0));
+  const int64_t t = bs.range(1);
+  cpu::set_global_threads(static_cast<int>(bs.range(2)));
+  Loaded& l = loaded(mix);
+  if (!l.error.empty()) {
+    bs.SkipWithError(l.error.c_str());
+    return;
+  }
+  constexpr int64_t kDepth = 16;
+  Logits out;
+  std::vector<int32_t> tokens(kDepth + t), ids(kDepth + t, 0);
+  std::vector<int64_t> pos(kDepth + t);
+  for (int64_t i = 0; i < kDepth + t; ++i) {
+    tokens[i] = static_cast<int32_t>((i * 7919) % kVocab);
+    pos[i] = i;
+  }
+  (void)l.cache->rewind(0, 0);
+  auto span_of = [&](auto& v, int64_t b, int64_t n) { return std::span(v).subspan(b, n); };
+  if (!l.engine->forward({span_of(tokens, 0, kDepth), span_of(ids, 0, kDepth),
+                          span_of(pos, 0, kDepth)}, LogitsMode::kLast, out).ok()) {
+    bs.SkipWithError("prompt forward failed");
+    return;
+  }
+  const double probe = measure_probe(3);
+  for (auto _ : bs) {
+    Status st = l.engine->forward({span_of(tokens, kDepth, t), span_of(ids, kDepth, t),
+                                   span_of(pos, kDepth, t)}, LogitsMode::kLast, out);
+    if (!st.ok()) {
+      bs.SkipWithError(st.to_string().c_str());
+      break;
+    }
+    bs.PauseTiming();
+    (void)l.cache->rewind(0, kDepth);
+    bs.ResumeTiming();
+  }
+  bs.counters["tokens_per_s"] =
+      Counter(double(t) * double(bs.iterations()), Counter::kIsRate);
+  if (t == 1) {  // K and V of every layer at the depth, f16
+    const double kv = double(kLayers) * kDepth * kKvHeads * kHeadDim * 2 * 2;
+    report(bs, double(l.weight_bytes_per_token) + kv, probe);
+    bs.counters["weight_mb"] = double(l.weight_bytes_per_token) / 1e6;
+  }
+  bs.SetLabel(mix < 0 ? "f16" : std::string(gguf::to_string(static_cast<gguf::QuantMix>(mix))));
+}
+
+void model_args(benchmark::internal::Benchmark* b) {
+  for (int mix : {-1, static_cast<int>(gguf::QuantMix::kQ8_0),
+                  static_cast<int>(gguf::QuantMix::kQ4_K_M)})
+    for (int threads : {1, 2}) {
+      b->Args({mix, 1, threads});
+      b->Args({mix, kChunk, threads});
+    }
+}
+
+BENCHMARK(BM_ReadProbe)->Arg(1)->Arg(2)->UseManualTime()->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Matvec)->Apply(matvec_args)->Iterations(8)->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_Model)->Apply(model_args)->Iterations(8)->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace kvcache::engine
+
+BENCHMARK_MAIN();

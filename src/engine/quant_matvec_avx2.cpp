@@ -1,0 +1,39 @@
+// The AVX2+FMA+F16C build of the matrix-vector row kernels (quant_matvec_simd.inc): integer dot
+// products by maddubs/madd. Entered only through matvec's run-time dispatch. All headers are
+// included before the target pragma so nothing shared is compiled for AVX2.
+#include <cstdint>
+#include <cstring>
+
+#include "engine/quant_matvec.h"
+#include "program/gguf_quant.h"
+#include "program/half.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+
+namespace kvcache::engine {
+namespace {
+
+// u8 x s8 products summed in groups of four bytes into int32 lanes (|sum| < 2^16, no overflow).
+inline __m256i dot4(__m256i u8, __m256i s8) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u8, s8), _mm256_set1_epi16(1));
+}
+
+#include "engine/quant_matvec_simd.inc"
+
+}  // namespace
+
+quant_detail::RowKernel quant_detail::avx2_kernel(gguf::TensorType type) { return pick(type); }
+
+}  // namespace kvcache::engine
+
+#pragma GCC pop_options
+
+#else
+namespace kvcache::engine {
+quant_detail::RowKernel quant_detail::avx2_kernel(gguf::TensorType) { return nullptr; }
+}  // namespace kvcache::engine
+#endif

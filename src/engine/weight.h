@@ -1,0 +1,57 @@
+// A weight matrix as the engine reads it: a view of (type, rows, cols, bytes) over memory it
+// shares ownership of — the memory-mapped model file (no widening copy at load) or a buffer of
+// its own — and the matrix product that dispatches on the type. Layer: engine. The per-type
+// matrix-vector kernels live in quant_matvec.h; this header does not load files (model.cpp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "cpu/attention.h"
+#include "program/gguf.h"
+
+namespace kvcache::engine {
+
+// [rows = out, cols = in], row-major; each row is row_bytes() bytes of `type` blocks.
+// Copies share the bytes (cheap). F32 data is 4-byte aligned and F16/BF16 2-byte aligned
+// (the loader copies misaligned data). Thread-safety: immutable; concurrent reads are safe.
+struct Weight {
+  gguf::TensorType type = gguf::TensorType::kF32;
+  int64_t rows = 0, cols = 0;
+  std::span<const uint8_t> bytes;      // rows * row_bytes()
+  std::shared_ptr<const void> owner;   // keeps `bytes` alive: the mapping or an owned buffer
+
+  // A Weight owning `values` (rows * cols floats).
+  static Weight from_f32(int64_t rows, int64_t cols, std::vector<float> values);
+  // A Weight owning `data`, which holds rows * row_bytes(type, cols) bytes of a computable type.
+  static Weight from_bytes(gguf::TensorType type, int64_t rows, int64_t cols,
+                           std::vector<uint8_t> data);
+
+  bool empty() const { return rows == 0; }
+  bool is_f16() const { return type == gguf::TensorType::kF16; }
+  int64_t n_elements() const { return rows * cols; }
+  int64_t row_bytes() const { return rows == 0 ? 0 : static_cast<int64_t>(bytes.size()) / rows; }
+  const uint8_t* row_data(int64_t r) const { return bytes.data() + r * row_bytes(); }
+  const float* f32() const { return reinterpret_cast<const float*>(bytes.data()); }  // F32 only
+  // Element (r, c) as f32; decodes its whole block (slow: references and tests only).
+  float at(int64_t r, int64_t c) const;
+  void row(int64_t r, std::span<float> out) const;  // row r decoded to f32 (cols values)
+};
+
+// Up to this many rows of x (a batched decode step), products of non-F32 weights read each
+// chunk of weight rows once for all of them and give every row bitwise what it gets alone.
+inline constexpr int64_t kSmallBatch = 16;
+
+// y[T, w.rows] = x[T, w.cols] * W^T (+ y when accumulate), for every computable type. T == 1:
+// the type's matrix-vector kernel (quant_matvec.h; F32 via BLAS sgemv); T <= kSmallBatch: the
+// same kernel over chunks of rows shared by every row of x; larger T: tiles of rows decoded to
+// f32 once per call, then sgemm. Rows are shared over cpu::global_pool().
+void matmul(std::span<const float> x, const Weight& w, std::span<float> y, int64_t t,
+            bool accumulate = false);
+// Single-threaded scalar f16 gemv (reference of the dispatched kernel; exposed for tests).
+void gemv_f16_scalar(const uint16_t* w, const float* x, float* y, int64_t rows, int64_t cols,
+                     bool accumulate);
+
+}  // namespace kvcache::engine

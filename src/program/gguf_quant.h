@@ -1,0 +1,46 @@
+// GGUF tensor block formats: per-type block geometry, and the readable (scalar) decoders and
+// encoders of the types the engine computes with. Layer: program. Layouts follow the GGUF /
+// ggml specification byte for byte (little-endian); the encoders are this project's own
+// (plain min/max and absmax scaling, no search), used by `kvcache quantize` and by tests.
+// Not here: fast kernels (engine/quant_matvec.h) and any choice of which tensor gets which type.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "program/gguf.h"
+
+namespace kvcache::gguf {
+
+// A type's block: `elements` values stored in `bytes` bytes (F32: 1 and 4).
+struct BlockGeometry {
+  int64_t elements = 0;
+  int64_t bytes = 0;
+};
+// nullopt for a type number whose block size this project does not know.
+std::optional<BlockGeometry> block_geometry(TensorType type);
+
+// F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K: the types the engine reads.
+bool is_computable(TensorType type);
+// Bytes of one row of `cols` values; nullopt when cols is not a whole number of blocks or the
+// type is unknown.
+std::optional<int64_t> row_bytes(TensorType type, int64_t cols);
+
+// Decodes n values (n a multiple of the block size) of a computable type. Returns false (and
+// writes nothing) for another type or a partial block.
+bool dequantize(TensorType type, std::span<const uint8_t> src, std::span<float> dst);
+
+// Encodes n values (n a multiple of the block size) as a computable type; dst holds
+// row_bytes(type, n) bytes. Returns false for another type or a partial block. Non-finite
+// inputs give non-finite scales; callers check their inputs.
+bool quantize(TensorType type, std::span<const float> src, std::span<uint8_t> dst);
+
+// Q4_K / Q5_K pack eight 6-bit scales and eight 6-bit mins into 12 bytes; sub-block j's pair.
+struct ScaleMin {
+  uint8_t scale = 0, min = 0;
+};
+ScaleMin unpack_k_scale(const uint8_t* packed12, int j);
+void pack_k_scales(const uint8_t scale[8], const uint8_t min[8], uint8_t* packed12);
+
+}  // namespace kvcache::gguf

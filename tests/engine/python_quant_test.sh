@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Quantized files from an independent writer: scripts/make_quant_gguf.py encodes a tiny llama
+# as Q8_0 or Q4_K with its own numpy code; scripts/reference_forward.py decodes the same file
+# with its own numpy code and computes float64 logits. kvcache runs the file (prefill in one
+# chunk of 20 > kSmallBatch tokens: decoded tiles + sgemm, tolerance 1e-4; then one token per step: int8 activations,
+# tolerance 3e-2, see quant_matvec_test.cpp). inspect reads a file with a Q3_K tensor, which
+# run refuses naming the tensor and the type.
+# Usage: python_quant_test.sh KVCACHE_BIN REPO_DIR TYPE
+set -euo pipefail
+bin=$1; repo=$2; type=$3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+py=/usr/bin/python3
+ids=3,17,42,99,5,250,7,7,128,64,1,299,33,8,200,11,19,23,29,31
+$py "$repo/scripts/make_quant_gguf.py" --type "$type" --out "$tmp/m.gguf"
+$py "$repo/scripts/reference_forward.py" --model "$tmp/m.gguf" --tokens "$ids" --out "$tmp/ref.npy" >/dev/null
+check() {  # engine logits, tolerance, label
+  $py - "$1" "$tmp/ref.npy" "$2" "$3" <<'PY'
+import sys
+import numpy as np
+got, want = np.load(sys.argv[1]).astype(np.float64), np.load(sys.argv[2])
+assert got.shape == want.shape, (got.shape, want.shape)
+rel = np.abs(got - want).max() / max(1.0, np.abs(want).max())
+print(f"{sys.argv[4]}: max abs diff relative to logit scale = {rel:.3e} (tolerance {sys.argv[3]})")
+sys.exit(0 if rel <= float(sys.argv[3]) else 1)
+PY
+}
+"$bin" run "$tmp/m.gguf" --max-step-tokens 20 --prompt-ids "$ids" --max-new-tokens 0 \
+  --dump-logits "$tmp/prefill.npy" 2>/dev/null
+check "$tmp/prefill.npy" 1e-4 "$type prefill"
+"$bin" run "$tmp/m.gguf" --max-step-tokens 1 --prompt-ids "$ids" --max-new-tokens 0 \
+  --dump-logits "$tmp/decode.npy" 2>/dev/null
+check "$tmp/decode.npy" 3e-2 "$type decode"
+$py "$repo/scripts/make_quant_gguf.py" --type "$type" --out "$tmp/q3k.gguf" \
+  --raw-q3k blk.1.ffn_up.weight
+"$bin" inspect "$tmp/q3k.gguf" >/dev/null
+if "$bin" run "$tmp/q3k.gguf" --prompt-ids 1,2 --max-new-tokens 1 2>"$tmp/err"; then
+  echo "run accepted a Q3_K tensor"; exit 1
+fi
+grep -q "tensor blk.1.ffn_up.weight has type Q3_K" "$tmp/err" || { cat "$tmp/err"; exit 1; }
+echo "$type: ok"
