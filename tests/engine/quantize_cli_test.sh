@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `kvcache quantize` end to end: the repository's tiny model re-encoded as q8_0 and q4_k_m;
-# the q8_0 file's logits (one prefill chunk) against scripts/reference_forward.py, which decodes
-# the file with its own numpy code; q4_k_m runs; re-quantizing a quantized file and an unknown
+# the q8_0 file's logits (one prefill chunk of 14 tokens: at most kSmallBatch rows run the int8
+# decode kernels, tolerance 3e-2 as for decode) against scripts/reference_forward.py, which
+# decodes the file with its own numpy code; q4_k_m runs; re-quantizing a quantized file and an unknown
 # --type are refused with the reason.
 # Usage: quantize_cli_test.sh KVCACHE_BIN REPO_DIR
 set -euo pipefail
@@ -21,7 +22,7 @@ import numpy as np
 got, want = np.load(sys.argv[1]).astype(np.float64), np.load(sys.argv[2])
 rel = np.abs(got - want).max() / max(1.0, np.abs(want).max())
 print(f"quantize q8_0: max abs diff relative to logit scale = {rel:.3e}")
-sys.exit(0 if got.shape == want.shape and rel <= 1e-4 else 1)
+sys.exit(0 if got.shape == want.shape and rel <= 3e-2 else 1)
 PY
 "$bin" run "$tmp/q4km.gguf" --prompt-ids "$ids" --max-new-tokens 4 >/dev/null 2>&1
 if "$bin" quantize "$tmp/q8.gguf" "$tmp/again.gguf" --type q4_0 2>"$tmp/err"; then exit 1; fi
