@@ -159,7 +159,8 @@ TEST(CellCache, ForksAttendOverSharedCellsAndSharedPositionsNeverMix) {
 }
 
 TEST(CellCache, RefilledHolesAttendCorrectly) {
-  auto cache = make(kCellKind, config(24, DType::kBF16, 0, std::nullopt));
+  // Window 8 keeps every position here, so s[1] can rewind from 5 to 3.
+  auto cache = make(kCellKind, config(24, DType::kBF16, 0, std::nullopt), {}, two_layers(8));
   CacheDriver drv(*cache, kQHeads, 8);
   int32_t s[3];
   for (int32_t& id : s) {
@@ -203,11 +204,30 @@ TEST(CellCache, OptimizedMatchesReferenceKernelOnRandomWorkload) {
         live.erase(std::find(live.begin(), live.end(), id));
         continue;
       } else if (verb == 2) {
+        // Half way back (often refused: the sliding pool freed that window) or at the end.
         const int32_t src = live[rng() % live.size()];
-        const int64_t upto = c1->pos(src) / 2;
-        const int32_t id = *c1->seq_clone(src, upto);
-        ASSERT_EQ(*c2->seq_clone(src, upto), id);
-        d1.on_clone(src, id, upto), d2.on_clone(src, id, upto), live.push_back(id);
+        const int64_t upto = rng() % 2 ? c1->pos(src) / 2 : c1->pos(src);
+        auto r1 = c1->seq_clone(src, upto), r2 = c2->seq_clone(src, upto);
+        ASSERT_EQ(r1.status().code(), r2.status().code());
+        if (r1.ok()) {
+          ASSERT_TRUE(upto == 0 || std::max<int64_t>(0, upto - 6) >= c1->pos(src) - 6);
+          ASSERT_EQ(*r2, *r1);
+          d1.on_clone(src, *r1, upto), d2.on_clone(src, *r1, upto), live.push_back(*r1);
+        } else {
+          // Exactly when position upto - 7 + 1 > 0 lies before src's last 6 positions.
+          ASSERT_EQ(r1.status().code(), StatusCode::kOutOfRange);
+          ASSERT_LT(std::max<int64_t>(0, upto - 6), c1->pos(src) - 6);
+        }
+      } else if (verb == 3) {
+        const int32_t id = live[rng() % live.size()];
+        const int64_t next = c1->pos(id);
+        const int64_t to = rng() % 3 == 0 ? 0 : std::max<int64_t>(0, next - 1);
+        Status s1 = c1->rewind(id, to), s2 = c2->rewind(id, to);
+        ASSERT_EQ(s1.code(), s2.code());
+        // To 0 always works; to next - 1 needs positions next - 7 .. next - 2, held while
+        // next - 6 <= 0 (the sliding(7) pool keeps the last 6 positions).
+        ASSERT_EQ(s1.ok(), to == 0 || next <= 6) << s1.to_string();
+        if (s1.ok()) d1.on_rewind(id, to), d2.on_rewind(id, to);
       }
       std::vector<int32_t> ids;
       for (int i = 0, n = 1 + static_cast<int>(rng() % 5); i < n; ++i)
