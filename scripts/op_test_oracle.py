@@ -115,7 +115,7 @@ class CellModel:
     Per-window pools (SPEC §15): a Sliding(W) pool holds, per sequence between steps, only its
     cells at positions >= max(0, len - W + 1), so its use is derived from these lists (a
     sliding pool's cells correspond one-to-one to the full cells of the same tokens); it holds
-    min(capacity, MAX_SEQS * (W + M - 1)) cells (M = max_write or W). A clone or rewind that
+    min(capacity, MAX_SEQS * (W - 1) + M) cells (M = max_write or W). A clone or rewind that
     needs positions a sliding pool has freed is refused. The full pool exists only when some
     layer is full."""
 
@@ -124,7 +124,7 @@ class CellModel:
         mw = case["config"].get("max_write")
         self.windows = sorted({g.get("window", 0) for g in self.geo} - {0})
         self.has_full = any(g.get("window", 0) == 0 for g in self.geo)
-        self.pool_cap = {w: min(self.cap, MAX_SEQS * (w + (mw or w) - 1)) for w in self.windows}
+        self.pool_cap = {w: min(self.cap, MAX_SEQS * (w - 1) + (mw or w)) for w in self.windows}
         self.clear()
 
     @staticmethod

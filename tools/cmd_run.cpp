@@ -208,6 +208,7 @@ json summary_json(const Loaded& l) {
   g.cache = l.setup.geometry;
   SummaryOptions o;
   o.config = l.setup.config;
+  o.kind = l.setup.kind;
   return cache_summary_json(g, o);
 }
 
@@ -216,6 +217,7 @@ std::string summary_text(const Loaded& l) {
   g.cache = l.setup.geometry;
   SummaryOptions o;
   o.config = l.setup.config;
+  o.kind = l.setup.kind;
   return cache_summary_text(g, o);
 }
 

@@ -124,7 +124,8 @@ std::vector<CellPool> cell_pools(const CacheGeometry& g, const CacheConfig& c) {
     pools.push_back(CellPool{window, {}, c.capacity});
     if (window > 0) {
       const int64_t m = c.max_write ? *c.max_write : window;
-      auto n = checked_mul(cell_max_seqs(c), int64_t{window} + m - 1);
+      auto held = checked_mul(cell_max_seqs(c), int64_t{window} - 1);
+      auto n = held ? checked_add(*held, m) : std::nullopt;
       pools.back().cells = n ? std::min(*n, c.capacity) : c.capacity;
     }
     return pools.back();

@@ -91,9 +91,10 @@ int32_t cell_max_seqs(const CacheConfig& config);  // max_seqs or kDefaultCellSe
 // Layers with the same window share one cell pool with its own cell numbering. The full pool
 // (window 0) holds `capacity` cells. A Sliding(W) pool keeps, per live sequence, only the
 // positions a future query can see — its last W - 1 — plus the open step's tokens, so it holds
-// min(capacity, max_seqs * (W + M - 1)) cells, M = max_write or W: every live sequence may
-// write M tokens in one step without a refusal. (No sliding pool needs more than capacity: its
-// cells map one-to-one onto full-pool cells of the same tokens.)
+// min(capacity, max_seqs * (W - 1) + M) cells, M = max_write or W (the most tokens one step
+// writes): exactly enough that max_seqs sequences and any step of at most M tokens are never
+// refused by it. (No sliding pool needs more than capacity: its cells map one-to-one onto
+// full-pool cells of the same tokens.)
 struct CellPool {
   int32_t window = 0;           // 0 = full
   std::vector<int32_t> layers;  // cache layers, ascending

@@ -160,9 +160,9 @@ class CellProperty {
     model_ = CellModel{c.capacity, max_seqs, {}, {}, {}, {}};
     std::set<int32_t> windows;
     for (const auto& l : layers_) windows.insert(l.window);
-    for (int32_t w : windows)  // sliding: max_seqs * (W + W - 1) cells, at most capacity
+    for (int32_t w : windows)  // sliding: max_seqs * (W - 1) + W cells, at most capacity
       model_.pools.push_back({w, w == 0 ? c.capacity
-                                        : std::min<int64_t>(c.capacity, max_seqs * (2 * w - 1)),
+                                        : std::min<int64_t>(c.capacity, max_seqs * (w - 1) + w),
                               {}});
   }
 
@@ -500,8 +500,10 @@ class SequenceProperty {
     const int64_t floor = expected_floor();
     ASSERT_EQ(s().rewind_floor(), floor) << describe();
     Status st = s().rewind(n);
-    if (n < floor || n > length_) REFUSED(st.code(), StatusCode::kOutOfRange);
+    if (n < 0 || n > length_ || (n > 0 && n < floor))  // 0 always works: it is a clear
+      REFUSED(st.code(), StatusCode::kOutOfRange);
     ASSERT_TRUE(st.ok());
+    if (n == 0) return clear();
     length_ = n;
     ASSERT_FALSE(s().step_open());
   }
