@@ -396,7 +396,9 @@ class CellProperty {
           ASSERT_EQ(first[s] + static_cast<int64_t>(cells.size()), model_.pos(s));
           ASSERT_EQ(c().held_first_pos(s, gi), first[s]);
         }
-        if (pool.window == 0) ASSERT_EQ(cells.size(), static_cast<size_t>(model_.pos(s)));
+        if (pool.window == 0) {
+          ASSERT_EQ(cells.size(), static_cast<size_t>(model_.pos(s)));
+        }
         auto got = c().held(s, gi);
         ASSERT_EQ(std::vector<int32_t>(got.begin(), got.end()), cells) << "pool " << g << " seq " << s;
       }
