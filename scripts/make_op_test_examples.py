@@ -115,11 +115,15 @@ def cell_forks():
     c = CaseWriter("cell_forks_rm_refill", "cell", [layer(1, 8), layer(1, 8, w=2)],
                    {"capacity": 16, "kv_dtype": "f32", "initial_capacity": 2}, [2, 1])
     c.step(verbs=[{"op": "seq_new"}, {"op": "seq_new"}], seq_ids=[0, 1, 0, 1, 0], layers=[0, 1])
-    c.step(verbs=[{"op": "seq_clone", "src": 0, "upto": 2}], seq_ids=[2, 0, 1], layers=[0, 1])
-    c.step(verbs=[{"op": "seq_rm", "seq": 1}, {"op": "rewind", "seq": 0, "pos": 1},
+    # Sequence 0 is at 3; its sliding(2) pool holds position 2 only: a clone up to 3 is exact.
+    c.step(verbs=[{"op": "seq_clone", "src": 0, "upto": 3}], seq_ids=[2, 0, 1], layers=[0, 1])
+    c.step(verbs=[{"op": "seq_rm", "seq": 1}, {"op": "rewind", "seq": 0, "pos": 0},
                   {"op": "seq_new"}], seq_ids=[1, 1, 1, 0, 2], layers=[0, 1])
     c.step(verbs=[{"op": "seq_clone", "src": 2}, {"op": "seq_rm", "seq": 7}],
            seq_ids=[3, 2], layers=[0, 1])
+    # Sequence 2 is at 6: back to 2 or a clone up to 2 needs position 1, long freed (refused).
+    c.step(verbs=[{"op": "rewind", "seq": 2, "pos": 2}, {"op": "seq_clone", "src": 2, "upto": 2}],
+           seq_ids=[2], positions=[6], layers=[0, 1])
     return c
 
 

@@ -110,11 +110,33 @@ class SequenceModel:
 
 
 class CellModel:
-    """Cells with a position and owners; per sequence its cells by position."""
+    """Cells with a position and owners; per sequence its cells by position.
+
+    Per-window pools (SPEC §15): a Sliding(W) pool holds, per sequence between steps, only its
+    cells at positions >= max(0, len - W + 1), so its use is derived from these lists (a
+    sliding pool's cells correspond one-to-one to the full cells of the same tokens); it holds
+    min(capacity, MAX_SEQS * (W - 1) + M) cells (M = max_write or W). A clone or rewind that
+    needs positions a sliding pool has freed is refused. The full pool exists only when some
+    layer is full."""
 
     def __init__(self, case):
         self.geo, self.cap = case["geometry"], case["config"]["capacity"]
+        mw = case["config"].get("max_write")
+        self.windows = sorted({g.get("window", 0) for g in self.geo} - {0})
+        self.has_full = any(g.get("window", 0) == 0 for g in self.geo)
+        self.pool_cap = {w: min(self.cap, MAX_SEQS * (w - 1) + (mw or w)) for w in self.windows}
         self.clear()
+
+    @staticmethod
+    def low(n, w):
+        return max(0, n - w + 1)
+
+    def window_lost(self, length, p):
+        """Whether continuing from p (<= length) needs positions a sliding pool freed."""
+        return p > 0 and any(w > 1 and self.low(p, w) < self.low(length, w) for w in self.windows)
+
+    def pool_used(self, w):
+        return len({c for cells in self.seqs.values() for c in cells[self.low(len(cells), w):]})
 
     def clear(self):
         self.seqs = {}      # id -> list of cell ids, index = position
@@ -143,7 +165,10 @@ class CellModel:
             i = self.new_id()
             if i is None:
                 return None
-            cells = self.seqs[src][: (len(self.seqs[src]) if upto is None else upto)]
+            n = len(self.seqs[src]) if upto is None else min(upto, len(self.seqs[src]))
+            if self.window_lost(len(self.seqs[src]), n):
+                return None
+            cells = self.seqs[src][:n]
             for c in cells:
                 self.cells[c]["owners"] += 1
             self.seqs[i] = list(cells)
@@ -158,6 +183,8 @@ class CellModel:
         if op == "rewind":
             s, p = v["seq"], v["pos"]
             if s not in self.seqs or p < 0 or p > len(self.seqs[s]):
+                return False
+            if self.window_lost(len(self.seqs[s]), p):
                 return False
             self.drop(s, p)
             return True
@@ -176,8 +203,11 @@ class CellModel:
         for i in ids:
             if i not in self.seqs:
                 raise Refused("not_found", f"sequence {i} is not live")
-        if len(ids) > self.cap - len(self.cells):
+        if self.has_full and len(ids) > self.cap - len(self.cells):
             raise Refused("resource_exhausted", "not enough free cells")
+        for w in self.windows:
+            if len(ids) > self.pool_cap[w] - self.pool_used(w):
+                raise Refused("resource_exhausted", f"sliding({w}) pool full")
         nxt, out = {}, []
         for i, p in zip(ids, positions):
             want = nxt.get(i, len(self.seqs[i]))

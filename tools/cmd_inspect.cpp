@@ -20,6 +20,7 @@ struct InspectArgs {
   bool example = false;
   std::string capacity, sessions, session_tokens, max_write;
   std::string kv_dtype = "f32";
+  std::string cache = "cell";
   std::string windows;
   bool json = false;
 };
@@ -64,6 +65,9 @@ int run_inspect(const InspectArgs& a) {
     g = with_windows(g, *pattern);
   }
   SummaryOptions o;
+  if (a.cache != "cell" && a.cache != "sequence")
+    return fail(invalid_argument("--cache = '" + a.cache + "', expected sequence or cell"));
+  o.kind = a.cache;
   auto dtype = parse_dtype(a.kv_dtype);
   if (!dtype) return fail(invalid_argument("--kv-dtype = '" + a.kv_dtype + "', expected f32, f16 or bf16"));
   o.config.kv_dtype = *dtype;
@@ -73,6 +77,8 @@ int run_inspect(const InspectArgs& a) {
     auto s = parse_flag_int("--sessions", a.sessions, 1, kMaxCells);
     if (!s.ok()) return fail(s.status());
     o.sessions = *s;
+    // The cell layout serves this many sequences at once: it sizes the sliding pools.
+    if (a.cache == "cell") o.config.max_seqs = static_cast<int32_t>(*s);
   }
   if (!a.session_tokens.empty()) {
     auto t = parse_flag_int("--session-tokens", a.session_tokens, 1, kMaxCells);
@@ -118,7 +124,10 @@ Runner add_inspect(CLI::App& app) {
   sub->add_option("file", args->file, "GGUF model file");
   sub->add_flag("--example", args->example, "Use a built-in Gemma-3-like geometry (no file)");
   sub->add_option("--capacity", args->capacity, "Cells in the pool (default: max_context or 4096)");
-  sub->add_option("--sessions", args->sessions, "Sessions sharing the pool (default 1)");
+  sub->add_option("--cache", args->cache,
+                  "Layout bytes_at_capacity is for: cell (default; per-window pools) or sequence");
+  sub->add_option("--sessions", args->sessions,
+                  "Sessions sharing the pool (default 1); the cell layout's sequence bound");
   sub->add_option("--session-tokens", args->session_tokens,
                   "Tokens per session; capacity = sessions * session-tokens");
   sub->add_option("--kv-dtype", args->kv_dtype, "K/V storage type: f32, f16, bf16 (default f32, as CacheConfig)");

@@ -208,6 +208,7 @@ json summary_json(const Loaded& l) {
   g.cache = l.setup.geometry;
   SummaryOptions o;
   o.config = l.setup.config;
+  o.kind = l.setup.kind;
   return cache_summary_json(g, o);
 }
 
@@ -216,6 +217,7 @@ std::string summary_text(const Loaded& l) {
   g.cache = l.setup.geometry;
   SummaryOptions o;
   o.config = l.setup.config;
+  o.kind = l.setup.kind;
   return cache_summary_text(g, o);
 }
 
@@ -344,9 +346,6 @@ bool command(const std::string& line, engine::Session& session) {
   if (s.ok())
     std::fprintf(stderr, "undo: back to position %lld (%zu turn(s) left)\n",
                  static_cast<long long>(session.pos()), session.turns());
-  else if (s.code() == StatusCode::kOutOfRange)
-    std::fprintf(stderr, "undo refused: %s (--cache cell keeps every position)\n",
-                 s.message().c_str());
   else
     std::fprintf(stderr, "undo refused: %s\n", s.message().c_str());
   return true;

@@ -1,6 +1,10 @@
 // Cell-layout bookkeeping cost (SPEC §10): ns per token of a decode step of S sequences over a
 // pool of C cells, a 512-token prefill, seq_rm and rewind. The cost must stay flat as C grows
-// with S fixed. Run with --benchmark_format=json. Model: 4 layers, windows full/512/full/512.
+// with S fixed. Run with --benchmark_format=json. Model: 4 layers, windows full/512/full/512
+// (a full pool of C cells and a sliding(512) pool of S * 511 + 512 cells); steps of at most
+// 512 tokens. Decode and prefill advance the sequences and rebuild the pool (untimed) when
+// it is nearly full, since a sliding sequence cannot rewind past its window. The rewind
+// benchmark uses a full-only model (4 full layers).
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
@@ -15,10 +19,12 @@ namespace {
 
 constexpr int64_t kPrefill = 512;
 
-CellLayout make_layout(int64_t capacity, int32_t max_seqs) {
-  CacheGeometry g{{{8, 128, 128, 0}, {8, 128, 128, 512}, {8, 128, 128, 0}, {8, 128, 128, 512}}};
+CellLayout make_layout(int64_t capacity, int32_t max_seqs, bool windows = true) {
+  const int32_t w = windows ? 512 : 0;
+  CacheGeometry g{{{8, 128, 128, 0}, {8, 128, 128, w}, {8, 128, 128, 0}, {8, 128, 128, w}}};
   CacheConfig c;
   c.capacity = capacity;
+  c.max_write = static_cast<int32_t>(kPrefill);
   auto r = CellLayout::create(g, c, max_seqs);
   if (!r.ok()) {
     std::fprintf(stderr, "bench: %s\n", r.status().to_string().c_str());
@@ -47,25 +53,33 @@ void run_step(CellLayout& c, const std::vector<int32_t>& ids, const std::vector<
   }
 }
 
-// Appends n tokens to seq in one step (setup only: places the first layer, asks nothing).
+// Appends n tokens to seq in steps of at most 512 (setup only: places the first layer).
 void fill(CellLayout& c, int32_t seq, int64_t n) {
-  if (n <= 0) return;
-  std::vector<int32_t> ids(static_cast<size_t>(n), seq);
-  std::vector<int64_t> pos(static_cast<size_t>(n));
-  std::iota(pos.begin(), pos.end(), c.pos(seq));
-  must(c.declare_step(ids));
-  auto placed = c.place(0, pos);
-  if (!placed.ok()) must(placed.status());
+  while (n > 0) {
+    const int64_t t = std::min(n, kPrefill);
+    std::vector<int32_t> ids(static_cast<size_t>(t), seq);
+    std::vector<int64_t> pos(static_cast<size_t>(t));
+    std::iota(pos.begin(), pos.end(), c.pos(seq));
+    must(c.declare_step(ids));
+    auto placed = c.place(0, pos);
+    if (!placed.ok()) must(placed.status());
+    n -= t;
+  }
 }
 
-// S sequences holding `each` cells apiece.
-CellLayout populated(int64_t capacity, int32_t s, int64_t each) {
-  CellLayout c = make_layout(capacity, std::max(s + 1, kDefaultMaxSeqs));
+// Sequences 0..s-1 holding `each` positions apiece (from a cleared layout).
+void populate(CellLayout& c, int32_t s, int64_t each) {
+  c.clear();
   for (int32_t i = 0; i < s; ++i) {
     auto id = c.seq_new();
     if (!id.ok()) must(id.status());
     fill(c, *id, each);
   }
+}
+
+CellLayout populated(int64_t capacity, int32_t s, int64_t each, bool windows = true) {
+  CellLayout c = make_layout(capacity, s + 1, windows);
+  populate(c, s, each);
   return c;
 }
 
@@ -77,36 +91,46 @@ void set_ns_per_token(benchmark::State& state, int64_t tokens_per_iter) {
       benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
-// One decode token per sequence, then each sequence rewinds that token (steady state).
+// One decode token per sequence per step; the sequences advance through the pool, which is
+// rebuilt (untimed) to `each` positions per sequence whenever a step would not fit.
 void BM_CellDecodeStep(benchmark::State& state) {
   const auto s = static_cast<int32_t>(state.range(0));
   const int64_t cap = state.range(1);
-  CellLayout c = populated(cap, s, cap / s - 1);
+  const int64_t each = cap / s - std::min<int64_t>(1024, cap / s / 2);
+  CellLayout c = populated(cap, s, each);
   std::vector<int32_t> ids(static_cast<size_t>(s));
   std::iota(ids.begin(), ids.end(), 0);
   std::vector<int64_t> pos(static_cast<size_t>(s));
-  for (int32_t i = 0; i < s; ++i) pos[i] = c.pos(i);
   for (auto _ : state) {
+    if (c.free_cells() < s) {
+      state.PauseTiming();
+      populate(c, s, each);
+      state.ResumeTiming();
+    }
+    for (int32_t i = 0; i < s; ++i) pos[i] = c.pos(i);
     run_step(c, ids, pos);
-    for (int32_t i = 0; i < s; ++i) must(c.rewind(i, pos[i]));
   }
   set_ns_per_token(state, s);
   state.counters["used_end"] = static_cast<double>(c.used_end());
+  state.counters["sliding_cells"] = static_cast<double>(c.pool(1).cells);
 }
 
-// A 512-token prefill of one sequence while S-1 others hold the rest of the pool; rewound
-// after each iteration.
+// A 512-token prefill of sequence 0 while S-1 others hold most of the pool; sequence 0 is
+// started over (rewind to 0, untimed) when the next prefill would not fit.
 void BM_CellPrefill512(benchmark::State& state) {
   const auto s = static_cast<int32_t>(state.range(0));
   const int64_t cap = state.range(1);
-  CellLayout c = populated(cap, s, (cap - kPrefill) / s);
+  CellLayout c = populated(cap, s, (cap - 4 * kPrefill) / s);
   std::vector<int32_t> ids(static_cast<size_t>(kPrefill), 0);
   std::vector<int64_t> pos(static_cast<size_t>(kPrefill));
-  const int64_t start = c.pos(0);
-  std::iota(pos.begin(), pos.end(), start);
   for (auto _ : state) {
+    if (c.free_cells() < kPrefill) {
+      state.PauseTiming();
+      must(c.rewind(0, 0));
+      state.ResumeTiming();
+    }
+    std::iota(pos.begin(), pos.end(), c.pos(0));
     run_step(c, ids, pos);
-    must(c.rewind(0, start));
   }
   set_ns_per_token(state, kPrefill);
 }
@@ -145,11 +169,12 @@ void BM_CellCloneRm(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * each);
 }
 
-// Rewinding 256 tokens of one sequence (re-appended outside the timing).
+// Rewinding 256 tokens of one sequence (re-appended outside the timing); full layers only,
+// since a sliding(512) sequence cannot rewind past its window.
 void BM_CellRewind256(benchmark::State& state) {
   const auto s = static_cast<int32_t>(state.range(0));
   const int64_t cap = state.range(1);
-  CellLayout c = populated(cap, s, cap / s);
+  CellLayout c = populated(cap, s, cap / s, false);
   const int64_t end = c.pos(0);
   const int64_t back = std::min<int64_t>(256, end);
   for (auto _ : state) {

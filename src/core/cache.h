@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string_view>
 
@@ -32,6 +33,17 @@ struct AttendArgs {
   std::span<float> out;
 };
 
+// What a rewind to one position needs that a sliding-window ring may overwrite later: the K/V
+// of the W - 1 positions before it in every sliding layer (a copy of those bytes). Opaque;
+// only the cache that made it reads it. Move-only value owned by the caller.
+class CacheCheckpoint {
+ public:
+  virtual ~CacheCheckpoint() = default;
+  virtual int32_t seq() const = 0;
+  virtual int64_t pos() const = 0;    // the position restore() returns to
+  virtual int64_t bytes() const = 0;  // K/V bytes held
+};
+
 // Thread-safety: not thread-safe; one caller drives a cache (kernels may use threads inside).
 // Every call that returns a non-ok Status or refused result changes nothing.
 class Cache {
@@ -58,6 +70,20 @@ class Cache {
   virtual int64_t free_cells() const = 0;          // cells a new step could still claim
   virtual int64_t used_end() const = 0;            // one past the highest occupied cell
   virtual void clear() = 0;
+
+  // Undo past a ring. checkpoint(): saves what a later restore to pos(seq) needs.
+  // restore(): rewinds seq to the checkpoint's position even when the rings have moved past
+  // it, writing the saved rows back. OutOfRange when seq is now below that position (restore
+  // never grows); InvalidArgument for another cache's or sequence's checkpoint. A layout
+  // without rings returns Unimplemented for both (use rewind).
+  virtual Result<std::unique_ptr<CacheCheckpoint>> checkpoint(int32_t seq) const {
+    (void)seq;
+    return unimplemented("checkpoint: this cache has no rings to save (use rewind)");
+  }
+  virtual Status restore(int32_t seq, const CacheCheckpoint& checkpoint) {
+    (void)seq, (void)checkpoint;
+    return unimplemented("restore: this cache has no rings to restore (use rewind)");
+  }
 
   // Admission: one id per token of the next forward (the sequence layout: all 0). Refused
   // when empty, an id is not live, a step is wider than the layout allows, or the pool lacks

@@ -10,69 +10,58 @@ namespace {
 
 std::string str(int64_t v) { return std::to_string(v); }
 
-struct Sequence {
-  bool live = false;
-  std::vector<int32_t> cells;  // index = position; holds positions [0, pos)
+// One sequence's cells in one pool: positions [low, low + size()) at cells[head...].
+// Trimming the front advances head; the vector is compacted once half of it is dead.
+struct Held {
+  std::vector<int32_t> cells;
+  size_t head = 0;
+  int64_t low = 0;  // position of cells[head]
+
+  int64_t size() const { return static_cast<int64_t>(cells.size() - head); }
+  std::span<const int32_t> view() const { return std::span<const int32_t>(cells).subspan(head); }
+  int32_t at(int64_t p) const { return cells[head + static_cast<size_t>(p - low)]; }
+  void reset() {
+    cells.clear();
+    head = 0;
+    low = 0;
+  }
 };
 
-}  // namespace
+struct Sequence {
+  bool live = false;
+  int64_t next = 0;        // next position
+  std::vector<Held> held;  // per pool
+};
 
-struct CellLayout::State {
-  CacheGeometry geometry;
-  CacheConfig config;
-  int32_t max_seqs = 0;
-
-  // Cells [0, cell_pos.size()) have metadata; cells beyond it are free and never touched.
+// One pool's cells. Cells [0, cell_pos.size()) have metadata; cells beyond it are free and
+// never touched.
+struct Pool {
+  CellPool spec;
   std::vector<int64_t> cell_pos;     // per cell; -1 = free
   std::vector<int32_t> cell_owners;  // per cell; 0 = free
   BitTree free_cells;                // free cells among those with metadata
   BitTree used_cells;                // occupied cells
   int64_t n_used = 0;
+  std::vector<int32_t> step_cells;   // the open step's cells, one per token; empty until placed
+  int64_t pending_free = 0;          // cells the end of the placed step frees
+  std::vector<int32_t> drops;        // scratch per cell for counting pending_free
 
-  // Ids [0, seqs.size()) have been issued at some point; free ones are in free_ids.
-  std::vector<Sequence> seqs;
-  BitTree free_ids;
-  int32_t n_live = 0;
+  int64_t free() const { return spec.cells - n_used; }
 
-  // The open step. Empty step_ids = no declaration (or a verb ended it).
-  std::vector<int32_t> step_ids;
-  std::vector<int64_t> step_pos;    // placed positions, one per token
-  std::vector<int32_t> step_cells;  // placed cells, one per token; empty until placed
-  std::vector<char> placed;         // per layer
-  // Scratch for checking positions: next position per sequence within the step.
-  std::vector<int64_t> scratch_next;
-  std::vector<uint32_t> scratch_stamp;
-  uint32_t stamp = 0;
-
-  void end_step() {
-    step_ids.clear();
-    step_pos.clear();
-    step_cells.clear();
-    std::fill(placed.begin(), placed.end(), 0);
-  }
-
-  bool live(int32_t seq) const {
-    return seq >= 0 && static_cast<size_t>(seq) < seqs.size() && seqs[seq].live;
-  }
-
-  int64_t pos(int32_t seq) const {
-    return live(seq) ? static_cast<int64_t>(seqs[seq].cells.size()) : 0;
-  }
-
-  // Grow cell metadata (doubling, clamped to capacity) so a free cell exists. Needs
-  // n_used < capacity.
-  void grow_cells() {
+  // Grow metadata (doubling, clamped to the pool's maximum) so a free cell exists.
+  void grow() {
     const int64_t old_n = static_cast<int64_t>(cell_pos.size());
-    const int64_t n = std::min<int64_t>(config.capacity, std::max<int64_t>(64, 2 * old_n));
+    const int64_t n = std::min<int64_t>(spec.cells, std::max<int64_t>(64, 2 * old_n));
     cell_pos.resize(n, -1);
     cell_owners.resize(n, 0);
+    drops.resize(n, 0);
     free_cells.resize(n);
     used_cells.resize(n);
     for (int64_t c = old_n; c < n; ++c) free_cells.set(c);
   }
 
-  int32_t claim_cell(int64_t position) {
-    if (free_cells.first() < 0) grow_cells();
+  int32_t claim(int64_t position) {
+    if (free_cells.first() < 0) grow();
     const int64_t c = free_cells.first();
     free_cells.reset(c);
     used_cells.set(c);
@@ -89,17 +78,48 @@ struct CellLayout::State {
     free_cells.set(c);
     --n_used;
   }
+};
 
-  // Drop the sequence's positions >= p.
-  void truncate(int32_t seq, int64_t p) {
-    std::vector<int32_t>& cells = seqs[seq].cells;
-    for (size_t i = static_cast<size_t>(p); i < cells.size(); ++i) drop_owner(cells[i]);
-    cells.resize(static_cast<size_t>(p));
-  }
+// Lowest position a Sliding(w) pool must hold for a sequence whose next position is `next`.
+int64_t window_low(int64_t next, int32_t w) {
+  return w > 0 ? std::max<int64_t>(0, next - w + 1) : 0;
+}
 
-  // Token i's position must be its sequence's next one, advancing within the step. Only the
-  // scratch counters change.
-  Status check_positions(std::span<const int64_t> positions) {
+std::string pool_name(const CellPool& p) {
+  std::string layers;
+  for (int32_t l : p.layers) layers += (layers.empty() ? "" : ", ") + str(l);
+  return (p.window > 0 ? "sliding(" + str(p.window) + ")" : std::string("full")) +
+         " pool (layers " + layers + ")";
+}
+
+}  // namespace
+
+struct CellLayout::State {
+  CacheGeometry geometry;
+  CacheConfig config;
+  int32_t max_seqs = 0;
+  std::vector<Pool> pools;
+  std::vector<int32_t> layer_pool;  // per layer
+
+  // Ids [0, seqs.size()) have been issued at some point; free ones are in free_ids.
+  std::vector<Sequence> seqs;
+  BitTree free_ids;
+  int32_t n_live = 0;
+
+  // The open step. Empty step_ids = no declaration (or a verb ended it).
+  std::vector<int32_t> step_ids;
+  std::vector<int64_t> step_pos;    // placed positions, one per token
+  std::vector<char> placed;         // per layer
+  // Scratch: next position per sequence within the step; stamps mark sequences seen.
+  std::vector<int64_t> scratch_next;
+  std::vector<uint32_t> scratch_stamp;
+  uint32_t stamp = 0;
+  std::vector<int32_t> touched;     // scratch: cells counted in count_pending_free
+
+  bool step_placed() const { return !step_pos.empty(); }
+
+  // A fresh stamp for marking sequences once per pass over the step's tokens.
+  uint32_t next_stamp() {
     if (++stamp == 0) {  // wrapped: forget every old stamp
       std::fill(scratch_stamp.begin(), scratch_stamp.end(), 0);
       stamp = 1;
@@ -108,10 +128,103 @@ struct CellLayout::State {
       scratch_next.resize(seqs.size(), 0);
       scratch_stamp.resize(seqs.size(), 0);
     }
+    return stamp;
+  }
+
+  // Frees a sliding pool's cells of `seq` that no future query can see.
+  void trim(int32_t seq, size_t g) {
+    Pool& pool = pools[g];
+    Held& h = seqs[seq].held[g];
+    const int64_t keep = window_low(seqs[seq].next, pool.spec.window);
+    while (h.low < keep && h.size() > 0) {
+      pool.drop_owner(h.cells[h.head++]);
+      ++h.low;
+    }
+    if (h.head > 32 && 2 * h.head > h.cells.size()) {
+      h.cells.erase(h.cells.begin(), h.cells.begin() + static_cast<std::ptrdiff_t>(h.head));
+      h.head = 0;
+    }
+  }
+
+  // The step is over (a verb or the next declaration): the sliding pools forget what only its
+  // queries could see.
+  void end_step() {
+    if (step_placed())
+      for (size_t g = 0; g < pools.size(); ++g)
+        if (pools[g].spec.window > 0)
+          for (int32_t seq : step_ids) trim(seq, g);
+    step_ids.clear();
+    step_pos.clear();
+    for (Pool& p : pools) {
+      p.step_cells.clear();
+      p.pending_free = 0;
+    }
+    std::fill(placed.begin(), placed.end(), 0);
+  }
+
+  // Cells the end of the just-placed step frees in sliding pool g: a cell frees when every
+  // owner drops it. Counted with per-cell scratch; O(cells dropped).
+  int64_t count_pending_free(size_t g) {
+    Pool& pool = pools[g];
+    const uint32_t st = next_stamp();
+    touched.clear();
+    int64_t freed = 0;
+    for (int32_t seq : step_ids) {
+      if (scratch_stamp[seq] == st) continue;
+      scratch_stamp[seq] = st;
+      const Held& h = seqs[seq].held[g];
+      const int64_t keep = window_low(seqs[seq].next, pool.spec.window);
+      for (int64_t p = h.low; p < keep && p < h.low + h.size(); ++p) {
+        const int32_t c = h.at(p);
+        if (pool.drops[c]++ == 0) touched.push_back(c);
+        if (pool.drops[c] == pool.cell_owners[c]) ++freed;
+      }
+    }
+    for (int32_t c : touched) pool.drops[c] = 0;
+    return freed;
+  }
+
+  bool live(int32_t seq) const {
+    return seq >= 0 && static_cast<size_t>(seq) < seqs.size() && seqs[seq].live;
+  }
+
+  int64_t pos(int32_t seq) const { return live(seq) ? seqs[seq].next : 0; }
+
+  // Drop the sequence's positions >= p in every pool. Needs p >= the held low of each
+  // sliding pool that holds anything before p, or p == 0.
+  void truncate(int32_t seq, int64_t p) {
+    Sequence& s = seqs[seq];
+    for (size_t g = 0; g < pools.size(); ++g) {
+      Held& h = s.held[g];
+      const int64_t from = std::max(p, h.low);
+      for (int64_t q = from; q < h.low + h.size(); ++q) pools[g].drop_owner(h.at(q));
+      if (p <= h.low) h.reset();
+      else h.cells.resize(h.head + static_cast<size_t>(p - h.low));
+      if (h.size() == 0) h.low = p;
+    }
+    s.next = p;
+  }
+
+  // The sliding pool that no longer holds what a sequence at `next` needs to continue from
+  // `p` (0 <= p <= next): its W - 1 positions before p (none when p = 0 or W = 1). Between
+  // steps a sequence holds [window_low(next), next). -1 when every pool holds them.
+  int32_t missing_window(int64_t next, int64_t p) const {
+    if (p == 0) return -1;
+    for (size_t g = 0; g < pools.size(); ++g) {
+      const int32_t w = pools[g].spec.window;
+      if (w > 1 && window_low(p, w) < window_low(next, w)) return static_cast<int32_t>(g);
+    }
+    return -1;
+  }
+
+  // Token i's position must be its sequence's next one, advancing within the step. Only the
+  // scratch counters change.
+  Status check_positions(std::span<const int64_t> positions) {
+    const uint32_t st = next_stamp();
     for (size_t i = 0; i < positions.size(); ++i) {
       const int32_t seq = step_ids[i];
-      if (scratch_stamp[seq] != stamp) {
-        scratch_stamp[seq] = stamp;
+      if (scratch_stamp[seq] != st) {
+        scratch_stamp[seq] = st;
         scratch_next[seq] = pos(seq);
       }
       const int64_t expected = scratch_next[seq]++;
@@ -124,6 +237,10 @@ struct CellLayout::State {
     return ok_status();
   }
 
+  bool id_available() const {
+    return free_ids.first() >= 0 || seqs.size() < static_cast<size_t>(max_seqs);
+  }
+
   // Lowest free id, -1 when max_seqs ids are live.
   int32_t take_id() {
     int64_t id = free_ids.first();
@@ -131,14 +248,30 @@ struct CellLayout::State {
       if (seqs.size() >= static_cast<size_t>(max_seqs)) return -1;
       id = static_cast<int64_t>(seqs.size());
       seqs.emplace_back();
+      seqs.back().held.resize(pools.size());
       if (free_ids.size() < id + 1)  // room for later releases; doubling keeps growth cheap
         free_ids.resize(std::min<int64_t>(max_seqs, std::max<int64_t>(64, 2 * id)));
     } else {
       free_ids.reset(id);
     }
     seqs[id].live = true;
+    seqs[id].next = 0;
     ++n_live;
     return static_cast<int32_t>(id);
+  }
+
+  void init(CacheGeometry g, const CacheConfig& c) {
+    geometry = std::move(g);
+    config = c;
+    max_seqs = cell_max_seqs(c);
+    placed.assign(geometry.layers.size(), 0);
+    layer_pool.assign(geometry.layers.size(), 0);
+    for (const CellPool& spec : cell_pools(geometry, config)) {
+      for (int32_t l : spec.layers)
+        layer_pool[static_cast<size_t>(l)] = static_cast<int32_t>(pools.size());
+      pools.push_back(Pool{});
+      pools.back().spec = spec;
+    }
   }
 };
 
@@ -147,18 +280,20 @@ CellLayout::CellLayout(CellLayout&&) noexcept = default;
 CellLayout& CellLayout::operator=(CellLayout&&) noexcept = default;
 CellLayout::~CellLayout() = default;
 
+Result<CellLayout> CellLayout::create(const CacheGeometry& geometry, const CacheConfig& config) {
+  KVCACHE_RETURN_IF_ERROR(validate(geometry, config, "cell_layout.create"));
+  auto s = std::make_unique<State>();
+  CacheConfig c = config;
+  c.max_seqs = cell_max_seqs(config);
+  s->init(geometry, c);
+  return CellLayout(std::move(s));
+}
+
 Result<CellLayout> CellLayout::create(const CacheGeometry& geometry, const CacheConfig& config,
                                       int32_t max_seqs) {
-  KVCACHE_RETURN_IF_ERROR(validate(geometry, config, "cell_layout.create"));
-  if (max_seqs < 1)
-    return invalid_argument("cell_layout.create: max_seqs = " + str(max_seqs) +
-                            ", expected >= 1");
-  auto s = std::make_unique<State>();
-  s->geometry = geometry;
-  s->config = config;
-  s->max_seqs = max_seqs;
-  s->placed.assign(geometry.layers.size(), 0);
-  return CellLayout(std::move(s));
+  CacheConfig c = config;
+  c.max_seqs = max_seqs;
+  return create(geometry, c);
 }
 
 const CacheGeometry& CellLayout::geometry() const { return s_->geometry; }
@@ -168,62 +303,86 @@ int32_t CellLayout::n_layers() const { return static_cast<int32_t>(s_->geometry.
 // ---- sequence verbs ----
 
 Result<int32_t> CellLayout::seq_new() {
-  const int32_t id = s_->take_id();
-  if (id < 0)
+  if (!s_->id_available())
     return resource_exhausted("cell_layout.seq_new: all " + str(s_->max_seqs) +
                               " sequence ids are live (seq_rm one first)");
   s_->end_step();
-  return id;
+  return s_->take_id();
 }
 
 Result<int32_t> CellLayout::seq_clone(int32_t src, std::optional<int64_t> upto) {
-  if (!s_->live(src))
+  State& s = *s_;
+  if (!s.live(src))
     return not_found("cell_layout.seq_clone: source sequence " + str(src) + " is not live");
   if (upto && *upto < 0)
     return invalid_argument("cell_layout.seq_clone: upto = " + str(*upto) + ", expected >= 0");
-  const int32_t id = s_->take_id();
-  if (id < 0)
-    return resource_exhausted("cell_layout.seq_clone: all " + str(s_->max_seqs) +
+  if (!s.id_available())
+    return resource_exhausted("cell_layout.seq_clone: all " + str(s.max_seqs) +
                               " sequence ids are live (seq_rm one first)");
-  const std::vector<int32_t>& from = s_->seqs[src].cells;
-  const size_t n = upto ? std::min<size_t>(from.size(), static_cast<size_t>(*upto)) : from.size();
-  std::vector<int32_t>& to = s_->seqs[id].cells;
-  to.assign(from.begin(), from.begin() + static_cast<std::ptrdiff_t>(n));
-  for (int32_t c : to) ++s_->cell_owners[c];
-  s_->end_step();
+  const int64_t next = s.seqs[src].next;
+  const int64_t n = upto ? std::min(next, *upto) : next;
+  if (const int32_t g = s.missing_window(next, n); g >= 0) {
+    const int32_t w = s.pools[g].spec.window;
+    return out_of_range("cell_layout.seq_clone: sequence " + str(src) + " up to position " +
+                        str(n) + ": the " + pool_name(s.pools[g].spec) +
+                        " holds its positions " + str(window_low(next, w)) + ".." +
+                        str(next - 1) + " only, the clone needs " + str(window_low(n, w)) +
+                        ".." + str(n - 1));
+  }
+  s.end_step();
+  const int32_t id = s.take_id();
+  for (size_t g = 0; g < s.pools.size(); ++g) {
+    const Held& from = s.seqs[src].held[g];
+    Held& to = s.seqs[id].held[g];
+    to.reset();
+    to.low = window_low(n, s.pools[g].spec.window);
+    for (int64_t p = to.low; p < n; ++p) {
+      to.cells.push_back(from.at(p));
+      ++s.pools[g].cell_owners[to.cells.back()];
+    }
+    if (to.size() == 0) to.low = n;
+  }
+  s.seqs[id].next = n;
   return id;
 }
 
 Status CellLayout::seq_rm(int32_t seq) {
   if (!s_->live(seq))
     return not_found("cell_layout.seq_rm: sequence " + str(seq) + " is not live");
+  s_->end_step();
   s_->truncate(seq, 0);
-  s_->seqs[seq].cells.shrink_to_fit();
+  for (Held& h : s_->seqs[seq].held) h.cells.shrink_to_fit();
   s_->seqs[seq].live = false;
   s_->free_ids.set(seq);
   --s_->n_live;
-  s_->end_step();
   return ok_status();
 }
 
 Status CellLayout::rewind(int32_t seq, int64_t pos) {
-  if (!s_->live(seq))
+  State& s = *s_;
+  if (!s.live(seq))
     return not_found("cell_layout.rewind: sequence " + str(seq) + " is not live");
-  const int64_t end = s_->pos(seq);
+  const int64_t end = s.pos(seq);
   if (pos < 0 || pos > end)
     return out_of_range("cell_layout.rewind: sequence " + str(seq) + " to position " +
                         str(pos) + ", expected 0.." + str(end) + " (rewind never grows)");
-  s_->truncate(seq, pos);
-  s_->end_step();
+  if (const int32_t g = s.missing_window(end, pos); g >= 0) {
+    const int32_t w = s.pools[g].spec.window;
+    return out_of_range("cell_layout.rewind: sequence " + str(seq) + " to position " +
+                        str(pos) + ": the " + pool_name(s.pools[g].spec) +
+                        " holds its positions " + str(window_low(end, w)) + ".." +
+                        str(end - 1) + " only, position " + str(pos) + " needs " +
+                        str(window_low(pos, w)) + ".." + str(pos - 1) +
+                        " (rewind to 0 always works)");
+  }
+  s.end_step();
+  s.truncate(seq, pos);
   return ok_status();
 }
 
 void CellLayout::clear() {
   auto fresh = std::make_unique<State>();
-  fresh->geometry = std::move(s_->geometry);
-  fresh->config = s_->config;
-  fresh->max_seqs = s_->max_seqs;
-  fresh->placed.assign(fresh->geometry.layers.size(), 0);
+  fresh->init(std::move(s_->geometry), s_->config);
   s_ = std::move(fresh);
 }
 
@@ -234,46 +393,87 @@ int64_t CellLayout::pos(int32_t seq) const { return s_->pos(seq); }
 int64_t CellLayout::seq_len(int32_t seq) const { return s_->pos(seq); }
 int32_t CellLayout::max_seqs() const { return s_->max_seqs; }
 int64_t CellLayout::capacity() const { return s_->config.capacity; }
-int64_t CellLayout::free_cells() const { return s_->config.capacity - s_->n_used; }
-int64_t CellLayout::used_end() const { return s_->used_cells.last() + 1; }
 
-int64_t CellLayout::cell_pos(int32_t cell) const {
-  if (cell < 0 || static_cast<size_t>(cell) >= s_->cell_pos.size()) return -1;
-  return s_->cell_pos[cell];
+int64_t CellLayout::free_cells() const {
+  int64_t n = s_->config.capacity;
+  for (const Pool& p : s_->pools) n = std::min(n, p.free() + p.pending_free);
+  return n;
 }
 
-int32_t CellLayout::cell_owners(int32_t cell) const {
-  if (cell < 0 || static_cast<size_t>(cell) >= s_->cell_owners.size()) return 0;
-  return s_->cell_owners[cell];
+int64_t CellLayout::used_end() const { return pool_used_end(0); }
+int64_t CellLayout::cell_pos(int32_t cell) const { return cell_pos(0, cell); }
+int32_t CellLayout::cell_owners(int32_t cell) const { return cell_owners(0, cell); }
+std::span<const int32_t> CellLayout::seq_cells(int32_t seq) const { return held(seq, 0); }
+
+int32_t CellLayout::n_pools() const { return static_cast<int32_t>(s_->pools.size()); }
+
+int32_t CellLayout::pool_of(int32_t layer) const {
+  return layer >= 0 && layer < n_layers() ? s_->layer_pool[layer] : -1;
 }
 
-std::span<const int32_t> CellLayout::seq_cells(int32_t seq) const {
-  if (!s_->live(seq)) return {};
-  return s_->seqs[seq].cells;
+const CellPool& CellLayout::pool(int32_t pool) const { return s_->pools.at(pool).spec; }
+int64_t CellLayout::pool_free(int32_t pool) const { return s_->pools.at(pool).free(); }
+int64_t CellLayout::pool_used_end(int32_t pool) const {
+  return s_->pools.at(pool).used_cells.last() + 1;
+}
+
+int64_t CellLayout::cell_pos(int32_t pool, int32_t cell) const {
+  const Pool& p = s_->pools.at(pool);
+  if (cell < 0 || static_cast<size_t>(cell) >= p.cell_pos.size()) return -1;
+  return p.cell_pos[cell];
+}
+
+int32_t CellLayout::cell_owners(int32_t pool, int32_t cell) const {
+  const Pool& p = s_->pools.at(pool);
+  if (cell < 0 || static_cast<size_t>(cell) >= p.cell_owners.size()) return 0;
+  return p.cell_owners[cell];
+}
+
+std::span<const int32_t> CellLayout::held(int32_t seq, int32_t pool) const {
+  if (!s_->live(seq) || pool < 0 || pool >= n_pools()) return {};
+  return s_->seqs[seq].held[pool].view();
+}
+
+int64_t CellLayout::held_first_pos(int32_t seq, int32_t pool) const {
+  if (!s_->live(seq) || pool < 0 || pool >= n_pools()) return 0;
+  return s_->seqs[seq].held[pool].low;
 }
 
 // ---- a step ----
 
 Status CellLayout::declare_step(std::span<const int32_t> seq_ids) {
+  State& s = *s_;
   if (seq_ids.empty())
     return invalid_argument("cell_layout.declare_step: no tokens, expected at least one id");
   for (size_t i = 0; i < seq_ids.size(); ++i)
-    if (!s_->live(seq_ids[i]))
+    if (!s.live(seq_ids[i]))
       return not_found("cell_layout.declare_step: token " + str(static_cast<int64_t>(i)) +
                        " names sequence " + str(seq_ids[i]) + ", which is not live");
   const auto n = static_cast<int64_t>(seq_ids.size());
-  if (n > free_cells())
-    return resource_exhausted("cell_layout.declare_step: " + str(n) + " tokens, but only " +
-                              str(free_cells()) + " of " + str(capacity()) +
-                              " cells are free");
-  s_->end_step();
-  s_->step_ids.assign(seq_ids.begin(), seq_ids.end());
+  for (const Pool& p : s.pools) {
+    const int64_t room = p.free() + p.pending_free;
+    if (n <= room) continue;
+    if (p.spec.window == 0)
+      return resource_exhausted("cell_layout.declare_step: " + str(n) + " tokens, but only " +
+                                str(room) + " of " + str(p.spec.cells) + " cells are free");
+    return resource_exhausted("cell_layout.declare_step: " + str(n) + " tokens, but the " +
+                              pool_name(p.spec) + " has only " + str(room) + " of " +
+                              str(p.spec.cells) + " cells free");
+  }
+  s.end_step();
+  s.step_ids.assign(seq_ids.begin(), seq_ids.end());
   return ok_status();
 }
 
 bool CellLayout::step_open() const { return !s_->step_ids.empty(); }
 std::span<const int32_t> CellLayout::step_seq_ids() const { return s_->step_ids; }
-std::span<const int32_t> CellLayout::step_cells() const { return s_->step_cells; }
+std::span<const int32_t> CellLayout::step_cells() const { return s_->pools[0].step_cells; }
+
+std::span<const int32_t> CellLayout::step_cells(int32_t layer) const {
+  const int32_t g = pool_of(layer);
+  if (g < 0) return {};
+  return s_->pools[g].step_cells;
+}
 
 bool CellLayout::placed(int32_t layer) const {
   return layer >= 0 && layer < n_layers() && s_->placed[layer] != 0;
@@ -297,7 +497,8 @@ Result<std::span<const int32_t>> CellLayout::place(int32_t layer,
                             " positions, expected " +
                             str(static_cast<int64_t>(s.step_ids.size())) +
                             " (one per declared token)");
-  if (!s.step_cells.empty()) {
+  Pool& mine = s.pools[s.layer_pool[layer]];
+  if (s.step_placed()) {
     for (size_t i = 0; i < positions.size(); ++i)
       if (positions[i] != s.step_pos[i])
         return invalid_argument("cell_layout.place: layer " + str(layer) + " token " +
@@ -305,18 +506,26 @@ Result<std::span<const int32_t>> CellLayout::place(int32_t layer,
                                 str(positions[i]) + ", expected " + str(s.step_pos[i]) +
                                 " (the step's placed position)");
     s.placed[layer] = 1;
-    return std::span<const int32_t>(s.step_cells);
+    return std::span<const int32_t>(mine.step_cells);
   }
   KVCACHE_RETURN_IF_ERROR(s.check_positions(positions));
   s.step_pos.assign(positions.begin(), positions.end());
-  s.step_cells.reserve(positions.size());
+  for (Pool& pool : s.pools) pool.step_cells.reserve(positions.size());
   for (size_t i = 0; i < positions.size(); ++i) {
-    const int32_t cell = s.claim_cell(positions[i]);
-    s.seqs[s.step_ids[i]].cells.push_back(cell);
-    s.step_cells.push_back(cell);
+    Sequence& seq = s.seqs[s.step_ids[i]];
+    for (size_t g = 0; g < s.pools.size(); ++g) {
+      const int32_t cell = s.pools[g].claim(positions[i]);
+      Held& h = seq.held[g];
+      if (h.size() == 0) h.low = positions[i];
+      h.cells.push_back(cell);
+      s.pools[g].step_cells.push_back(cell);
+    }
+    ++seq.next;
   }
+  for (size_t g = 0; g < s.pools.size(); ++g)
+    if (s.pools[g].spec.window > 0) s.pools[g].pending_free = s.count_pending_free(g);
   s.placed[layer] = 1;
-  return std::span<const int32_t>(s.step_cells);
+  return std::span<const int32_t>(mine.step_cells);
 }
 
 Result<std::span<const int32_t>> CellLayout::visible(int32_t layer, int32_t token) const {
@@ -329,19 +538,17 @@ Result<std::span<const int32_t>> CellLayout::visible(int32_t layer, int32_t toke
   if (token < 0 || static_cast<size_t>(token) >= s_->step_ids.size())
     return invalid_argument("cell_layout.visible: token " + str(token) + ", expected 0.." +
                             str(static_cast<int64_t>(s_->step_ids.size()) - 1));
-  const std::vector<int32_t>& cells = s_->seqs[s_->step_ids[token]].cells;
+  const Held& h = s_->seqs[s_->step_ids[token]].held[s_->layer_pool[layer]];
   const int64_t first = visible_first_pos(layer, token);
   const int64_t p = s_->step_pos[token];
-  return std::span<const int32_t>(cells).subspan(static_cast<size_t>(first),
-                                                 static_cast<size_t>(p - first + 1));
+  return h.view().subspan(static_cast<size_t>(first - h.low),
+                          static_cast<size_t>(p - first + 1));
 }
 
 int64_t CellLayout::visible_first_pos(int32_t layer, int32_t token) const {
   if (!placed(layer) || token < 0 || static_cast<size_t>(token) >= s_->step_pos.size())
     return -1;
-  const int32_t w = s_->geometry.layers[layer].window;
-  const int64_t p = s_->step_pos[token];
-  return w > 0 ? std::max<int64_t>(0, p - w + 1) : 0;
+  return window_low(s_->step_pos[token], s_->geometry.layers[layer].window);
 }
 
 }  // namespace kvcache

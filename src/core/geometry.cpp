@@ -86,6 +86,7 @@ std::optional<Invalid> why_invalid(const CacheConfig& c) {
     return Invalid{"initial_capacity", -1, c.initial_capacity, ">= 0"};
   if (c.max_write && *c.max_write <= 0)
     return Invalid{"max_write", -1, *c.max_write, "> 0 when set"};
+  if (c.max_seqs && *c.max_seqs < 1) return Invalid{"max_seqs", -1, *c.max_seqs, ">= 1 when set"};
   if (c.kv_dtype != DType::kF32 && c.kv_dtype != DType::kF16 && c.kv_dtype != DType::kBF16)
     return Invalid{"kv_dtype", -1, static_cast<int64_t>(c.kv_dtype), "f32, f16 or bf16"};
   return std::nullopt;
@@ -111,6 +112,42 @@ int64_t step_limit(const CacheGeometry& g, const CacheConfig& c) {
   for (const auto& l : g.layers)
     if (l.sliding()) limit = std::min<int64_t>(limit, c.max_write ? *c.max_write : l.window);
   return std::min(limit, c.capacity);
+}
+
+int32_t cell_max_seqs(const CacheConfig& c) { return c.max_seqs.value_or(kDefaultCellSeqs); }
+
+std::vector<CellPool> cell_pools(const CacheGeometry& g, const CacheConfig& c) {
+  std::vector<CellPool> pools;
+  auto pool_of = [&](int32_t window) -> CellPool& {
+    for (CellPool& p : pools)
+      if (p.window == window) return p;
+    pools.push_back(CellPool{window, {}, c.capacity});
+    if (window > 0) {
+      const int64_t m = c.max_write ? *c.max_write : window;
+      auto held = checked_mul(cell_max_seqs(c), int64_t{window} - 1);
+      auto n = held ? checked_add(*held, m) : std::nullopt;
+      pools.back().cells = n ? std::min(*n, c.capacity) : c.capacity;
+    }
+    return pools.back();
+  };
+  for (size_t i = 0; i < g.layers.size(); ++i)
+    pool_of(g.layers[i].window).layers.push_back(static_cast<int32_t>(i));
+  std::sort(pools.begin(), pools.end(),
+            [](const CellPool& a, const CellPool& b) { return a.window < b.window; });
+  return pools;
+}
+
+std::optional<int64_t> cell_bytes_at_capacity(const CacheGeometry& g, const CacheConfig& c) {
+  int64_t total = 0;
+  for (const CellPool& p : cell_pools(g, c))
+    for (int32_t l : p.layers) {
+      auto per_cell = bytes_per_cell(g.layers[static_cast<size_t>(l)], c.kv_dtype);
+      auto bytes = per_cell ? checked_mul(*per_cell, p.cells) : std::nullopt;
+      auto t = bytes ? checked_add(total, *bytes) : std::nullopt;
+      if (!t) return std::nullopt;
+      total = *t;
+    }
+  return total;
 }
 
 int64_t sequence_slots(const LayerGeometry& l, const CacheConfig& c) {

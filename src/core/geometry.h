@@ -41,6 +41,9 @@ struct CacheConfig {
   DType kv_dtype = DType::kF32;
   int64_t initial_capacity = 0;         // cells allocated up front (>= 0; clamped to capacity)
   std::optional<int32_t> max_write;     // > 0 when set: most tokens one step may write
+  // Cell layout only: most live sequences (ids), >= 1 when set; unset = kDefaultCellSeqs.
+  // With max_write it sizes the sliding-window pools (see cell_pools()).
+  std::optional<int32_t> max_seqs;
   friend bool operator==(const CacheConfig&, const CacheConfig&) = default;
 };
 
@@ -80,6 +83,30 @@ std::optional<int64_t> bytes_per_cell(const CacheGeometry& geometry, DType dtype
 // Largest step a sequence-layout cache accepts: min over sliding layers of (max_write or W),
 // else max_write, else capacity.
 int64_t step_limit(const CacheGeometry& geometry, const CacheConfig& config);
+
+// ---- the cell layout's pools (SPEC §4, §15) ----
+inline constexpr int32_t kDefaultCellSeqs = 256;
+int32_t cell_max_seqs(const CacheConfig& config);  // max_seqs or kDefaultCellSeqs
+
+// Layers with the same window share one cell pool with its own cell numbering. The full pool
+// (window 0) holds `capacity` cells. A Sliding(W) pool keeps, per live sequence, only the
+// positions a future query can see — its last W - 1 — plus the open step's tokens, so it holds
+// min(capacity, max_seqs * (W - 1) + M) cells, M = max_write or W (the most tokens one step
+// writes): exactly enough that max_seqs sequences and any step of at most M tokens are never
+// refused by it. (No sliding pool needs more than capacity: its cells map one-to-one onto
+// full-pool cells of the same tokens.)
+struct CellPool {
+  int32_t window = 0;           // 0 = full
+  std::vector<int32_t> layers;  // cache layers, ascending
+  int64_t cells = 0;            // the pool's maximum
+  friend bool operator==(const CellPool&, const CellPool&) = default;
+};
+// Full pool first (when any layer is full), then sliding pools by ascending window.
+// Geometry and config must be valid.
+std::vector<CellPool> cell_pools(const CacheGeometry& geometry, const CacheConfig& config);
+// K/V bytes of every pool at its maximum; nullopt on overflow.
+std::optional<int64_t> cell_bytes_at_capacity(const CacheGeometry& geometry,
+                                              const CacheConfig& config);
 
 // Ring slots a sliding layer keeps in the sequence layout: min(W + M - 1, capacity) where
 // M = max_write or W. Full layers: capacity.

@@ -156,11 +156,27 @@ Status SequenceLayout::rewind(int64_t new_len) {
   if (new_len < 0 || new_len > length_)
     return out_of_range("sequence_layout.rewind: length " + str(new_len) + ", expected 0.." +
                         str(length_) + " (rewind never grows)");
+  if (new_len == 0) {
+    clear();
+    return ok_status();
+  }
   const int64_t floor = rewind_floor();
   if (new_len < floor)
     return out_of_range("sequence_layout.rewind: length " + str(new_len) +
                         " is below the floor " + str(floor) +
                         " (sliding-window rings no longer hold the positions it needs)");
+  length_ = new_len;
+  end_step();
+  return ok_status();
+}
+
+Status SequenceLayout::restore(int64_t new_len) {
+  if (new_len < 0 || new_len > length_)
+    return out_of_range("sequence_layout.restore: length " + str(new_len) + ", expected 0.." +
+                        str(length_) + " (restore never grows)");
+  for (size_t i = 0; i < geometry_.layers.size(); ++i)
+    if (geometry_.layers[i].sliding())
+      ring_low_[i] = std::max<int64_t>(0, new_len - geometry_.layers[i].window + 1);
   length_ = new_len;
   end_step();
   return ok_status();

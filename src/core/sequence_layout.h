@@ -50,7 +50,7 @@ class SequenceLayout {
   int64_t step_limit() const { return step_limit_; }  // widest step accepted
   int64_t slots(int32_t layer) const;                 // storage rows the layer needs at most
   bool can_extend(int64_t n) const;                   // L + n <= capacity, n <= step_limit
-  // Lowest length rewind() accepts: max(0, L - M) over sliding layers, 0 without them.
+  // Lowest length rewind() accepts besides 0: max(0, L - M) over sliding layers, 0 without them.
   // After a rewind the rings hold fewer positions, so the floor is also kept at or above
   // (lowest position a ring still holds) + W - 1 whenever that ring (W > 1) has dropped a
   // position: otherwise the next step would read back positions the ring overwrote.
@@ -75,9 +75,13 @@ class SequenceLayout {
   int32_t step_tokens() const { return step_tokens_; }
   int64_t step_start() const { return step_start_; }
 
-  // OutOfRange when new_len > L (rewind never grows) or new_len < rewind_floor().
-  // Ends any open step.
+  // OutOfRange when new_len > L (rewind never grows) or 0 < new_len < rewind_floor().
+  // rewind(0) always succeeds: nothing is read back, it is clear(). Ends any open step.
   Status rewind(int64_t new_len);
+  // Rewind to new_len <= L whatever the floor, for a byte layer that writes back positions
+  // [max(0, new_len - W + 1), new_len) of every sliding layer from a checkpoint; the rings are
+  // then known to hold only those. OutOfRange when new_len > L or < 0. Ends any open step.
+  Status restore(int64_t new_len);
   void clear();  // length 0, every slot free; ends any open step
 
  private:

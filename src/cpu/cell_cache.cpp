@@ -1,5 +1,7 @@
-// CellCache: the cpu byte layer behind CellLayout (many sequences over one pool of cells).
-// Every layer's pool holds row = cell index; pools grow lazily by doubling up to capacity.
+// CellCache: the cpu byte layer behind CellLayout (many sequences over pools of cells).
+// Every layer's K/V pool holds row = cell index of the layout's pool for the layer's window
+// (a sliding window's pool is compact: its own numbering, sized by CellLayout's pool); pools
+// grow lazily by doubling up to that size and no cell's bytes ever move to another row.
 // A query visits exactly the cells CellLayout::visible() lists for it.
 #include <algorithm>
 #include <string>
@@ -20,9 +22,10 @@ class CellCache final : public Cache {
 
   Status init() {
     const CacheConfig& c = layout_.config();
-    for (const LayerGeometry& l : layout_.geometry().layers) {
-      pools_.emplace_back(l, c.kv_dtype, c.capacity);
-      KVCACHE_RETURN_IF_ERROR(pools_.back().reserve(std::min(c.initial_capacity, c.capacity)));
+    for (int32_t i = 0; i < layout_.n_layers(); ++i) {
+      const int64_t rows = layout_.pool(layout_.pool_of(i)).cells;
+      pools_.emplace_back(layout_.geometry().layers[i], c.kv_dtype, rows);
+      KVCACHE_RETURN_IF_ERROR(pools_.back().reserve(std::min(c.initial_capacity, rows)));
     }
     return ok_status();
   }
@@ -58,16 +61,17 @@ class CellCache final : public Cache {
       if (!layout_.placed(a.layer))
         return failed_precondition(at + "attend only (k and v empty) needs the layer placed "
                                         "earlier in this step");
-      cells = layout_.step_cells();
+      cells = layout_.step_cells(a.layer);
+      const int32_t g = layout_.pool_of(a.layer);
       for (int32_t i = 0; i < a.n_tokens; ++i)
-        if (layout_.cell_pos(cells[i]) != a.positions[i])
+        if (layout_.cell_pos(g, cells[i]) != a.positions[i])
           return invalid_argument(at + "positions[" + std::to_string(i) + "] = " +
                                   std::to_string(a.positions[i]) + ", expected the placed " +
-                                  std::to_string(layout_.cell_pos(cells[i])));
+                                  std::to_string(layout_.cell_pos(g, cells[i])));
     } else {
       if (layout_.placed(a.layer))
         return failed_precondition(at + "already placed in this step");
-      KVCACHE_RETURN_IF_ERROR(pool.reserve(rows_needed(a.n_tokens)));
+      KVCACHE_RETURN_IF_ERROR(pool.reserve(rows_needed(a.layer, a.n_tokens)));
       Result<std::span<const int32_t>> placed = layout_.place(a.layer, a.positions);
       if (!placed.ok()) return placed.status();
       cells = *placed;
@@ -94,12 +98,13 @@ class CellCache final : public Cache {
                                   static_cast<int64_t>(layout_.step_seq_ids().size()));
   }
 
-  // Rows a placement of n tokens can touch: the step's cells when another layer placed them,
-  // else (free cells are refilled lowest-first) below used_end + n.
-  int64_t rows_needed(int32_t n) const {
-    std::span<const int32_t> cells = layout_.step_cells();
+  // Rows a placement of n tokens can touch in the layer's pool: the step's cells when another
+  // layer placed them, else (free cells are refilled lowest-first) below used_end + n.
+  int64_t rows_needed(int32_t layer, int32_t n) const {
+    std::span<const int32_t> cells = layout_.step_cells(layer);
     if (!cells.empty()) return int64_t{*std::max_element(cells.begin(), cells.end())} + 1;
-    return std::min(layout_.capacity(), layout_.used_end() + n);
+    const int32_t g = layout_.pool_of(layer);
+    return std::min(layout_.pool(g).cells, layout_.pool_used_end(g) + n);
   }
 
   CellLayout layout_;

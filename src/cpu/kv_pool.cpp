@@ -62,6 +62,26 @@ void LayerPool::write(int64_t cell, const float* k, const float* v) {
   }
 }
 
+int64_t LayerPool::cell_bytes() const {
+  return layer_.kv_heads * (layer_.head_dim + layer_.value_dim) * dtype_size(dtype_);
+}
+
+void LayerPool::copy_out(int64_t cell, std::byte* dst) const {
+  const int64_t es = dtype_size(dtype_), kb = layer_.head_dim * es, vb = layer_.value_dim * es;
+  for (int32_t h = 0; h < layer_.kv_heads; ++h, dst += kb)
+    std::memcpy(dst, k_.get() + (h * rows_ + cell) * kb, static_cast<size_t>(kb));
+  for (int32_t h = 0; h < layer_.kv_heads; ++h, dst += vb)
+    std::memcpy(dst, v_.get() + (h * rows_ + cell) * vb, static_cast<size_t>(vb));
+}
+
+void LayerPool::copy_in(int64_t cell, const std::byte* src) {
+  const int64_t es = dtype_size(dtype_), kb = layer_.head_dim * es, vb = layer_.value_dim * es;
+  for (int32_t h = 0; h < layer_.kv_heads; ++h, src += kb)
+    std::memcpy(k_.get() + (h * rows_ + cell) * kb, src, static_cast<size_t>(kb));
+  for (int32_t h = 0; h < layer_.kv_heads; ++h, src += vb)
+    std::memcpy(v_.get() + (h * rows_ + cell) * vb, src, static_cast<size_t>(vb));
+}
+
 KvView LayerPool::view() const {
   return KvView{dtype_, layer_.kv_heads, layer_.head_dim, layer_.value_dim,
                 rows_, k_.get(), v_.get()};

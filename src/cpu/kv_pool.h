@@ -53,6 +53,11 @@ class LayerPool {
   // Converts one token's K [kv_heads, head_dim] and V [kv_heads, value_dim] into `cell`.
   // The cell must be < rows().
   void write(int64_t cell, const float* k, const float* v);
+  // Bytes of one cell in storage form (K of every head, then V of every head).
+  int64_t cell_bytes() const;
+  // Copies one cell's stored bytes out to / back in from `cell_bytes()` bytes. cell < rows().
+  void copy_out(int64_t cell, std::byte* dst) const;
+  void copy_in(int64_t cell, const std::byte* src);
   KvView view() const;
 
  private:

@@ -1,5 +1,6 @@
 // SequenceCache: the cpu byte layer behind SequenceLayout (one sequence, id 0). Full layers
 // store position p in row p and grow lazily; sliding layers are rings sized up front.
+// Checkpoints copy the last W - 1 positions of every ring so undo can go past the ring.
 #include <string>
 #include <vector>
 
@@ -10,6 +11,20 @@
 namespace kvcache::cpu {
 
 namespace {
+
+// The K/V bytes of positions [pos - W + 1, pos) of every sliding layer, in position order.
+struct RingCheckpoint final : CacheCheckpoint {
+  const void* owner = nullptr;  // the cache that made it
+  int64_t at = 0;
+  std::vector<std::vector<std::byte>> rows;  // per cache layer; empty for full layers
+  int32_t seq() const override { return 0; }
+  int64_t pos() const override { return at; }
+  int64_t bytes() const override {
+    int64_t n = 0;
+    for (const auto& r : rows) n += static_cast<int64_t>(r.size());
+    return n;
+  }
+};
 
 class SequenceCache final : public Cache {
  public:
@@ -86,6 +101,41 @@ class SequenceCache final : public Cache {
   }
 
   int64_t allocated_bytes() const override { return detail::pools_bytes(pools_); }
+
+  Result<std::unique_ptr<CacheCheckpoint>> checkpoint(int32_t seq) const override {
+    if (seq != 0) return not_found(unknown("checkpoint", seq));
+    auto cp = std::make_unique<RingCheckpoint>();
+    cp->owner = this;
+    cp->at = layout_.length();
+    cp->rows.resize(pools_.size());
+    for (int32_t i = 0; i < layout_.n_layers(); ++i) {
+      const LayerGeometry& l = layout_.geometry().layers[i];
+      if (!l.sliding()) continue;
+      const LayerPool& pool = pools_[i];
+      const int64_t lo = std::max<int64_t>(0, cp->at - l.window + 1), cb = pool.cell_bytes();
+      cp->rows[i].resize(static_cast<size_t>((cp->at - lo) * cb));
+      for (int64_t p = lo; p < cp->at; ++p)
+        pool.copy_out(p % layout_.slots(i), cp->rows[i].data() + (p - lo) * cb);
+    }
+    return std::unique_ptr<CacheCheckpoint>(std::move(cp));
+  }
+
+  Status restore(int32_t seq, const CacheCheckpoint& checkpoint) override {
+    if (seq != 0) return not_found(unknown("restore", seq));
+    const auto* cp = dynamic_cast<const RingCheckpoint*>(&checkpoint);
+    if (cp == nullptr || cp->owner != this)
+      return invalid_argument("restore: the checkpoint was made by another cache");
+    KVCACHE_RETURN_IF_ERROR(layout_.restore(cp->at));
+    for (int32_t i = 0; i < layout_.n_layers(); ++i) {
+      const LayerGeometry& l = layout_.geometry().layers[i];
+      if (!l.sliding()) continue;
+      LayerPool& pool = pools_[i];
+      const int64_t lo = std::max<int64_t>(0, cp->at - l.window + 1), cb = pool.cell_bytes();
+      for (int64_t p = lo; p < cp->at; ++p)
+        pool.copy_in(p % layout_.slots(i), cp->rows[i].data() + (p - lo) * cb);
+    }
+    return ok_status();
+  }
 
  private:
   static std::string unknown(const char* op, int32_t seq) {

@@ -12,10 +12,51 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Layers whose window looks back (W > 1): without them a rewind always finds what it needs.
+bool looks_back(const CacheGeometry& g) {
+  for (const LayerGeometry& l : g.layers)
+    if (l.window > 1) return true;
+  return false;
+}
+
 }  // namespace
 
 Session::Session(Engine& engine, int64_t step_tokens, int32_t seq)
     : engine_(engine), step_(std::max<int64_t>(1, step_tokens)), seq_(seq) {}
+
+Session::~Session() {
+  for (Turn& t : turns_) drop(t);
+}
+
+Status Session::save(Turn& t) {
+  Cache& cache = engine_.cache();
+  if (!looks_back(cache.geometry())) return ok_status();
+  if (cache.kind() == kCellKind) {
+    Result<int32_t> fork = cache.seq_clone(seq_, std::nullopt);
+    if (fork.ok()) t.fork = *fork;  // without a free id, undo falls back to rewind
+    return ok_status();
+  }
+  Result<std::unique_ptr<CacheCheckpoint>> cp = cache.checkpoint(seq_);
+  if (cp.ok()) t.checkpoint = std::move(cp).value();
+  else if (cp.status().code() != StatusCode::kUnimplemented) return cp.status();
+  return ok_status();
+}
+
+Status Session::return_to(Turn& t) {
+  Cache& cache = engine_.cache();
+  if (t.start_pos == 0 || (t.checkpoint == nullptr && t.fork < 0))
+    return cache.rewind(seq_, t.start_pos);
+  if (t.checkpoint != nullptr) return cache.restore(seq_, *t.checkpoint);
+  KVCACHE_RETURN_IF_ERROR(cache.seq_rm(seq_));  // the fork holds the turn's start
+  seq_ = t.fork;
+  t.fork = -1;
+  return ok_status();
+}
+
+void Session::drop(Turn& t) {
+  if (t.fork >= 0) (void)engine_.cache().seq_rm(t.fork);
+  t.fork = -1;
+}
 
 int64_t Session::pos() const { return engine_.cache().pos(seq_); }
 
@@ -43,12 +84,18 @@ Result<TurnStats> Session::turn(std::span<const int32_t> prompt, int32_t max_new
   if (max_new_tokens < 0)
     return invalid_argument("session turn: max_new_tokens = " + std::to_string(max_new_tokens) +
                             ", expected >= 0");
-  Turn record{pos(), pending_};
+  Turn record{pos(), pending_, nullptr, -1};
+  KVCACHE_RETURN_IF_ERROR(save(record));
   TurnStats st;
+  if (record.checkpoint != nullptr) st.checkpoint_bytes = record.checkpoint->bytes();
   auto t0 = std::chrono::steady_clock::now();
   Status s = prefill(feed, nullptr);
-  if (!s.ok()) {
-    (void)engine_.cache().rewind(seq_, record.start_pos);  // drop a partial prefill
+  if (!s.ok()) {  // drop a partial prefill: back to the turn's start
+    Status back = return_to(record);
+    drop(record);
+    if (!back.ok())
+      return Status(s.code(), s.message() + " (and returning to the turn's start failed: " +
+                                  back.message() + ")");
     return s;
   }
   st.prefill_seconds = seconds_since(t0);
@@ -85,21 +132,23 @@ Status Session::undo(int32_t n) {
     return failed_precondition("undo " + std::to_string(n) + ": " +
                                std::to_string(turns_.size()) + " turn(s) to undo, expected 1.." +
                                std::to_string(turns_.size()));
-  const Turn& target = turns_[turns_.size() - static_cast<size_t>(n)];
-  Status s = engine_.cache().rewind(seq_, target.start_pos);
+  const size_t first = turns_.size() - static_cast<size_t>(n);
+  Turn& target = turns_[first];
+  const int64_t now = pos();
+  Status s = return_to(target);
   if (!s.ok())
     return Status(s.code(), "undo " + std::to_string(n) + ": cannot return to position " +
                                 std::to_string(target.start_pos) + " (now at " +
-                                std::to_string(pos()) + "): " + s.message());
+                                std::to_string(now) + "): " + s.message());
   pending_ = target.pending;
-  turns_.resize(turns_.size() - static_cast<size_t>(n));
+  for (size_t i = first; i < turns_.size(); ++i) drop(turns_[i]);
+  turns_.resize(first);
   return ok_status();
 }
 
 Status Session::reset() {
-  // The sequence layout's rings may refuse rewinding to 0; clearing is the same there.
-  if (engine_.cache().kind() == kSequenceKind) engine_.cache().clear();
-  else KVCACHE_RETURN_IF_ERROR(engine_.cache().rewind(seq_, 0));
+  KVCACHE_RETURN_IF_ERROR(engine_.cache().rewind(seq_, 0));  // always works (SPEC §3, §4)
+  for (Turn& t : turns_) drop(t);
   pending_.clear();
   turns_.clear();
   return ok_status();

@@ -1,11 +1,16 @@
 // A conversation on one sequence of the cache: chunked prefill, the decode loop, and turns
-// that can be undone (the cache rewinds to the turn's start). Layer: engine.
+// that can be undone (the cache returns to the turn's start). Layer: engine.
+// Past sliding windows: at each turn's start the session saves what a return needs — in the
+// sequence layout a checkpoint of the rings' last W - 1 positions (a copy of those bytes), in
+// the cell layout a fork of the sequence (it pins W - 1 cells per sliding pool, no bytes are
+// copied) — so undo and a refused turn return exactly to the turn's start.
 // The last sampled token of a turn is held back and fed at the start of the next turn, so a
 // turn costs exactly one forward per generated token.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -22,12 +27,16 @@ struct TurnStats {
   double prefill_seconds = 0.0;
   double decode_seconds = 0.0;
   bool stopped_full = false;        // generation ended early: the cache had no room
+  int64_t checkpoint_bytes = 0;     // K/V bytes saved at the turn's start for undo
 };
 
 // Not thread-safe. Borrows the engine; `seq` must be live in its cache (sequence layout: 0).
 class Session {
  public:
   Session(Engine& engine, int64_t step_tokens, int32_t seq = 0);
+  ~Session();  // releases the turns' forks (cell layout)
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
 
   // Feeds tokens in chunks of at most step_tokens; `last` (optional) gets the last token's
   // logits. Stops at the first refused chunk (earlier chunks stay in the cache).
@@ -35,13 +44,15 @@ class Session {
 
   // One turn: prefill (held-back token + prompt), then up to max_new_tokens sampled tokens.
   // on_token (optional) sees each id as it is sampled. The turn is recorded for undo.
+  // A refused prefill (e.g. the prompt does not fit) leaves the conversation as it was.
   Result<TurnStats> turn(std::span<const int32_t> prompt, int32_t max_new_tokens,
                          Sampler& sampler,
                          const std::function<void(int32_t)>& on_token = nullptr);
 
   // Returns the cache to the start of the n-th last turn. FailedPrecondition when fewer turns
-  // exist; OutOfRange when the cache no longer holds that position (a sliding ring moved past
-  // it). A refusal changes nothing.
+  // exist; OutOfRange when the cache no longer holds that position and nothing was saved for
+  // it (a sliding ring moved past it). A refusal changes nothing. In the cell layout the
+  // sequence id may change (the turn's fork takes over): read seq() again.
   Status undo(int32_t n = 1);
   // Empties the sequence and forgets all turns.
   Status reset();
@@ -53,9 +64,14 @@ class Session {
 
  private:
   struct Turn {
-    int64_t start_pos;
+    int64_t start_pos = 0;
     std::vector<int32_t> pending;  // held-back tokens at the turn's start
+    std::shared_ptr<const CacheCheckpoint> checkpoint;  // sequence layout with rings
+    int32_t fork = -1;  // cell layout with sliding pools: the sequence at the turn's start
   };
+  Status save(Turn& t);             // the checkpoint or fork of a turn's start
+  Status return_to(Turn& t);        // back to the turn's start (consumes its fork)
+  void drop(Turn& t);               // releases the turn's fork
   Engine& engine_;
   int64_t step_;
   int32_t seq_;

@@ -74,6 +74,8 @@ nlohmann::json cache_summary_json(const ModelGeometry& geometry, const SummaryOp
   if (Status s = validate_model_geometry(g); !s.ok()) return json{{"error", s.message()}};
   if (auto why = why_invalid(g.cache, config))
     return json{{"error", "cache config: " + why->message()}};
+  if (options.kind != "cell" && options.kind != "sequence")
+    return json{{"error", "kind = '" + options.kind + "', expected cell or sequence"}};
   if (options.sessions <= 0)
     return json{{"error", "sessions = " + std::to_string(options.sessions) + ", expected > 0"}};
 
@@ -97,7 +99,21 @@ nlohmann::json cache_summary_json(const ModelGeometry& geometry, const SummaryOp
                       {"model_layers", readers[c]}});
   }
   const int64_t per_cell = *bytes_per_cell(g.cache, dtype);
-  const int64_t at_capacity = per_cell * config.capacity;
+  const int64_t all_positions = per_cell * config.capacity;  // validated: fits
+  int64_t checkpoint = 0;
+  for (const LayerGeometry& l : g.cache.layers)
+    if (l.window > 1) checkpoint += (l.window - 1) * *bytes_per_cell(l, dtype);
+  json pools = json::array();
+  int64_t at_capacity = sequence_bytes;
+  if (options.kind == "cell") {
+    for (const CellPool& p : cell_pools(g.cache, config)) {
+      int64_t bytes = 0;
+      for (int32_t l : p.layers) bytes += *bytes_per_cell(g.cache.layers[l], dtype) * p.cells;
+      pools.push_back({{"window", p.window}, {"layers", p.layers}, {"cells", p.cells},
+                       {"bytes", bytes}});  // <= all_positions: no overflow
+    }
+    at_capacity = *cell_bytes_at_capacity(g.cache, config);
+  }
   const int64_t session_tokens =
       options.session_tokens > 0 ? options.session_tokens : config.capacity / options.sessions;
   auto per_session = checked_mul(per_cell, session_tokens);
@@ -111,10 +127,17 @@ nlohmann::json cache_summary_json(const ModelGeometry& geometry, const SummaryOp
               {"sessions", options.sessions},
               {"session_tokens", session_tokens},
               {"bytes_per_cell", per_cell},
+              {"kind", options.kind},
               {"bytes_at_capacity", at_capacity},
               {"bytes_per_session", per_session ? json(*per_session) : json(nullptr)},
+              {"all_positions_bytes_at_capacity", all_positions},
               {"sequence_bytes_at_capacity", sequence_bytes},
-              {"sliding_saving_bytes", at_capacity - sequence_bytes}};
+              {"sliding_saving_bytes", all_positions - sequence_bytes},
+              {"checkpoint_bytes", checkpoint}};
+  if (options.kind == "cell") {
+    out["pools"] = pools;
+    out["max_seqs"] = cell_max_seqs(config);
+  }
   if (g.max_context > 0) out["max_context"] = g.max_context;
   if (g.max_step_tokens > 0) out["max_step_tokens"] = g.max_step_tokens;
   if (config.max_write) out["max_write"] = *config.max_write;
@@ -155,11 +178,26 @@ std::string cache_summary_text(const ModelGeometry& geometry, const SummaryOptio
   const auto b = [&](const char* k) { return human_bytes(j[k].get<int64_t>()); };
   s += "\nbytes per cell (all layers): " + b("bytes_per_cell") + "\n";
   if (!j["bytes_per_session"].is_null()) s += "bytes per session: " + b("bytes_per_session") + "\n";
-  s += "bytes at capacity (capacity cells in every layer, cell layout): " + b("bytes_at_capacity") +
-       "\n";
+  s += "bytes at capacity, " + j["kind"].get<std::string>() + " layout: " +
+       b("bytes_at_capacity") + "\n";
+  if (j.contains("pools"))
+    for (const auto& p : j["pools"]) {
+      const int32_t w = p["window"].get<int32_t>();
+      s += "  " + policy_name(w) + " pool: " + std::to_string(p["layers"].size()) +
+           " layers x " + std::to_string(p["cells"].get<int64_t>()) + " cells = " +
+           human_bytes(p["bytes"].get<int64_t>()) +
+           (w > 0 ? " (" + std::to_string(j["max_seqs"].get<int64_t>()) +
+                        " sequences x (window - 1) + step, at most capacity)"
+                  : "") + "\n";
+    }
+  s += "every position in every layer (no window savings): " +
+       b("all_positions_bytes_at_capacity") + "\n";
   s += "one sequence at capacity, sequence layout (sliding layers keep rings): " +
        b("sequence_bytes_at_capacity") + "\n";
-  s += "sliding windows save: " + b("sliding_saving_bytes") + "\n";
+  s += "sliding windows save (sequence layout): " + b("sliding_saving_bytes") + "\n";
+  if (j["checkpoint_bytes"].get<int64_t>() > 0)
+    s += "undo checkpoint per interactive turn (window - 1 cells per sliding layer): " +
+         b("checkpoint_bytes") + "\n";
   return s;
 }
 

@@ -16,8 +16,9 @@ namespace kvcache {
 
 struct SummaryOptions {
   CacheConfig config;          // capacity 0 = sessions * session_tokens
-  int64_t sessions = 1;        // sessions sharing the pool (reporting only)
+  int64_t sessions = 1;        // sessions sharing the pool (reporting; see config.max_seqs)
   int64_t session_tokens = 0;  // tokens per session; 0 = capacity / sessions
+  std::string kind = "cell";   // the layout bytes_at_capacity is for: "cell" or "sequence"
 };
 
 // The pool size the summary reports: config.capacity when > 0, else sessions*session_tokens.
@@ -25,14 +26,21 @@ int64_t summary_capacity(const SummaryOptions& options);
 
 // JSON object with (stable names) "layers": [{"kv_heads","head_dim","value_dim","window",
 // "bytes_per_cell","slots","model_layers"}], "layer_cache", "kv_dtype", "capacity",
-// "bytes_per_cell", "bytes_at_capacity", plus "n_layers", "n_caches", "groups", "sessions",
-// "session_tokens", "bytes_per_session", "sequence_bytes_at_capacity", "sliding_saving_bytes".
-//   bytes_at_capacity: capacity cells in every cache layer (the cell layout's pool).
+// "bytes_per_cell", "bytes_at_capacity", plus "kind", "n_layers", "n_caches", "groups",
+// "sessions", "session_tokens", "bytes_per_session", "all_positions_bytes_at_capacity",
+// "sequence_bytes_at_capacity", "sliding_saving_bytes", "checkpoint_bytes", and for the cell
+// layout "max_seqs" and "pools": [{"window","layers","cells","bytes"}] (core cell_pools()).
+//   bytes_at_capacity: the most K/V the layout asked for allocates — the cell layout: the sum
+//     of its pools (a Sliding(W) pool holds min(capacity, max_seqs * (W - 1) + M) cells);
+//     the sequence layout: sequence_bytes_at_capacity.
+//   all_positions_bytes_at_capacity: capacity cells in every cache layer (no window savings).
 //   sequence_bytes_at_capacity: one sequence of `capacity` tokens in the sequence layout, where
 //     a Sliding(W) layer keeps a ring of min(W + max_write - 1, capacity) slots.
-//   sliding_saving_bytes = bytes_at_capacity - sequence_bytes_at_capacity.
-// When the geometry or config is invalid, or a size overflows, the object is
-// {"error": "<reason>"}.
+//   sliding_saving_bytes = all_positions_bytes_at_capacity - sequence_bytes_at_capacity.
+//   checkpoint_bytes: what one undo checkpoint copies in the sequence layout (W - 1 cells of
+//     every sliding layer), saved at the start of each interactive turn.
+// When the geometry or config is invalid, the kind unknown, or a size overflows, the object
+// is {"error": "<reason>"}.
 nlohmann::json cache_summary_json(const ModelGeometry& geometry, const SummaryOptions& options);
 
 // The same facts as human-readable text: a header line, a per-cache-layer table and totals

@@ -74,6 +74,9 @@ Result<std::unique_ptr<Executor>> Executor::create(const engine::Model& model,
   if (o.step_tokens > 0) co.max_step_tokens = o.step_tokens;
   Result<engine::CacheSetup> setup = engine::plan_cache(model, co);
   if (!setup.ok()) return setup.status();
+  // Sequences the layout serves at once: the sessions plus as many retained prefixes. It sizes
+  // the sliding-window pools (each sequence keeps its last W - 1 positions there).
+  setup->config.max_seqs = std::min(2 * o.max_sessions, kDefaultMaxSeqs);
   Result<std::shared_ptr<Cache>> cache = engine::build_cache(*setup);
   if (!cache.ok()) return cache.status();
   Result<std::unique_ptr<engine::Engine>> eng = engine::Engine::create(model, *cache);
@@ -189,7 +192,8 @@ std::span<const int32_t> Executor::held_tokens(int32_t seq) const {
   return std::span<const int32_t>(ses.tokens).first(static_cast<size_t>(ses.fed));
 }
 
-Result<int64_t> Executor::clone(int64_t request, int64_t upto, const GenerateParams& params) {
+Result<int64_t> Executor::clone(int64_t request, int64_t upto, const GenerateParams& params,
+                                std::span<const int32_t> more) {
   if (params.n != 1)
     return invalid_argument("clone: n = " + str(params.n) + ", expected 1");
   int32_t src = -1;
@@ -203,10 +207,13 @@ Result<int64_t> Executor::clone(int64_t request, int64_t upto, const GeneratePar
     return invalid_argument("clone: upto = " + str(upto) + ", expected 1.." +
                             str(static_cast<int64_t>(held.size())));
   std::vector<int32_t> prompt(held.begin(), held.begin() + upto);
+  prompt.insert(prompt.end(), more.begin(), more.end());
   KVCACHE_RETURN_IF_ERROR(check_request(prompt, params));
   const int64_t id = new_request(std::move(prompt), params);
   Session& s = *sessions_.at(requests_.at(id)->sessions.front());
-  if (!admit_from(s, src, upto - 1)) {
+  // With nothing appended the last cloned token is fed again: its logits start the
+  // generation.
+  if (!admit_from(s, src, more.empty() ? upto - 1 : upto)) {
     drop_request(id);
     return resource_exhausted("clone: no free session or cell for request " + str(request));
   }
@@ -243,7 +250,10 @@ bool Executor::admit_from(Session& s, int32_t src, int64_t upto) {
     if (!from || !new_seq(std::nullopt, seq)) return false;
     from.reset();
   }
-  const int64_t need = static_cast<int64_t>(s.tokens.size()) - (from ? upto : 0);
+  // Room for the first chunk: later chunks find theirs step by step (sliding pools recycle
+  // as the sequence advances; the full pool holds every admitted session by construction).
+  const int64_t need = std::min<int64_t>(static_cast<int64_t>(s.tokens.size()) - (from ? upto : 0),
+                                         setup_.step_tokens);
   if (!make_room(need)) {
     (void)cache_->seq_rm(seq);
     return false;

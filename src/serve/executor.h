@@ -120,9 +120,11 @@ class Executor {
   // open or the pool cannot take its prompt. Returns the request id that reports it.
   Result<int64_t> open(std::vector<int32_t> prompt, const GenerateParams& params);
   // A new request continuing the first `upto` tokens (prompt + generated) of `request`'s
-  // completion 0 with its own sampling, sharing those cells. NotFound / InvalidArgument /
-  // ResourceExhausted as for open(); upto in [1, tokens held].
-  Result<int64_t> clone(int64_t request, int64_t upto, const GenerateParams& params);
+  // completion 0, then `more` tokens, with its own sampling, sharing those cells. NotFound /
+  // InvalidArgument / ResourceExhausted as for open(); upto in [1, tokens held]. When a sliding
+  // pool no longer holds the window the clone needs, its tokens are prefilled instead.
+  Result<int64_t> clone(int64_t request, int64_t upto, const GenerateParams& params,
+                        std::span<const int32_t> more = {});
   // Finishes the request like cancel() and releases its claims now.
   Status close(int64_t request);
 

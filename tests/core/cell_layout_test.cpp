@@ -234,22 +234,49 @@ TEST(CellLayout, NeverIssuedIdsAreRefused) {
 }
 
 TEST(CellLayout, WindowAndOwnershipNarrowTogether) {
-  // Window 3: a query at position p sees positions p-2..p of its own sequence only.
+  // Window 3: a query at position p sees positions p-2..p of its own sequence only. Pool 0 is
+  // the full pool, pool 1 the sliding(3) pool with its own cell numbering.
   CellLayout c = make({full(), sliding(3)}, 32);
+  ASSERT_EQ(c.n_pools(), 2);
+  EXPECT_EQ(c.pool_of(1), 1);
   const int32_t a = new_seq(c);
-  prefill(c, a, 5);  // cells 0..4
-  auto f = c.seq_clone(a, 4);  // shares 0..3
+  prefill(c, a, 5);  // full cells 0..4; sliding cells 0..4, of which a keeps 3, 4 after the step
+  // A fork up to 4 would need position 2 in the sliding pool, freed when a's step ended.
+  auto refused = c.seq_clone(a, 4);
+  ASSERT_EQ(refused.status().code(), StatusCode::kOutOfRange);
+  EXPECT_NE(refused.status().message().find("sliding(3) pool (layers 1)"), std::string::npos)
+      << refused.status().message();
+  // The refusal changed nothing: a's step still stands, its end will free 0..2.
+  EXPECT_EQ(c.pool_free(1), 32 - 5);
+  EXPECT_EQ(c.free_cells(), 32 - 5);  // min(full 27, sliding 27 + 3)
+  auto f = c.seq_clone(a, std::nullopt);  // ends the step; shares full 0..4 and sliding 3, 4
   ASSERT_TRUE(f.ok());
+  EXPECT_EQ(c.pool_free(1), 32 - 2);
+  EXPECT_EQ(vec(c.held(*f, 1)), (Cells{3, 4}));
+  EXPECT_EQ(c.held_first_pos(*f, 1), 3);
   const int32_t b = new_seq(c);
-  prefill(c, b, 2);  // cells 5,6
-  step(c, {*f, a, b}, {4, 5, 2});  // cells 7, 8, 9
-  EXPECT_EQ(visible(c, 1, 0), (Cells{2, 3, 7}));
-  EXPECT_EQ(visible(c, 1, 1), (Cells{3, 4, 8}));
-  EXPECT_EQ(visible(c, 1, 2), (Cells{5, 6, 9}));
-  EXPECT_EQ(c.visible_first_pos(1, 0), 2);
+  prefill(c, b, 2);  // full cells 5, 6; sliding: lowest free 0, 1
+  step(c, {*f, a, b}, {5, 5, 2});  // full 7, 8, 9; sliding 2, 5, 6
+  EXPECT_EQ(visible(c, 1, 0), (Cells{3, 4, 2}));
+  EXPECT_EQ(visible(c, 1, 1), (Cells{3, 4, 5}));
+  EXPECT_EQ(visible(c, 1, 2), (Cells{0, 1, 6}));
+  EXPECT_EQ(c.visible_first_pos(1, 0), 3);
   EXPECT_EQ(c.visible_first_pos(1, 2), 0);
-  EXPECT_EQ(visible(c, 0, 0), (Cells{0, 1, 2, 3, 7}));
+  EXPECT_EQ(visible(c, 0, 0), (Cells{0, 1, 2, 3, 4, 7}));
   EXPECT_EQ(c.visible_first_pos(0, 0), 0);
+  // Sliding cells in use: 0..6 = 7. The step's end drops position 3 from a and f (cell 3's
+  // two owners) and position 0 from b (cell 0): 25 free now, 27 after; the full pool has 22.
+  EXPECT_EQ(c.pool_free(1), 25);
+  EXPECT_EQ(c.cell_owners(1, 3), 2);
+  EXPECT_EQ(c.free_cells(), 22);
+  // b at 3 cannot go back to 2: that needs position 0 of the sliding pool, dropped at the end.
+  EXPECT_EQ(c.rewind(b, 2).code(), StatusCode::kOutOfRange);
+  ASSERT_TRUE(c.rewind(b, 3).ok());  // a no-op rewind ends the step
+  EXPECT_EQ(c.pool_free(1), 27);
+  EXPECT_EQ(c.cell_owners(1, 0), 0);
+  EXPECT_EQ(c.cell_owners(1, 3), 0);
+  EXPECT_EQ(c.cell_owners(1, 4), 2);
+  EXPECT_EQ(c.cell_pos(1, 4), 4);
 }
 
 TEST(CellLayout, VerbBetweenTwoLayersRefusesTheRemainingLayers) {
@@ -405,11 +432,15 @@ TEST(CellLayout, SixtyFourConcurrentSequences) {
   }
   EXPECT_EQ(c.free_cells(), 0);
   EXPECT_EQ(c.used_end(), 512);
-  // Step t placed cells 64t .. 64t+63 in token order, so sequence i holds i, 64+i, ...
+  // Full pool: step t placed cells 64t .. 64t+63 in token order. Sliding(4) pool: steps 0..3
+  // fill 0..255; step t >= 4 starts after position t - 4 is dropped (the last 3 stay), so it
+  // refills the 64 cells step t - 4 used.
   for (int32_t i = 0; i < 64; ++i) {
     EXPECT_EQ(c.pos(i), 8);
-    EXPECT_EQ(visible(c, 1, i), (Cells{64 * 4 + i, 64 * 5 + i, 64 * 6 + i, 64 * 7 + i}));
+    EXPECT_EQ(visible(c, 0, i).size(), 8u);
+    EXPECT_EQ(visible(c, 1, i), (Cells{i, 64 + i, 128 + i, 192 + i}));
   }
+  EXPECT_EQ(c.pool_used_end(1), 256);
   const std::vector<int32_t> one{0};
   EXPECT_EQ(c.declare_step(one).code(), StatusCode::kResourceExhausted);
 }

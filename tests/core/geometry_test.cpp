@@ -146,3 +146,66 @@ TEST(Geometry, DTypeNamesRoundTrip) {
 
 }  // namespace
 }  // namespace kvcache
+
+namespace kvcache {
+namespace {
+
+TEST(CellPools, LayersSharingAWindowShareAPoolSizedForItsSequences) {
+  // Windows 0, 4, 0, 2, 4: pools full {0, 2}, sliding(2) {3}, sliding(4) {1, 4}.
+  // Sliding(W): max_seqs * (W - 1) + max_write = 3 * 1 + 5 = 8 and 3 * 3 + 5 = 14.
+  CacheGeometry g{{{1, 4, 4, 0}, {1, 4, 4, 4}, {1, 4, 4, 0}, {1, 4, 4, 2}, {1, 4, 4, 4}}};
+  CacheConfig c;
+  c.capacity = 100;
+  c.max_write = 5;
+  c.max_seqs = 3;
+  const std::vector<CellPool> pools = cell_pools(g, c);
+  ASSERT_EQ(pools.size(), 3u);
+  EXPECT_EQ(pools[0], (CellPool{0, {0, 2}, 100}));
+  EXPECT_EQ(pools[1], (CellPool{2, {3}, 8}));
+  EXPECT_EQ(pools[2], (CellPool{4, {1, 4}, 14}));
+  // f32, 1 head x (4 + 4) = 32 bytes per cell per layer: (2 * 100 + 8 + 2 * 14) * 32.
+  EXPECT_EQ(cell_bytes_at_capacity(g, c), (2 * 100 + 8 + 2 * 14) * 32);
+  // Unset max_seqs (256) and max_write (= W): 256 * 3 + 4 = 772 > 100, clamped to capacity.
+  c.max_seqs.reset();
+  c.max_write.reset();
+  EXPECT_EQ(cell_pools(g, c)[2].cells, 100);
+  EXPECT_EQ(cell_max_seqs(c), kDefaultCellSeqs);
+}
+
+TEST(CellPools, MaxSeqsIsValidated) {
+  CacheConfig c;
+  c.capacity = 8;
+  c.max_seqs = 0;
+  auto why = why_invalid(c);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_EQ(why->message(), "max_seqs = 0, expected >= 1 when set");
+}
+
+TEST(CellPools, GemmaThreeTwentySevenBLikeGeometryAtEightSessionsOf32K) {
+  // 62 layers, 5 sliding(1024) then 1 full: 52 sliding + 10 full; 16 kv heads x 128, f16:
+  // 16 * (128 + 128) * 2 = 8192 bytes per cell per layer. 8 sessions x 32768 = 262144 cells,
+  // steps of at most 512 tokens.
+  CacheGeometry g;
+  for (int i = 0; i < 62; ++i) g.layers.push_back({16, 128, 128, i % 6 == 5 ? 0 : 1024});
+  CacheConfig c;
+  c.capacity = 8 * 32768;
+  c.kv_dtype = DType::kF16;
+  c.max_write = 512;
+  c.max_seqs = 8;
+  const std::vector<CellPool> pools = cell_pools(g, c);
+  ASSERT_EQ(pools.size(), 2u);
+  EXPECT_EQ(pools[0].layers.size(), 10u);
+  EXPECT_EQ(pools[1].layers.size(), 52u);
+  EXPECT_EQ(pools[1].cells, 8 * 1023 + 512);  // every session's last W - 1, plus one step
+  const int64_t full = int64_t{10} * 262144 * 8192;     // 21,474,836,480
+  const int64_t sliding = int64_t{52} * 8696 * 8192;    //  3,704,356,864
+  EXPECT_EQ(cell_bytes_at_capacity(g, c), full + sliding);  // 25,179,193,344 (23.45 GiB)
+  // Every position in every layer: 62 * 262144 * 8192 = 133,143,986,176 (124 GiB), 5.29x.
+  EXPECT_EQ(*bytes_per_cell(g, DType::kF16) * c.capacity, int64_t{133143986176});
+  // The bound, sessions * (W + max_write - 1) per sliding layer, counts one step per
+  // session: 21,474,836,480 + 52 * 8 * 1535 * 8192 = 26,705,920,000; we allocate 5.7% less.
+  EXPECT_LT(full + sliding, full + int64_t{52} * 8 * 1535 * 8192);
+}
+
+}  // namespace
+}  // namespace kvcache

@@ -55,18 +55,15 @@ std::vector<LayerGeometry> random_layers(Rng& rng) {
 
 // ===================================== cell layout =====================================
 
-// The model: (seq, pos) -> cell, plus the set of live ids. Everything else is derived naively.
-struct CellModel {
-  int64_t capacity = 0;
-  int32_t max_seqs = 0;
-  std::set<int32_t> live;
+// The model, one per window pool: (seq, pos) -> cell, plus the live ids and each sequence's
+// next position. A sliding pool drops a sequence's positions below next - W + 1 when a step
+// it took part in ends (the next accepted declaration or verb). Everything else is derived
+// naively; a verb is judged on a copy with the open step ended, as the layout judges it.
+struct PoolModel {
+  int32_t window = 0;
+  int64_t cells = 0;  // the pool's maximum
   std::map<std::pair<int32_t, int64_t>, int32_t> cell_of;
 
-  int64_t pos(int32_t s) const {
-    int64_t n = 0;
-    while (cell_of.count({s, n})) ++n;
-    return n;
-  }
   int32_t owners(int32_t c) const {
     int32_t n = 0;
     for (const auto& [k, v] : cell_of) n += v == c;
@@ -77,30 +74,73 @@ struct CellModel {
     for (const auto& [k, v] : cell_of) used.insert(v);
     return used;
   }
-  int32_t lowest_free_cell(const std::set<int32_t>& used) const {
+  static int32_t lowest_free_cell(const std::set<int32_t>& used) {
     int32_t c = 0;
     while (used.count(c)) ++c;
     return c;
-  }
-  int32_t lowest_free_id() const {
-    int32_t id = 0;
-    while (live.count(id)) ++id;
-    return id < max_seqs ? id : -1;
   }
   void drop_from(int32_t s, int64_t p) {
     for (auto it = cell_of.begin(); it != cell_of.end();)
       it = (it->first.first == s && it->first.second >= p) ? cell_of.erase(it) : std::next(it);
   }
-  // Cells a query (s, p) sees with window w, oldest first: every (s, q) entry with q <= p
-  // and, for a window, q > p - w (the SPEC's definition, read off the ordered map).
-  std::vector<int32_t> visible(int32_t s, int64_t p, int32_t w) const {
+  void drop_below(int32_t s, int64_t p) {
+    for (auto it = cell_of.begin(); it != cell_of.end();)
+      it = (it->first.first == s && it->first.second < p) ? cell_of.erase(it) : std::next(it);
+  }
+  // Whether s holds every position in [lo, hi).
+  bool holds(int32_t s, int64_t lo, int64_t hi) const {
+    for (int64_t p = lo; p < hi; ++p)
+      if (!cell_of.count({s, p})) return false;
+    return true;
+  }
+  // Cells a query (s, p) sees, oldest first: every (s, q) entry with q <= p and, for a
+  // window, q > p - w (the SPEC's definition, read off the ordered map).
+  std::vector<int32_t> visible(int32_t s, int64_t p) const {
     std::vector<int32_t> out;
     for (auto it = cell_of.lower_bound({s, INT64_MIN}); it != cell_of.end(); ++it) {
       const auto [seq, q] = it->first;
       if (seq != s || q > p) break;
-      if (w == 0 || q > p - w) out.push_back(it->second);
+      if (window == 0 || q > p - window) out.push_back(it->second);
     }
     return out;
+  }
+};
+
+struct CellModel {
+  int64_t capacity = 0;
+  int32_t max_seqs = 0;
+  std::set<int32_t> live;
+  std::map<int32_t, int64_t> next;
+  std::vector<PoolModel> pools;    // ascending window, full (0) first
+  std::vector<int32_t> step_seqs;  // the placed step's sequences; empty when none
+
+  int64_t pos(int32_t s) const { return next.count(s) ? next.at(s) : 0; }
+  int32_t lowest_free_id() const {
+    int32_t id = 0;
+    while (live.count(id)) ++id;
+    return id < max_seqs ? id : -1;
+  }
+  static int64_t low(int64_t n, int32_t w) { return w > 0 ? std::max<int64_t>(0, n - w + 1) : 0; }
+  void end_step() {
+    for (PoolModel& pool : pools)
+      if (pool.window > 0)
+        for (int32_t s : step_seqs) pool.drop_below(s, low(pos(s), pool.window));
+    step_seqs.clear();
+  }
+  CellModel ended() const {
+    CellModel m = *this;
+    m.end_step();
+    return m;
+  }
+  // Whether every pool holds what continuing s from position p needs (its window before p).
+  bool holds_window(int32_t s, int64_t p) const {
+    for (const PoolModel& pool : pools)
+      if (!pool.holds(s, low(p, pool.window), p)) return false;
+    return true;
+  }
+  void drop_from(int32_t s, int64_t p) {
+    for (PoolModel& pool : pools) pool.drop_from(s, p);
+    next[s] = p;
   }
 };
 
@@ -117,7 +157,13 @@ class CellProperty {
     auto r = CellLayout::create(CacheGeometry{layers_}, c, max_seqs);
     ASSERT_TRUE(r.ok());
     layout_.emplace(std::move(r).value());
-    model_ = CellModel{c.capacity, max_seqs, {}, {}};
+    model_ = CellModel{c.capacity, max_seqs, {}, {}, {}, {}};
+    std::set<int32_t> windows;
+    for (const auto& l : layers_) windows.insert(l.window);
+    for (int32_t w : windows)  // sliding: max_seqs * (W - 1) + W cells, at most capacity
+      model_.pools.push_back({w, w == 0 ? c.capacity
+                                        : std::min<int64_t>(c.capacity, max_seqs * (w - 1) + w),
+                              {}});
   }
 
   void run(int64_t n_ops) {
@@ -142,7 +188,9 @@ class CellProperty {
     if (kind < 41) {
       c().clear();
       model_.live.clear();
-      model_.cell_of.clear();
+      model_.next.clear();
+      model_.step_seqs.clear();
+      for (PoolModel& p : model_.pools) p.cell_of.clear();
       return;
     }
     step();
@@ -158,7 +206,9 @@ class CellProperty {
     }
     EXPECT_TRUE(r.ok());
     EXPECT_EQ(r.ok() ? *r : -2, want);
+    model_.end_step();
     model_.live.insert(want);
+    model_.next[want] = 0;
     return true;
   }
 
@@ -173,11 +223,17 @@ class CellProperty {
     const int32_t want = model_.lowest_free_id();
     if (want < 0)
       REFUSED(r.status().code(), StatusCode::kResourceExhausted);
-    ASSERT_TRUE(r.ok());
+    CellModel m = model_.ended();
+    const int64_t n = std::min(m.pos(src), upto.value_or(INT64_MAX));
+    if (!m.holds_window(src, n)) REFUSED(r.status().code(), StatusCode::kOutOfRange);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
     ASSERT_EQ(*r, want);
+    model_ = std::move(m);
     model_.live.insert(want);
-    const int64_t n = std::min(model_.pos(src), upto.value_or(INT64_MAX));
-    for (int64_t p = 0; p < n; ++p) model_.cell_of[{want, p}] = model_.cell_of.at({src, p});
+    model_.next[want] = n;
+    for (PoolModel& pool : model_.pools)
+      for (int64_t p = CellModel::low(n, pool.window); p < n; ++p)
+        pool.cell_of[{want, p}] = pool.cell_of.at({src, p});
   }
 
   void seq_rm() {
@@ -185,8 +241,10 @@ class CellProperty {
     Status st = c().seq_rm(s);
     if (!model_.live.count(s)) REFUSED(st.code(), StatusCode::kNotFound);
     ASSERT_TRUE(st.ok());
+    model_.end_step();
     model_.live.erase(s);
     model_.drop_from(s, 0);
+    model_.next.erase(s);
   }
 
   void rewind() {
@@ -195,7 +253,10 @@ class CellProperty {
     Status st = c().rewind(s, p);
     if (!model_.live.count(s)) REFUSED(st.code(), StatusCode::kNotFound);
     if (p < 0 || p > model_.pos(s)) REFUSED(st.code(), StatusCode::kOutOfRange);
-    ASSERT_TRUE(st.ok());
+    CellModel m = model_.ended();
+    if (!m.holds_window(s, p)) REFUSED(st.code(), StatusCode::kOutOfRange);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    model_ = std::move(m);
     model_.drop_from(s, p);
   }
 
@@ -212,10 +273,13 @@ class CellProperty {
     if (ids.empty()) REFUSED(d.code(), StatusCode::kInvalidArgument);
     for (int32_t id : ids)
       if (!model_.live.count(id)) REFUSED(d.code(), StatusCode::kNotFound);
-    std::set<int32_t> used = model_.occupied();
-    if (static_cast<int64_t>(ids.size()) > model_.capacity - static_cast<int64_t>(used.size()))
-      REFUSED(d.code(), StatusCode::kResourceExhausted);
+    CellModel m = model_.ended();
+    for (const PoolModel& pool : m.pools)
+      if (static_cast<int64_t>(ids.size()) >
+          pool.cells - static_cast<int64_t>(pool.occupied().size()))
+        REFUSED(d.code(), StatusCode::kResourceExhausted);
     ASSERT_TRUE(d.ok()) << d.to_string();
+    model_ = std::move(m);
 
     // The right positions and the cells the model expects (lowest free, token order).
     std::vector<int64_t> pos(ids.size());
@@ -239,14 +303,21 @@ class CellProperty {
       auto r = c().place(layer, pos);
       ASSERT_TRUE(r.ok()) << r.status().to_string();
       if (!placed_any) {
-        for (size_t i = 0; i < ids.size(); ++i) {
-          const int32_t cell = model_.lowest_free_cell(used);
-          used.insert(cell);
-          model_.cell_of[{ids[i], pos[i]}] = cell;
+        for (PoolModel& pool : model_.pools) {
+          std::set<int32_t> used = pool.occupied();
+          for (size_t i = 0; i < ids.size(); ++i) {
+            const int32_t cell = PoolModel::lowest_free_cell(used);
+            used.insert(cell);
+            pool.cell_of[{ids[i], pos[i]}] = cell;
+          }
         }
+        for (const auto& [s, n] : next) model_.next[s] = n;
+        model_.step_seqs = ids;
         placed_any = true;
       }
-      for (size_t i = 0; i < ids.size(); ++i) ASSERT_EQ((*r)[i], model_.cell_of.at({ids[i], pos[i]}));
+      const PoolModel& pool = model_.pools[static_cast<size_t>(pool_index(layer))];
+      ASSERT_EQ(c().pool_of(layer), pool_index(layer));
+      for (size_t i = 0; i < ids.size(); ++i) ASSERT_EQ((*r)[i], pool.cell_of.at({ids[i], pos[i]}));
       check_visible(layer, ids, pos);
       if (rng_.chance(5)) {
         ASSERT_EQ(c().place(layer, pos).status().code(), StatusCode::kFailedPrecondition);
@@ -259,13 +330,21 @@ class CellProperty {
     }
   }
 
+  int32_t pool_index(int32_t layer) const {
+    for (size_t g = 0; g < model_.pools.size(); ++g)
+      if (model_.pools[g].window == layers_[static_cast<size_t>(layer)].window)
+        return static_cast<int32_t>(g);
+    return -1;
+  }
+
   void check_visible(int32_t layer, const std::vector<int32_t>& ids,
                      const std::vector<int64_t>& pos) {
     const int32_t w = layers_[static_cast<size_t>(layer)].window;
+    const PoolModel& pool = model_.pools[static_cast<size_t>(pool_index(layer))];
     for (size_t i = 0; i < ids.size(); ++i) {
       auto v = c().visible(layer, static_cast<int32_t>(i));
       ASSERT_TRUE(v.ok());
-      const std::vector<int32_t> want = model_.visible(ids[i], pos[i], w);
+      const std::vector<int32_t> want = pool.visible(ids[i], pos[i]);
       ASSERT_EQ(std::vector<int32_t>(v->begin(), v->end()), want)
           << "layer " << layer << " token " << i;
       ASSERT_EQ(c().visible_first_pos(layer, static_cast<int32_t>(i)),
@@ -274,37 +353,61 @@ class CellProperty {
   }
 
   void check() {
-    const std::set<int32_t> used = model_.occupied();
-    ASSERT_EQ(c().free_cells(), model_.capacity - static_cast<int64_t>(used.size()));
-    ASSERT_EQ(c().used_end(), used.empty() ? 0 : *used.rbegin() + 1);
-    std::vector<int32_t> owners(static_cast<size_t>(model_.capacity), 0);
-    std::vector<int64_t> position(static_cast<size_t>(model_.capacity), -1);
-    for (const auto& [k, v] : model_.cell_of) {
-      ++owners[v];
-      if (position[v] >= 0) {
-        ASSERT_EQ(position[v], k.second) << "cell " << v << " holds two positions";
+    ASSERT_EQ(c().n_pools(), static_cast<int32_t>(model_.pools.size()));
+    int64_t free_cells = model_.capacity;
+    const CellModel ended = model_.ended();
+    for (size_t g = 0; g < model_.pools.size(); ++g) {
+      const PoolModel& pool = model_.pools[g];
+      const auto gi = static_cast<int32_t>(g);
+      ASSERT_EQ(c().pool(gi).window, pool.window);
+      ASSERT_EQ(c().pool(gi).cells, pool.cells);
+      const std::set<int32_t> used = pool.occupied();
+      ASSERT_EQ(c().pool_free(gi), pool.cells - static_cast<int64_t>(used.size()));
+      ASSERT_EQ(c().pool_used_end(gi), used.empty() ? 0 : *used.rbegin() + 1);
+      free_cells = std::min<int64_t>(
+          free_cells, pool.cells - static_cast<int64_t>(ended.pools[g].occupied().size()));
+      std::vector<int32_t> owners(static_cast<size_t>(pool.cells), 0);
+      std::vector<int64_t> position(static_cast<size_t>(pool.cells), -1);
+      for (const auto& [k, v] : pool.cell_of) {
+        ++owners[v];
+        if (position[v] >= 0) {
+          ASSERT_EQ(position[v], k.second) << "pool " << g << " cell " << v << " holds two positions";
+        }
+        position[v] = k.second;
       }
-      position[v] = k.second;
+      for (int32_t cell = 0; cell < pool.cells; ++cell) {
+        ASSERT_EQ(c().cell_owners(gi, cell), owners[cell]) << "pool " << g << " cell " << cell;
+        ASSERT_EQ(c().cell_pos(gi, cell), position[cell]) << "pool " << g << " cell " << cell;
+      }
+      // One pass over the ordered map: each sequence's cells by position, which must run
+      // without a gap up to its next position (positions continuous), from 0 in the full pool.
+      std::map<int32_t, std::vector<int32_t>> cells_of;
+      std::map<int32_t, int64_t> first;
+      for (const auto& [k, v] : pool.cell_of) {
+        std::vector<int32_t>& cells = cells_of[k.first];
+        if (cells.empty()) first[k.first] = k.second;
+        ASSERT_EQ(k.second, first[k.first] + static_cast<int64_t>(cells.size()))
+            << "pool " << g << " seq " << k.first << " gap";
+        cells.push_back(v);
+      }
+      for (int32_t s : model_.live) {
+        const std::vector<int32_t>& cells = cells_of[s];
+        if (!cells.empty()) {
+          ASSERT_EQ(first[s] + static_cast<int64_t>(cells.size()), model_.pos(s));
+          ASSERT_EQ(c().held_first_pos(s, gi), first[s]);
+        }
+        if (pool.window == 0) {
+          ASSERT_EQ(cells.size(), static_cast<size_t>(model_.pos(s)));
+        }
+        auto got = c().held(s, gi);
+        ASSERT_EQ(std::vector<int32_t>(got.begin(), got.end()), cells) << "pool " << g << " seq " << s;
+      }
     }
-    for (int32_t cell = 0; cell < model_.capacity; ++cell) {
-      ASSERT_EQ(c().cell_owners(cell), owners[cell]) << "cell " << cell;
-      ASSERT_EQ(c().cell_pos(cell), position[cell]) << "cell " << cell;
-    }
-    // One pass over the ordered map: each sequence's cells by position, which must run
-    // 0, 1, 2, ... with no gap (positions continuous).
-    std::map<int32_t, std::vector<int32_t>> cells_of;
-    for (const auto& [k, v] : model_.cell_of) {
-      std::vector<int32_t>& cells = cells_of[k.first];
-      ASSERT_EQ(k.second, static_cast<int64_t>(cells.size())) << "seq " << k.first << " gap";
-      cells.push_back(v);
-    }
+    ASSERT_EQ(c().free_cells(), free_cells);
     for (int32_t s = -1; s <= model_.max_seqs; ++s) {
       ASSERT_EQ(c().live(s), model_.live.count(s) == 1) << "seq " << s;
-      const std::vector<int32_t>& cells = cells_of[s];
-      ASSERT_EQ(c().pos(s), static_cast<int64_t>(cells.size()));
-      ASSERT_EQ(c().seq_len(s), static_cast<int64_t>(cells.size()));
-      auto got = c().seq_cells(s);
-      ASSERT_EQ(std::vector<int32_t>(got.begin(), got.end()), cells);
+      ASSERT_EQ(c().pos(s), model_.live.count(s) ? model_.pos(s) : 0);
+      ASSERT_EQ(c().seq_len(s), c().pos(s));
     }
   }
 
@@ -399,8 +502,10 @@ class SequenceProperty {
     const int64_t floor = expected_floor();
     ASSERT_EQ(s().rewind_floor(), floor) << describe();
     Status st = s().rewind(n);
-    if (n < floor || n > length_) REFUSED(st.code(), StatusCode::kOutOfRange);
+    if (n < 0 || n > length_ || (n > 0 && n < floor))  // 0 always works: it is a clear
+      REFUSED(st.code(), StatusCode::kOutOfRange);
     ASSERT_TRUE(st.ok());
+    if (n == 0) return clear();
     length_ = n;
     ASSERT_FALSE(s().step_open());
   }

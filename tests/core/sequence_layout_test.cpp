@@ -241,6 +241,38 @@ TEST(SequenceLayout, RewindFloorWhenMaxWriteIsBelowWindow) {
   EXPECT_EQ(s.length(), 9);
 }
 
+TEST(SequenceLayout, RewindToZeroAlwaysWorksBelowTheFloor) {
+  // Window 4, max_write 1, length 10: floor 9, yet 0 needs nothing read back: it is a clear.
+  SequenceLayout s = make({full(), sliding(4)}, config(64, 1));
+  for (int i = 0; i < 10; ++i) step(s, 1);
+  ASSERT_EQ(s.rewind_floor(), 9);
+  ASSERT_TRUE(s.rewind(0).ok());
+  EXPECT_EQ(s.length(), 0);
+  EXPECT_EQ(s.rewind_floor(), 0);
+  // The rings start over: the first step reads only its own position.
+  auto plans = step(s, 1);
+  EXPECT_EQ(plans[1].read_begin, 0);
+  EXPECT_EQ(plans[1].n_read, 1);
+}
+
+TEST(SequenceLayout, RestoreGoesBelowTheFloorAndKeepsOnlyTheRestoredWindow) {
+  // Window 4, max_write 4, length 10 (ring of 7 holds 3..9, floor 6). restore(5) is for a
+  // byte layer writing back positions 2..4: afterwards the rings hold only those, so the
+  // floor is 5 itself (5 - M = 1 but 2 + 4 - 1 = 5).
+  SequenceLayout s = make({sliding(4)}, config(64, 4));
+  step(s, 4);
+  step(s, 4);
+  step(s, 2);
+  ASSERT_EQ(s.rewind(5).code(), StatusCode::kOutOfRange);
+  ASSERT_TRUE(s.restore(5).ok());
+  EXPECT_EQ(s.length(), 5);
+  EXPECT_EQ(s.rewind_floor(), 5);
+  EXPECT_EQ(s.restore(6).code(), StatusCode::kOutOfRange);  // restore never grows
+  EXPECT_EQ(s.restore(-1).code(), StatusCode::kOutOfRange);
+  auto plans = step(s, 1);  // position 5 reads 2..5
+  EXPECT_EQ(plans[0].read_begin, 2);
+}
+
 TEST(SequenceLayout, RewindFloorWhenMaxWriteEqualsWindow) {
   // Window 4, max_write 4: R = 7 slots hold positions 3..9; floor = 10 - 4 = 6.
   SequenceLayout s = make({sliding(4)}, config(64, 4));

@@ -78,6 +78,35 @@ TEST(SequenceCache, RewindThenContinueMatchesBruteForce) {
   EXPECT_EQ(cache->pos(0), 13);
 }
 
+TEST(SequenceCache, CheckpointRestoresPastTheRingAndLaterStepsMatchBruteForce) {
+  // Ring of W + M - 1 = 5 + 2 - 1 = 6 slots. A checkpoint at 4 copies positions 0..3 of the
+  // sliding layer (W - 1 = 4 cells of 1 * (12 + 20) f16 = 64 bytes). At length 16 the floor
+  // is 14; restore(4) writes 0..3 back and the next steps read them again.
+  auto cache = make(kSequenceKind, config(40, DType::kF16, 0, 2));
+  CacheDriver drv(*cache, kQHeads, 9);
+  drv.step({0, 0});
+  drv.step({0, 0});
+  Result<std::unique_ptr<CacheCheckpoint>> cp = cache->checkpoint(0);
+  ASSERT_TRUE(cp.ok()) << cp.status().to_string();
+  EXPECT_EQ((*cp)->pos(), 4);
+  EXPECT_EQ((*cp)->bytes(), 4 * 64);
+  for (int i = 0; i < 6; ++i) drv.step({0, 0});
+  EXPECT_EQ(cache->rewind(0, 4).code(), StatusCode::kOutOfRange);
+  ASSERT_TRUE(cache->restore(0, **cp).ok());
+  drv.on_rewind(0, 4);
+  EXPECT_EQ(cache->pos(0), 4);
+  drv.step({0, 0});  // reads positions 1..5 through the restored rows: checked by the driver
+  drv.step({0});
+  EXPECT_EQ(cache->restore(0, **cp).code(), StatusCode::kOk);  // 7 >= 4: back again
+  EXPECT_EQ(cache->restore(1, **cp).code(), StatusCode::kNotFound);
+  auto other = make(kSequenceKind, config(40, DType::kF16, 0, 2));
+  EXPECT_EQ(other->restore(0, **cp).code(), StatusCode::kInvalidArgument);
+  cache->clear();
+  EXPECT_EQ(cache->restore(0, **cp).code(), StatusCode::kOutOfRange);  // restore never grows
+  auto cell = make(kCellKind, config(40, DType::kF16, 0, 2));
+  EXPECT_EQ(cell->checkpoint(0).status().code(), StatusCode::kUnimplemented);
+}
+
 TEST(SequenceCache, AttendOnlyLayerEqualsTheWritersAttention) {
   CacheGeometry g{{LayerGeometry{2, 16, 16, 0}}};
   auto cache = make(kSequenceKind, config(16, DType::kF32, 0, std::nullopt), {}, g);
@@ -159,7 +188,8 @@ TEST(CellCache, ForksAttendOverSharedCellsAndSharedPositionsNeverMix) {
 }
 
 TEST(CellCache, RefilledHolesAttendCorrectly) {
-  auto cache = make(kCellKind, config(24, DType::kBF16, 0, std::nullopt));
+  // Window 8 keeps every position here, so s[1] can rewind from 5 to 3.
+  auto cache = make(kCellKind, config(24, DType::kBF16, 0, std::nullopt), {}, two_layers(8));
   CacheDriver drv(*cache, kQHeads, 8);
   int32_t s[3];
   for (int32_t& id : s) {
@@ -203,11 +233,30 @@ TEST(CellCache, OptimizedMatchesReferenceKernelOnRandomWorkload) {
         live.erase(std::find(live.begin(), live.end(), id));
         continue;
       } else if (verb == 2) {
+        // Half way back (often refused: the sliding pool freed that window) or at the end.
         const int32_t src = live[rng() % live.size()];
-        const int64_t upto = c1->pos(src) / 2;
-        const int32_t id = *c1->seq_clone(src, upto);
-        ASSERT_EQ(*c2->seq_clone(src, upto), id);
-        d1.on_clone(src, id, upto), d2.on_clone(src, id, upto), live.push_back(id);
+        const int64_t upto = rng() % 2 ? c1->pos(src) / 2 : c1->pos(src);
+        auto r1 = c1->seq_clone(src, upto), r2 = c2->seq_clone(src, upto);
+        ASSERT_EQ(r1.status().code(), r2.status().code());
+        if (r1.ok()) {
+          ASSERT_TRUE(upto == 0 || std::max<int64_t>(0, upto - 6) >= c1->pos(src) - 6);
+          ASSERT_EQ(*r2, *r1);
+          d1.on_clone(src, *r1, upto), d2.on_clone(src, *r1, upto), live.push_back(*r1);
+        } else {
+          // Exactly when position upto - 7 + 1 > 0 lies before src's last 6 positions.
+          ASSERT_EQ(r1.status().code(), StatusCode::kOutOfRange);
+          ASSERT_LT(std::max<int64_t>(0, upto - 6), c1->pos(src) - 6);
+        }
+      } else if (verb == 3) {
+        const int32_t id = live[rng() % live.size()];
+        const int64_t next = c1->pos(id);
+        const int64_t to = rng() % 3 == 0 ? 0 : std::max<int64_t>(0, next - 1);
+        Status s1 = c1->rewind(id, to), s2 = c2->rewind(id, to);
+        ASSERT_EQ(s1.code(), s2.code());
+        // To 0 always works; to next - 1 needs positions next - 7 .. next - 2, held while
+        // next - 6 <= 0 (the sliding(7) pool keeps the last 6 positions).
+        ASSERT_EQ(s1.ok(), to == 0 || next <= 6) << s1.to_string();
+        if (s1.ok()) d1.on_rewind(id, to), d2.on_rewind(id, to);
       }
       std::vector<int32_t> ids;
       for (int i = 0, n = 1 + static_cast<int>(rng() % 5); i < n; ++i)
@@ -220,6 +269,32 @@ TEST(CellCache, OptimizedMatchesReferenceKernelOnRandomWorkload) {
           ASSERT_NEAR(o1[l][i], o2[l][i], 1e-5) << "step " << s << " layer " << l;
     }
   }
+}
+
+TEST(CellCache, SlidingPoolsAreCompactAndAttendOnlyTheirCells) {
+  // Sliding(5) pool for 2 sequences and steps of max_write 2: 2 * (5 - 1) + 2 = 10 cells;
+  // the full pool 64. Bytes at the maximum: 64 * 2 * (16 + 8) * 4 + 10 * 1 * (12 + 20) * 4.
+  CacheConfig c = config(64, DType::kF32, 0, 2);
+  c.max_seqs = 2;
+  auto cache = make(kCellKind, c);
+  CacheDriver drv(*cache, kQHeads, 13);
+  const int32_t a = *cache->seq_new(), b = *cache->seq_new();
+  drv.on_new(a);
+  drv.on_new(b);
+  for (int i = 0; i < 20; ++i) drv.step(i % 2 ? std::vector<int32_t>{a, b} : std::vector<int32_t>{a});
+  EXPECT_EQ(cache->pos(a), 20);
+  EXPECT_EQ(cache->pos(b), 10);
+  EXPECT_EQ(cache->max_seqs(), 2);
+  // The full pool grew by doubling from what a step needed (1, 3, 6, ..., 48 rows) for 30
+  // cells; the sliding pool stopped at its 10.
+  EXPECT_EQ(cache->allocated_bytes(), 48 * 2 * 24 * 4 + 10 * 32 * 4);
+  // A third sequence id is refused. The full pool has 64 - 30 = 34 free cells, the sliding
+  // pool none now (a and b hold 4 + 1 each) but 2 once the step ends: a step may add 2.
+  EXPECT_EQ(cache->seq_new().status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(cache->free_cells(), 2);
+  EXPECT_EQ(cache->declare_step(std::vector<int32_t>{a, b, a}).code(),
+            StatusCode::kResourceExhausted);
+  drv.step({a, b});
 }
 
 TEST(CellCache, PlacementRefusalsClaimNothing) {

@@ -53,8 +53,23 @@ grep -q "undo: back to position 0 (0 turn(s) left)" "$tmp/err" || { cat "$tmp/er
 grep -q "undo refused: undo 1: 0 turn(s) to undo" "$tmp/err" || { cat "$tmp/err"; fail "undo refusal"; }
 grep -q "undo refused: undo 2" "$tmp/err" || { cat "$tmp/err"; fail "undo 2 refusal"; }
 grep -q "reset: the conversation is empty" "$tmp/err" || { cat "$tmp/err"; fail "reset"; }
-# Ring floor: all layers sliding(4); a long second turn moves the ring past the first turn.
-printf 'ab\nIn the beginning God created\n/undo\n/quit\n' |
-  "$bin" run --interactive --windows 4 --max-new-tokens 2 >"$tmp/out" 2>"$tmp/err"
-grep -q "undo refused: undo 1: cannot return to position" "$tmp/err" || { cat "$tmp/err"; fail "ring"; }
+# Undo past the ring (all layers sliding(4); the long second turn moves the rings past the
+# first) and a refused turn (too long for --capacity 24) leave the conversation exactly as a
+# run without that turn: the third turn's greedy tokens and position agree, in both layouts.
+turns() {  # prints "tokens position" per turn of an interactive --json run
+  "$bin" run --interactive --json --max-new-tokens 2 "$@" 2>"$tmp/err" |
+    /usr/bin/python3 -c 'import sys, json
+for l in sys.stdin: j = json.loads(l); print(j["tokens"], j["position"])'
+}
+long='In the beginning God created the heaven and the earth'
+for kind in sequence cell; do
+  printf 'ab\nc\n/quit\n' | turns --cache $kind --windows 4 >"$tmp/want"
+  printf 'ab\n%s\n/undo\nc\n/quit\n' "$long" | turns --cache $kind --windows 4 >"$tmp/got"
+  grep -q "undo: back to position 3 (1 turn(s) left)" "$tmp/err" || { cat "$tmp/err"; fail "ring undo $kind"; }
+  [ "$(sed -n '1p;3p' "$tmp/got")" = "$(cat "$tmp/want")" ] || fail "undo past the ring ($kind)"
+  printf 'ab\nc\n/quit\n' | turns --cache $kind --capacity 24 --windows 0,4 >"$tmp/want"
+  printf 'ab\n%s\nc\n/quit\n' "$long" | turns --cache $kind --capacity 24 --windows 0,4 >"$tmp/got"
+  grep -q "kvcache run: .*declare_step" "$tmp/err" || { cat "$tmp/err"; fail "refused turn $kind"; }
+  cmp -s "$tmp/got" "$tmp/want" || fail "a refused turn changed the conversation ($kind)"
+done
 echo "run CLI: all checks passed"

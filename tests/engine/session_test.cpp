@@ -1,5 +1,5 @@
 // Generation: greedy output identical across layouts, chunk sizes and threads; undo returns
-// the cache exactly to a turn's start; an undo past a ring's floor is refused.
+// the cache exactly to a turn's start, past a ring too; a refused turn changes nothing.
 #include <gtest/gtest.h>
 
 #include "cpu/thread_pool.h"
@@ -99,28 +99,82 @@ TEST(Session, UndoReturnsTheCacheToTheTurnStart) {
   }
 }
 
-TEST(Session, UndoPastARingFloorIsRefusedAndChangesNothing) {
-  Model model = tiny_model(TinySpec{});
-  CacheOptions o;
-  o.capacity = 64;
-  o.windows = {4};  // every cache layer Sliding(4), step 4: ring of 7, floor = L - 4
+// The greedy tokens of turns `prompts` in a fresh session, one vector per turn.
+std::vector<std::vector<int32_t>> fresh_turns(const Model& model, const CacheOptions& o,
+                                              const std::vector<std::vector<int32_t>>& prompts,
+                                              int n) {
   Built b = build(model, o);
-  Session session(*b.engine, b.setup.step_tokens);
+  Session session(*b.engine, b.setup.step_tokens, b.seq);
   Sampler sampler(SamplerConfig{});
-  ASSERT_TRUE(session.turn(some_tokens(3, 260, 1), 2, sampler).ok());
-  EXPECT_EQ(session.pos(), 4);
-  ASSERT_TRUE(session.turn(some_tokens(10, 260, 2), 3, sampler).ok());
-  const int64_t now = session.pos();  // 4 + 1 + 10 + 2 = 17; floor 13 > 4
-  EXPECT_EQ(now, 17);
-  Status s = session.undo();
-  EXPECT_EQ(s.code(), StatusCode::kOutOfRange);
-  EXPECT_NE(s.message().find("cannot return to position 4"), std::string::npos) << s.message();
-  EXPECT_EQ(session.pos(), now);
-  EXPECT_EQ(session.turns(), 2u);
-  // A short turn stays within the ring: undoing it works.
-  ASSERT_TRUE(session.turn(some_tokens(1, 260, 3), 1, sampler).ok());
-  EXPECT_TRUE(session.undo().ok());
-  EXPECT_EQ(session.pos(), now);
+  std::vector<std::vector<int32_t>> out;
+  for (const auto& p : prompts) {
+    Result<TurnStats> st = session.turn(p, n, sampler);
+    EXPECT_TRUE(st.ok()) << st.status().to_string();
+    out.push_back(st.ok() ? st->generated : std::vector<int32_t>{});
+  }
+  return out;
+}
+
+TEST(Session, UndoPastTheRingReturnsExactlyInBothLayouts) {
+  Model model = tiny_model(TinySpec{});
+  const std::vector<int32_t> a = some_tokens(3, 260, 1), big = some_tokens(10, 260, 2),
+                             c = some_tokens(2, 260, 3);
+  for (const char* kind : {"sequence", "cell"}) {
+    CacheOptions o;
+    o.kind = kind;
+    o.capacity = 64;
+    o.windows = {4};  // every cache layer Sliding(4), step 4: ring of 7, rewind floor L - 4
+    const auto want = fresh_turns(model, o, {a, c}, 2);
+    Built b = build(model, o);
+    Session session(*b.engine, b.setup.step_tokens, b.seq);
+    Sampler sampler(SamplerConfig{});
+    ASSERT_TRUE(session.turn(a, 2, sampler).ok());
+    EXPECT_EQ(session.pos(), 4);  // 3 + 2 - 1 (the last token is held back)
+    Result<TurnStats> st = session.turn(big, 3, sampler);
+    ASSERT_TRUE(st.ok());
+    EXPECT_EQ(session.pos(), 17);  // 4 + 1 + 10 + 2: the rings hold nothing before 10
+    // Sequence layout: positions 1..3 (W - 1 = 3) of every layer saved at the turn's start.
+    int64_t per_cell = 0;
+    for (const LayerGeometry& l : b.engine->cache().geometry().layers)
+      per_cell += *bytes_per_cell(l, DType::kF32);
+    EXPECT_EQ(st->checkpoint_bytes, std::string(kind) == "sequence" ? 3 * per_cell : 0) << kind;
+    // Undo back past the rings, then the next turn continues as if `big` never happened.
+    ASSERT_TRUE(session.undo().ok()) << kind;
+    EXPECT_EQ(session.pos(), 4);
+    EXPECT_EQ(session.turns(), 1u);
+    Result<TurnStats> again = session.turn(c, 2, sampler);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->generated, want[1]) << kind;
+    // Undoing everything is a rewind to 0, which always works.
+    ASSERT_TRUE(session.undo(2).ok()) << kind;
+    EXPECT_EQ(session.pos(), 0);
+    EXPECT_EQ(b.engine->cache().rewind(session.seq(), 0).code(), StatusCode::kOk);
+  }
+}
+
+TEST(Session, ARefusedTurnLeavesTheConversationAsItWasInBothLayouts) {
+  Model model = tiny_model(TinySpec{});
+  const std::vector<int32_t> a = some_tokens(3, 260, 1), huge = some_tokens(30, 260, 2),
+                             c = some_tokens(2, 260, 3);
+  for (const char* kind : {"sequence", "cell"}) {
+    CacheOptions o;
+    o.kind = kind;
+    o.capacity = 24;
+    o.windows = {0, 4};  // full and Sliding(4) layers: the full pool bounds the length
+    const auto want = fresh_turns(model, o, {a, c}, 2);
+    Built b = build(model, o);
+    Session session(*b.engine, b.setup.step_tokens, b.seq);
+    Sampler sampler(SamplerConfig{});
+    ASSERT_TRUE(session.turn(a, 2, sampler).ok());
+    // 4 + 1 + 30 tokens exceed the 24 cells: refused part-way, after the rings moved on.
+    Result<TurnStats> refused = session.turn(huge, 2, sampler);
+    EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << kind;
+    EXPECT_EQ(session.pos(), 4);
+    EXPECT_EQ(session.turns(), 1u);
+    Result<TurnStats> next = session.turn(c, 2, sampler);
+    ASSERT_TRUE(next.ok());
+    EXPECT_EQ(next->generated, want[1]) << kind;
+  }
 }
 
 TEST(Sampler, GreedyTopKAndTopPBehave) {

@@ -71,6 +71,40 @@ TEST(CacheSummary, TextHasATableAndHumanUnits) {
   EXPECT_EQ(human_bytes(int64_t{3} << 30), "3.00 GiB");
 }
 
+TEST(CacheSummary, CellLayoutReportsItsPoolsAndTheirRealMaximum) {
+  // Example: 22 sliding(512) + 4 full layers, 4096 bytes per cell per layer (f16). 8 sessions
+  // x 4096 tokens = 32768 cells; steps of 512: the sliding pool holds 8 * 511 + 512 = 4600.
+  SummaryOptions o;
+  o.sessions = 8;
+  o.session_tokens = 4096;
+  o.config.kv_dtype = DType::kF16;
+  o.config.max_write = 512;
+  o.config.max_seqs = 8;
+  const auto j = cache_summary_json(example_model_geometry(), o);
+  ASSERT_FALSE(j.contains("error")) << j.dump();
+  EXPECT_EQ(j["kind"], "cell");
+  ASSERT_EQ(j["pools"].size(), 2u);
+  EXPECT_EQ(j["pools"][0]["window"], 0);
+  EXPECT_EQ(j["pools"][0]["layers"], (std::vector<int32_t>{5, 11, 17, 23}));
+  EXPECT_EQ(j["pools"][0]["cells"], 32768);
+  EXPECT_EQ(j["pools"][0]["bytes"], int64_t{4} * 32768 * 4096);
+  EXPECT_EQ(j["pools"][1]["window"], 512);
+  EXPECT_EQ(j["pools"][1]["cells"], 4600);
+  EXPECT_EQ(j["pools"][1]["bytes"], int64_t{22} * 4600 * 4096);
+  EXPECT_EQ(j["bytes_at_capacity"], int64_t{4} * 32768 * 4096 + int64_t{22} * 4600 * 4096);
+  EXPECT_EQ(j["all_positions_bytes_at_capacity"], int64_t{26} * 32768 * 4096);
+  EXPECT_EQ(j["max_seqs"], 8);
+  // One undo checkpoint: 511 cells of each of the 22 sliding layers.
+  EXPECT_EQ(j["checkpoint_bytes"], int64_t{22} * 511 * 4096);
+  o.kind = "sequence";
+  const auto q = cache_summary_json(example_model_geometry(), o);
+  EXPECT_FALSE(q.contains("pools"));
+  EXPECT_EQ(q["bytes_at_capacity"], q["sequence_bytes_at_capacity"]);
+  o.kind = "paged";
+  EXPECT_EQ(cache_summary_json(example_model_geometry(), o)["error"],
+            "kind = 'paged', expected cell or sequence");
+}
+
 TEST(CacheSummary, MixedWindowsAreGroupedByWindow) {
   ModelGeometry g;
   g.cache.layers = {{1, 8, 8, 0}, {1, 8, 8, 128}, {1, 8, 8, 512}, {1, 8, 8, 512}};

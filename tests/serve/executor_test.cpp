@@ -48,6 +48,7 @@ TEST_P(GreedyBatching, EveryRequestEqualsRunningItAlone) {
   o.prefix_cache = mix.prefix_cache;
   if (mix.pool_cells > 0) o.pool_cells = mix.pool_cells;
   auto ex = make(o);
+  const int64_t empty_free = ex->cache().free_cells();  // every pool empty
   ASSERT_NE(ex, nullptr);
   std::vector<size_t> order(kPrompts.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = mix.reversed ? order.size() - 1 - i : i;
@@ -67,11 +68,15 @@ TEST_P(GreedyBatching, EveryRequestEqualsRunningItAlone) {
   if (mix.pool_cells > 0 && mix.pool_cells < 400) {
     EXPECT_GT(s.preemptions, 0);  // 8 sessions of up to 126 tokens in 256-ish cells
   }
-  if (!mix.prefix_cache) EXPECT_EQ(s.prefix_hit_tokens, 0);
-  // Every prompt token was either fed or cloned once per admission.
-  EXPECT_GE(s.prefix_hit_tokens + s.prefix_miss_tokens, 0);
+  // Every prompt's tokens were counted once, as cloned or to prefill.
+  int64_t prompts = 0;
+  for (const std::string& text : kPrompts) prompts += static_cast<int64_t>(text.size());
+  EXPECT_EQ(s.prefix_hit_tokens + s.prefix_miss_tokens, prompts);
+  if (!mix.prefix_cache) {
+    EXPECT_EQ(s.prefix_hit_tokens, 0);
+  }
   ex->clear_prefix_cache();
-  EXPECT_EQ(ex->cache().free_cells(), ex->cache().capacity());
+  EXPECT_EQ(ex->cache().free_cells(), empty_free);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -152,6 +157,7 @@ TEST(Executor, RefusedRequestsChangeNothing) {
   ExecutorOptions o;
   o.max_sessions = 2;
   auto ex = make(o);
+  const int64_t empty_free = ex->cache().free_cells();  // every pool empty
   GenerateParams p;
   EXPECT_EQ(ex->submit({}, p).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ex->submit({300}, p).status().code(), StatusCode::kInvalidArgument);  // vocab 256
@@ -170,7 +176,7 @@ TEST(Executor, RefusedRequestsChangeNothing) {
   empty_stop.stop = {""};
   EXPECT_EQ(ex->submit(ids("x"), empty_stop).status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(ex->idle());
-  EXPECT_EQ(ex->cache().free_cells(), ex->cache().capacity());
+  EXPECT_EQ(ex->cache().free_cells(), empty_free);
   EXPECT_EQ(ex->stats().steps, 0);
 }
 
@@ -195,6 +201,7 @@ TEST(Executor, OpenRefusesAtMaxSessionsAndIdsAreNeverReused) {
   o.max_sessions = 2;
   o.prefix_cache = false;
   auto ex = make(o);
+  const int64_t empty_free = ex->cache().free_cells();  // every pool empty
   GenerateParams p;
   p.max_new_tokens = 4;
   const int64_t a = *ex->open(ids("In the"), p);
@@ -209,7 +216,7 @@ TEST(Executor, OpenRefusesAtMaxSessionsAndIdsAreNeverReused) {
   auto results = drain(*ex);
   EXPECT_EQ(results.at(a).completions[0].finish, Finish::kCancelled);
   EXPECT_EQ(results.at(d).completions[0].tokens, alone(ids("Let"), 4));
-  EXPECT_EQ(ex->cache().free_cells(), ex->cache().capacity());
+  EXPECT_EQ(ex->cache().free_cells(), empty_free);
 }
 
 TEST(Executor, CloneContinuesAPrefixWithoutRecomputingIt) {
@@ -220,11 +227,23 @@ TEST(Executor, CloneContinuesAPrefixWithoutRecomputingIt) {
   const std::vector<int32_t> prompt = ids("The LORD is my shepherd");
   const int64_t a = *ex->open(prompt, p);
   auto first = drain(*ex);
-  // The finished request's sequence is retained: clone its prompt and continue greedily.
+  // The finished request's sequence is retained (23 prompt + 29 fed generated tokens). Its
+  // sliding(32) pools keep only positions 21..51, so a clone of the prompt alone (which
+  // needs positions from -9 up to 21 in the window) is prefilled in full, and continues alike.
   const int64_t b = *ex->clone(a, static_cast<int64_t>(prompt.size()), p);
   auto second = drain(*ex);
-  EXPECT_EQ(second.at(b).cached_prompt_tokens, static_cast<int64_t>(prompt.size()) - 1);
+  EXPECT_EQ(second.at(b).cached_prompt_tokens, 0);
   EXPECT_EQ(second.at(b).completions[0].tokens, first.at(a).completions[0].tokens);
+  // Continuing the whole held conversation with more tokens shares all 52 positions.
+  std::vector<int32_t> held = prompt;
+  held.insert(held.end(), first.at(a).completions[0].tokens.begin(),
+              first.at(a).completions[0].tokens.end() - 1);
+  const std::vector<int32_t> more = ids(" And");
+  const int64_t c = *ex->clone(a, static_cast<int64_t>(held.size()), p, more);
+  auto third = drain(*ex);
+  EXPECT_EQ(third.at(c).cached_prompt_tokens, 52);
+  held.insert(held.end(), more.begin(), more.end());
+  EXPECT_EQ(third.at(c).completions[0].tokens, alone(held, 30));
   EXPECT_EQ(ex->clone(a, 0, p).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ex->clone(999, 1, p).status().code(), StatusCode::kNotFound);
 }
