@@ -22,6 +22,8 @@ struct TurnStats {
   double prefill_seconds = 0.0;
   double decode_seconds = 0.0;
   bool stopped_full = false;        // generation ended early: the cache had no room
+  int32_t eog_token = -1;           // the end-of-generation id that ended the turn; -1 = none
+                                    // (not in `generated`; fed at the next turn's start)
 };
 
 // Not thread-safe. Borrows the engine; `seq` must be live in its cache (sequence layout: 0).
@@ -34,10 +36,12 @@ class Session {
   Status prefill(std::span<const int32_t> tokens, Logits* last);
 
   // One turn: prefill (held-back token + prompt), then up to max_new_tokens sampled tokens.
-  // on_token (optional) sees each id as it is sampled. The turn is recorded for undo.
+  // on_token (optional) sees each id as it is sampled. is_eog (optional) ends the turn at a
+  // sampled id it accepts; that id is not reported. The turn is recorded for undo.
   Result<TurnStats> turn(std::span<const int32_t> prompt, int32_t max_new_tokens,
                          Sampler& sampler,
-                         const std::function<void(int32_t)>& on_token = nullptr);
+                         const std::function<void(int32_t)>& on_token = nullptr,
+                         const std::function<bool(int32_t)>& is_eog = nullptr);
 
   // Returns the cache to the start of the n-th last turn. FailedPrecondition when fewer turns
   // exist; OutOfRange when the cache no longer holds that position (a sliding ring moved past
