@@ -16,5 +16,6 @@ Runner add_inspect(CLI::App& app);
 Runner add_export(CLI::App& app);
 Runner add_run(CLI::App& app);
 Runner add_op_test(CLI::App& app);
+Runner add_tokenize(CLI::App& app);
 
 }  // namespace kvcache::tools

@@ -1,5 +1,5 @@
 // kvcache: the command-line front over the libraries. Subcommands: inspect, export, run,
-// op-test. Each lives in its own file (commands.h).
+// op-test, tokenize. Each lives in its own file (commands.h).
 #include <cstdio>
 #include <utility>
 #include <vector>
@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   add(kvcache::tools::add_inspect);
   add(kvcache::tools::add_export);
   add(kvcache::tools::add_op_test);
+  add(kvcache::tools::add_tokenize);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
