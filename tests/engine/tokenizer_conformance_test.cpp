@@ -56,7 +56,10 @@ std::vector<std::vector<int32_t>> read_outputs(const fs::path& p) {
 
 std::string join(const std::vector<int32_t>& ids) {
   std::string s;
-  for (int32_t id : ids) s += " " + std::to_string(id);
+  for (int32_t id : ids) {
+    s += ' ';
+    s += std::to_string(id);
+  }
   return s;
 }
 
