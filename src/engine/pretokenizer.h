@@ -45,8 +45,8 @@ class PreTokenizer {
   static std::vector<std::string> names();  // the accepted names, sorted
 
   const std::string& name() const { return name_; }
-  // Splits `text` into pieces whose concatenation is `text` (views into it). O(n) per pattern
-  // (the tables cost O(log ranges) per code point).
+  // Splits `text` (< 4 GiB; Tokenizer::encode caps it at 1 GiB) into pieces whose concatenation
+  // is `text` (views into it). O(n) per pattern (the tables cost O(log ranges) per code point).
   std::vector<std::string_view> split(std::string_view text) const;
 
  private:

@@ -85,6 +85,12 @@ TEST(PreTokenizer, DeepseekCoderSplitsNewlinesLettersPunctuationCjkAndDigits) {
   // symbols (\p{S}) so they stay between; the CJK run and each digit are pieces.
   EXPECT_EQ(split("deepseek-coder", "x=1+2; // \u6771\u4eac done\n"),
             (Pieces{"x", "=", "1", "+", "2", ";", " //", " ", "\u6771\u4eac", " done", "\n"}));
+  // On kText: each "\n" alone; "\s?\p{L}+" takes " \u4e2d\u6587" and "\tx", then the CJK
+  // stage re-splits that piece into " " and the CJK run; the emoji (\p{S}) and "!!" (\p{P})
+  // part; no contractions: "'" and "M" / "s" split.
+  EXPECT_EQ(split("deepseek-coder", kText),
+            (Pieces{"I", "'", "M", " ", " Going", " ", "1", "2", "3", "4", "5", " ", "\u4e2d\u6587",
+                    "\U0001F600", "!!", "\n", "\n", " ", " end", "'", "s", "\tx", "  "}));
 }
 
 TEST(PreTokenizer, DeepseekLlmUsesItsLetterAndPunctuationClasses) {
@@ -94,6 +100,11 @@ TEST(PreTokenizer, DeepseekLlmUsesItsLetterAndPunctuationClasses) {
   EXPECT_EQ(split("deepseek-llm", "Stra\u00dfe, \u6771\u4eac\uff01  \n12 Ab  "),
             (Pieces{"Stra", "\u00df", "e", ",", " ", "\u6771\u4eac", "\uff01", "  ", "\n", "12",
                     " Ab", "  "}));
+  // On kText: as deepseek-coder's stages but \p{N}+ keeps "12345" whole; the emoji is in no
+  // class and stays between "\u4e2d\u6587" and "!!".
+  EXPECT_EQ(split("deepseek-llm", kText),
+            (Pieces{"I", "'", "M", " ", " Going", " ", "12345", " ", "\u4e2d\u6587", "\U0001F600",
+                    "!!", "\n", "\n", " ", " end", "'", "s", "\tx", "  "}));
 }
 
 TEST(PreTokenizer, TekkenSplitsCamelCaseAndKeepsSlashWithNewlines) {
@@ -103,6 +114,11 @@ TEST(PreTokenizer, TekkenSplitsCamelCaseAndKeepsSlashWithNewlines) {
   EXPECT_EQ(split("tekken", "HTMLParser camelCase \u00c9COLE na\u00efve 3.14/\n"),
             (Pieces{"HTMLParser", " camel", "Case", " \u00c9COLE", " na\u00efve", " ", "3", ".",
                     "1", "4", "/\n"}));
+  // On kText: no contraction rule, but "'" may lead a letter run ("'M" by the second
+  // alternative, "'s" by the first); otherwise as qwen2 (one digit each, "!!\n\n" together).
+  EXPECT_EQ(split("tekken", kText),
+            (Pieces{"I", "'M", " ", " Going", " ", "1", "2", "3", "4", "5", " \u4e2d\u6587",
+                    "\U0001F600!!\n\n", " ", " end", "'s", "\tx", "  "}));
 }
 
 TEST(PreTokenizer, EmptyTextHasNoPieces) {
