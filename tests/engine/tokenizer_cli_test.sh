@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `kvcache tokenize` on the shared vocabulary fixtures: with --no-bos --no-parse-special every
 # case's ids equal its .out line (which carries one leading space); BOS by default, --json,
-# special-token parsing, refusals. Then `kvcache run` stops at an end-of-generation id unless
-# --ignore-eos. Usage: tokenizer_cli_test.sh KVCACHE_BIN FIXTURES_DIR SOURCE_DIR
+# special-token parsing, refusals. Then `kvcache run` encodes prompts with a SentencePiece
+# vocabulary (BOS, <s> parsed or not) and stops at an end-of-generation id unless --ignore-eos. Usage: tokenizer_cli_test.sh KVCACHE_BIN FIXTURES_DIR SOURCE_DIR
 set -euo pipefail
 bin=$1
 vocab=$2/vocab
@@ -67,6 +67,44 @@ for key, value, name in (("tokenizer.ggml.pre", "gpt-5", "pre"), ("tokenizer.ggm
 PY
 expect_error 'tokenizer.ggml.pre = "gpt-5"' "$tmp/pre.gguf" --text hi
 expect_error 'tokenizer.ggml.model = "t5"' "$tmp/model.gguf" --text hi
+
+# `run` on a SentencePiece model: a random one-layer llama carrying the Llama 2 vocabulary.
+PYTHONPATH="$src/scripts" "$py" - "$spm" "$tmp/spm_model.gguf" <<'PY'
+import sys
+import numpy as np
+import gguf_py
+voc = gguf_py.read(sys.argv[1])
+w = gguf_py.GGUFWriter()
+D, FF, H, V = 16, 32, 2, len(voc.kv["tokenizer.ggml.tokens"])
+for k, v in (("block_count", 1), ("embedding_length", D), ("feed_forward_length", FF),
+             ("context_length", 64), ("attention.head_count", H), ("attention.head_count_kv", H)):
+    w.add_uint32("llama." + k, v)
+w._add("general.architecture", gguf_py.STRING, "llama")
+w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+for k, v in voc.kv.items():
+    if k.startswith("tokenizer."):
+        vt, elem = voc.kv_types[k]
+        w._add(k, vt, v, elem)
+rng = np.random.default_rng(1)
+def t(*shape): return (rng.standard_normal(shape) * 0.1).astype(np.float32)
+w.add_tensor("token_embd.weight", t(V, D))
+for n, s in (("attn_norm", (D,)), ("ffn_norm", (D,))):
+    w.add_tensor(f"blk.0.{n}.weight", np.ones(s, np.float32))
+for n, s in (("attn_q", (D, D)), ("attn_k", (D, D)), ("attn_v", (D, D)), ("attn_output", (D, D)),
+             ("ffn_gate", (FF, D)), ("ffn_up", (FF, D)), ("ffn_down", (D, FF))):
+    w.add_tensor(f"blk.0.{n}.weight", t(*s))
+w.add_tensor("output_norm.weight", np.ones(D, np.float32))
+w.write(sys.argv[2])
+PY
+prompt_ids() { "$bin" run "$tmp/spm_model.gguf" --json --max-new-tokens 1 "$@" 2>/dev/null |
+               "$py" -c 'import json,sys; print(json.load(sys.stdin)["prompt_ids"])'; }
+got=$(prompt_ids --prompt "Hello world")
+[ "$got" = "[1, 15043, 3186]" ] || fail "run with SentencePiece: BOS + ids expected, got $got"
+got=$(prompt_ids --prompt "<s>Hi")
+# After a special token the raw run gets the space prefix again: "▁Hi" (6324), not "Hi".
+[ "$got" = "[1, 1, 6324]" ] || fail "run parses <s> in the prompt: got $got"
+got=$(prompt_ids --prompt "<s>Hi" --no-parse-special)
+[ "$got" = "[1, 529, 29879, 29958, 18567]" ] || fail "run --no-parse-special: got $got"
 
 # `run` stops at an end-of-generation id: the embedded model with an eos_token_id added.
 if ! "$bin" run --max-new-tokens 1 >/dev/null 2>&1; then echo "SKIP run: no embedded model"; exit 0; fi
