@@ -2,7 +2,8 @@
 # `kvcache tokenize` on the shared vocabulary fixtures: with --no-bos --no-parse-special every
 # case's ids equal its .out line (which carries one leading space); BOS by default, --json,
 # special-token parsing, refusals. Then `kvcache run` encodes prompts with a SentencePiece
-# vocabulary (BOS, <s> parsed or not) and stops at an end-of-generation id unless --ignore-eos. Usage: tokenizer_cli_test.sh KVCACHE_BIN FIXTURES_DIR SOURCE_DIR
+# vocabulary (BOS, <s> parsed or not) and stops at an end-of-generation id unless --ignore-eos.
+# Usage: tokenizer_cli_test.sh KVCACHE_BIN FIXTURES_DIR SOURCE_DIR
 set -euo pipefail
 bin=$1
 vocab=$2/vocab
