@@ -85,7 +85,8 @@ Runner add_tokenize(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("tokenize", "Print the token ids of a text (vocabulary only)");
   sub->add_option("model", args->model, "GGUF file with a tokenizer.ggml.* vocabulary")->required();
   CLI::Option* text = sub->add_option("--text", args->text, "Text to tokenize");
-  CLI::Option* file = sub->add_option("--text-file", args->text_file, "File whose bytes to tokenize");
+  CLI::Option* file =
+      sub->add_option("--text-file", args->text_file, "File whose bytes to tokenize");
   text->excludes(file);
   sub->add_flag("--no-bos", args->no_bos, "Add neither BOS nor EOS (default: as the file says)");
   sub->add_flag("--no-parse-special", args->no_parse_special,

@@ -102,9 +102,11 @@ class Matcher {
       case PrePattern::kNumbers: return run(i, end, [&](size_t k) { return has(k, kN); });
       case PrePattern::kDigit: return has(i, kN) ? i + 1 : i;
       case PrePattern::kLetters:
-        return opt_run(i, end, [&](size_t k) { return ws(k); }, [&](size_t k) { return has(k, kL); });
+        return opt_run(i, end, [&](size_t k) { return ws(k); },
+                       [&](size_t k) { return has(k, kL); });
       case PrePattern::kPunct:
-        return opt_run(i, end, [&](size_t k) { return ws(k); }, [&](size_t k) { return has(k, kP); });
+        return opt_run(i, end, [&](size_t k) { return ws(k); },
+                       [&](size_t k) { return has(k, kP); });
       case PrePattern::kFalconPunct:
         return run(i, end, [&](size_t k) {
           const uint32_t c = cp_[k];
@@ -179,7 +181,8 @@ class Matcher {
     if (j > i) return j;
     auto lead = [&](size_t k) { return !is_crlf(cp_[k]) && !has(k, kL | kN); };
     if ((j = opt_run(i, end, lead, [&](size_t k) { return has(k, kL); })) > i) return j;
-    if (has(i, kN)) return run(i, std::min(end, i + max_digits), [&](size_t k) { return has(k, kN); });
+    if (has(i, kN))
+      return run(i, std::min(end, i + max_digits), [&](size_t k) { return has(k, kN); });
     if ((j = punct_run(i, end, false)) > i) return j;
     if ((j = spaces_to_newline(i, end)) > i) return j;
     return spaces(i, end);
@@ -199,7 +202,8 @@ class Matcher {
     for (int with = can_lead ? 1 : 0; with >= 0; --with) {
       const size_t s = i + static_cast<size_t>(with);
       const size_t q = run(s, end, [&](size_t k) { return has(k, kUpperish); });
-      if (q < end && has(q, kLowerish)) return run(q, end, [&](size_t k) { return has(k, kLowerish); });
+      if (q < end && has(q, kLowerish))
+        return run(q, end, [&](size_t k) { return has(k, kLowerish); });
       for (size_t p = q; p > s; --p)  // give back U chars until one can start W+
         if (has(p - 1, kLowerish)) return p;
     }

@@ -19,9 +19,10 @@ enum class PrePattern {
   kLlama3,          // (?i:'s|..)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
                     //   \s*[\r\n]+|\s+(?!\S)|\s+
   kQwen2,           // as kLlama3 with \p{N} (one digit per piece)
-  kTekken,          // [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|
-                    //   [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|
-                    //   \p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+  // tekken, with U = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and W = [\p{Ll}\p{Lm}\p{Lo}\p{M}]:
+  //   [^\r\n\p{L}\p{N}]?U*W+|[^\r\n\p{L}\p{N}]?U+W*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|
+  //   \s*[\r\n]+|\s+(?!\S)|\s+
+  kTekken,
   kNewline,         // [\r\n]
   kDsLlmLetters,    // \s?[A-Za-zµÀ-ÖØ-öø-ƺ...]+ (the cased-letter ranges of deepseek-llm)
   kDsLlmPunct,      // \s?[!-/:-~！-／：-～‘-‟　-。]+

@@ -29,10 +29,9 @@ struct Tokenizer::Impl {
       const std::string& s = vocab.tokens[static_cast<size_t>(id)];
       if (special && !s.empty()) special_by_byte[static_cast<unsigned char>(s[0])].push_back(id);
     }
+    auto len = [&](int32_t id) { return vocab.tokens[static_cast<size_t>(id)].size(); };
     for (auto& b : special_by_byte)
-      std::stable_sort(b.begin(), b.end(), [&](int32_t x, int32_t y) {
-        return vocab.tokens[static_cast<size_t>(x)].size() > vocab.tokens[static_cast<size_t>(y)].size();
-      });
+      std::stable_sort(b.begin(), b.end(), [&](int32_t x, int32_t y) { return len(x) > len(y); });
   }
   // The special token spelled at text[pos], longest first; -1 when none.
   int32_t special_at(std::string_view text, size_t pos, bool parse_special) const {
@@ -83,7 +82,8 @@ Result<Tokenizer> Tokenizer::bpe(std::vector<std::string> tokens,
 
 Result<Tokenizer> Tokenizer::from_gguf(const gguf::GgufFile& file) {
   int32_t vocab = 0;
-  if (const gguf::TensorInfo* e = file.tensor("token_embd.weight"); e != nullptr && e->dims.size() == 2)
+  const gguf::TensorInfo* e = file.tensor("token_embd.weight");
+  if (e != nullptr && e->dims.size() == 2)
     vocab = static_cast<int32_t>(std::min<int64_t>(e->dims[1], int64_t{1} << 30));
   return from_gguf(file, vocab);
 }

@@ -48,7 +48,8 @@ class Tokenizer {
   Kind kind() const { return kind_; }
   std::string_view kind_name() const;  // "bytes", "bpe (PRE)", "spm"
   // InvalidArgument when a piece has no token and no fallback (no byte tokens, no unknown).
-  Result<std::vector<int32_t>> encode(std::string_view text, const EncodeOptions& options = {}) const;
+  Result<std::vector<int32_t>> encode(std::string_view text,
+                                      const EncodeOptions& options = {}) const;
   // Concatenated text of the ids; CONTROL tokens and ids outside the vocabulary print nothing.
   std::string decode(std::span<const int32_t> ids) const;
   std::string decode_one(int32_t id) const { return decode(std::span<const int32_t>(&id, 1)); }

@@ -8,7 +8,9 @@
 namespace kvcache::engine {
 namespace {
 
-bool printable(uint32_t b) { return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE; }
+bool printable(uint32_t b) {
+  return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+}
 
 // Code point of byte b's alphabet character (GPT-2: printable bytes map to themselves, the
 // rest to 256, 257, ... in byte order).
@@ -50,7 +52,8 @@ int byte_from_unicode(uint32_t cp) {
   static const auto* table = [] {
     auto* t = new std::array<int16_t, 512>();
     t->fill(-1);
-    for (int b = 0; b < 256; ++b) (*t)[alphabet_cp(static_cast<uint8_t>(b))] = static_cast<int16_t>(b);
+    for (int b = 0; b < 256; ++b)
+      (*t)[alphabet_cp(static_cast<uint8_t>(b))] = static_cast<int16_t>(b);
     return t;
   }();
   return cp < table->size() ? (*table)[cp] : -1;
@@ -130,10 +133,9 @@ Status BpeEncoder::encode_word(std::string_view word, std::vector<int32_t>& out)
     } else if (vocab_->unk >= 0) {
       out.push_back(vocab_->unk);
     } else {
-      return invalid_argument("tokenizer encode: the vocabulary has no token for byte 0x" +
-                              std::string(1, "0123456789ABCDEF"[static_cast<unsigned char>(word[syms[i].start]) >> 4]) +
-                              std::string(1, "0123456789ABCDEF"[static_cast<unsigned char>(word[syms[i].start]) & 15]) +
-                              " and no unknown token");
+      const auto byte = static_cast<uint8_t>(word[syms[i].start]);
+      return invalid_argument("tokenizer encode: the vocabulary has no token for byte " +
+                              hex_byte(byte) + " and no unknown token");
     }
   }
   return ok_status();

@@ -45,7 +45,8 @@ SpmEncoder::SpmEncoder(const Vocab& vocab) : vocab_(&vocab) {
   }
 }
 
-Status SpmEncoder::encode(std::string_view raw, bool space_prefix, std::vector<int32_t>& out) const {
+Status SpmEncoder::encode(std::string_view raw, bool space_prefix,
+                          std::vector<int32_t>& out) const {
   if (raw.empty()) return ok_status();
   std::string text;
   text.reserve(raw.size() * 3 + 3);
@@ -96,9 +97,8 @@ Status SpmEncoder::encode(std::string_view raw, bool space_prefix, std::vector<i
     for (unsigned char b : piece) {
       const int32_t byte_id = byte_ids_[b] >= 0 ? byte_ids_[b] : vocab_->unk;
       if (byte_id < 0)
-        return invalid_argument("tokenizer encode: no token, <0x" + std::string(1, "0123456789ABCDEF"[b >> 4]) +
-                                std::string(1, "0123456789ABCDEF"[b & 15]) +
-                                "> byte token or unknown token for \"" + std::string(piece) + "\"");
+        return invalid_argument("tokenizer encode: no piece, byte token or unknown token for " +
+                                hex_byte(b) + " in \"" + std::string(piece) + "\"");
       out.push_back(byte_id);
     }
   }

@@ -10,8 +10,8 @@ namespace kvcache::engine {
 
 UnicodeCat unicode_cat(uint32_t cp) {
   const auto& t = unicode_data::kCatRanges;
-  auto it = std::upper_bound(std::begin(t), std::end(t), cp,
-                             [](uint32_t c, const unicode_data::CatRange& r) { return c < r.first; });
+  auto before = [](uint32_t c, const unicode_data::CatRange& r) { return c < r.first; };
+  auto it = std::upper_bound(std::begin(t), std::end(t), cp, before);
   if (it == std::begin(t)) return UnicodeCat::kUnassigned;
   --it;
   return cp <= it->last ? static_cast<UnicodeCat>(it->cat) : UnicodeCat::kUnassigned;
@@ -55,6 +55,11 @@ std::string utf8_encode(uint32_t cp) {
     s += static_cast<char>(0x80 | (cp & 0x3F));
   }
   return s;
+}
+
+std::string hex_byte(uint8_t b) {
+  constexpr char kHex[] = "0123456789ABCDEF";
+  return std::string("0x") + kHex[b >> 4] + kHex[b & 15];
 }
 
 CodePoints utf8_decode(std::string_view text) {

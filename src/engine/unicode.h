@@ -24,6 +24,7 @@ bool is_white_space(uint32_t cp);     // the Unicode White_Space property (regex
 // Length of the UTF-8 sequence a lead byte announces (1 for a stray continuation byte).
 size_t utf8_len(unsigned char lead);
 std::string utf8_encode(uint32_t cp);
+std::string hex_byte(uint8_t b);  // "0x41": for messages naming a byte
 
 // Code points of `text` with the byte offset where each starts (offsets.size() = cps.size()+1,
 // the last entry = text.size()).
