@@ -24,7 +24,8 @@ const Tokenizer& tokenizer(const std::string& name) {
   static std::map<std::string, Tokenizer> cache;
   auto it = cache.find(name);
   if (it != cache.end()) return it->second;
-  const std::string path = std::string(KVCACHE_FIXTURES_DIR) + "/vocab/ggml-vocab-" + name + ".gguf";
+  const std::string path =
+      std::string(KVCACHE_FIXTURES_DIR) + "/vocab/ggml-vocab-" + name + ".gguf";
   Result<gguf::GgufFile> f = gguf::GgufFile::open(path);
   if (!f.ok()) {
     std::fprintf(stderr, "tokenizer bench: %s\n", f.status().message().c_str());
@@ -92,7 +93,8 @@ void BM_Encode(benchmark::State& state, const std::string& vocab, TextKind kind)
     n_tokens = ids->size();
     benchmark::DoNotOptimize(ids->data());
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(text.size()));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(text.size()));
   state.counters["tokens"] = static_cast<double>(n_tokens);
   state.counters["probe_ratio"] = benchmark::Counter(
       static_cast<double>(text.size()) / probe, benchmark::Counter::kIsIterationInvariantRate);

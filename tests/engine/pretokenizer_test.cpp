@@ -122,7 +122,8 @@ TEST(PreTokenizer, TekkenSplitsCamelCaseAndKeepsSlashWithNewlines) {
 }
 
 TEST(PreTokenizer, EmptyTextHasNoPieces) {
-  for (const std::string& name : PreTokenizer::names()) EXPECT_TRUE(split(name, "").empty()) << name;
+  for (const std::string& name : PreTokenizer::names())
+    EXPECT_TRUE(split(name, "").empty()) << name;
 }
 
 TEST(PreTokenizer, InvalidUtf8BytesStayInThePieces) {

@@ -52,7 +52,8 @@ std::vector<uint8_t> spm_seed() {
 std::vector<uint8_t> bpe_seed() {
   std::vector<std::string> tokens;
   for (int b = 0; b < 256; ++b) tokens.push_back(byte_to_unicode(static_cast<uint8_t>(b)));
-  for (const char* s : {"He", "ll", "llo", "\xC4\xA0w", "<|im_end|>", "<tool>"}) tokens.push_back(s);
+  for (const char* s : {"He", "ll", "llo", "\xC4\xA0w", "<|im_end|>", "<tool>"})
+    tokens.push_back(s);
   std::vector<int32_t> types(tokens.size(), 1);
   types[260] = 3;
   types[261] = 4;
@@ -88,10 +89,12 @@ TEST(TokenizerFuzzReplay, SeedsTruncationsAndCorruptionsRunCleanly) {
   }
   EXPECT_GT(inputs, 1000);
   if (const char* dir = std::getenv("KVCACHE_WRITE_TOKENIZER_SEEDS")) {
-    std::ofstream(fs::path(dir) / "seed_spm.gguf", std::ios::binary)
-        .write(reinterpret_cast<const char*>(spm_seed().data()), static_cast<long>(spm_seed().size()));
-    std::ofstream(fs::path(dir) / "seed_bpe.gguf", std::ios::binary)
-        .write(reinterpret_cast<const char*>(bpe_seed().data()), static_cast<long>(bpe_seed().size()));
+    auto write = [&](const char* name, const std::vector<uint8_t>& b) {
+      std::ofstream(fs::path(dir) / name, std::ios::binary)
+          .write(reinterpret_cast<const char*>(b.data()), static_cast<long>(b.size()));
+    };
+    write("seed_spm.gguf", spm_seed());
+    write("seed_bpe.gguf", bpe_seed());
   }
 }
 
@@ -101,7 +104,8 @@ TEST(TokenizerFuzzReplay, CorpusFilesRunCleanly) {
   if (fs::exists(dir))
     for (const auto& e : fs::directory_iterator(dir)) {
       std::ifstream in(e.path(), std::ios::binary);
-      std::vector<uint8_t> b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      std::vector<uint8_t> b((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
       SCOPED_TRACE(e.path().string());
       EXPECT_EQ(run(b), 0);
       ++n;

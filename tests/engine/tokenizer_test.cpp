@@ -203,7 +203,8 @@ TEST(SentencePiece, DecodeSkipsControlTokensAndRestoresSpacesAndBytes) {
 gguf::GgufWriter bpe_special_writer() {
   std::vector<std::string> tokens = byte_vocab();
   std::vector<int32_t> types(256, 1);
-  for (const char* s : {"<|endoftext|>", "<|im_end|>", "<tool>", "<|im_start|>"}) tokens.push_back(s);
+  for (const char* s : {"<|endoftext|>", "<|im_end|>", "<tool>", "<|im_start|>"})
+    tokens.push_back(s);
   for (int32_t ty : {3, 3, 4, 3}) types.push_back(ty);
   gguf::GgufWriter w;
   w.set_string("tokenizer.ggml.model", "gpt2");
@@ -307,7 +308,8 @@ TEST(Tokenizer, MalformedVocabularyKeysAreRefusedNamingTheKey) {
     const char* expect;
   };
   const Case cases[] = {
-      {"bos out of range", [](gguf::GgufWriter& w) { w.set_uint32("tokenizer.ggml.bos_token_id", 999); },
+      {"bos out of range",
+       [](gguf::GgufWriter& w) { w.set_uint32("tokenizer.ggml.bos_token_id", 999); },
        "tokenizer.ggml.bos_token_id = 999"},
       {"short token_type", [](gguf::GgufWriter& w) {
          w.set_int32_array("tokenizer.ggml.token_type", std::vector<int32_t>{1, 1}); },
