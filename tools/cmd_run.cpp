@@ -4,6 +4,7 @@
 // stdout. Logs, the cache summary and timings go to stderr. See SPEC §8.
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -52,6 +53,8 @@ struct RunFlags {
   bool json = false;
   std::string dump_logits;
   bool reference = false;
+  bool ignore_eos = false;
+  bool no_parse_special = false;
 };
 
 // Everything a run needs, built from the flags.
@@ -127,6 +130,9 @@ void add_flags(CLI::App* cmd, RunFlags& f) {
   cmd->add_flag("--interactive", f.interactive,
                 "Read prompts from stdin line by line (/undo [N], /reset, /quit)");
   cmd->add_flag("--json", f.json, "Print one JSON object on stdout");
+  cmd->add_flag("--ignore-eos", f.ignore_eos, "Keep generating past end-of-generation tokens");
+  cmd->add_flag("--no-parse-special", f.no_parse_special,
+                "Encode control-token text in prompts as plain text");
   cmd->add_option("--dump-logits", f.dump_logits,
                   "Write the prompt's logits [T, vocab] as float32 .npy and exit")
       ->group("");  // hidden: a testing aid
@@ -187,9 +193,18 @@ Status setup_cache(const RunFlags& f, Loaded& l) {
   return ok_status();
 }
 
+// BOS/EOS as the file says only at the start of a conversation.
+Result<std::vector<int32_t>> encode(const RunFlags& f, const Loaded& l, const std::string& text,
+                                    bool conversation_start) {
+  engine::EncodeOptions o;
+  o.add_special = conversation_start;
+  o.parse_special = !f.no_parse_special;
+  return l.tokenizer->encode(text, o);
+}
+
 Result<std::vector<int32_t>> prompt_tokens(const RunFlags& f, const Loaded& l,
                                            const std::string& text) {
-  if (f.prompt_ids.empty()) return l.tokenizer->encode(text);
+  if (f.prompt_ids.empty()) return encode(f, l, text, true);
   std::string err;
   auto ids = parse_list(f.prompt_ids, "--prompt-ids", err);
   if (!ids) return invalid_argument(err);
@@ -283,7 +298,9 @@ Status run_turn(const RunFlags& f, Loaded& l, engine::Session& session, engine::
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
   };
-  Result<engine::TurnStats> st = session.turn(prompt, f.max_new_tokens, sampler, on_token);
+  std::function<bool(int32_t)> is_eog;
+  if (!f.ignore_eos) is_eog = [&](int32_t tok) { return l.tokenizer->is_eog(tok); };
+  Result<engine::TurnStats> st = session.turn(prompt, f.max_new_tokens, sampler, on_token, is_eog);
   if (!st.ok()) return st.status();
   const double pre = per_s(st->prefill_tokens, st->prefill_seconds);
   const double dec = per_s(st->decode_tokens, st->decode_seconds);
@@ -299,6 +316,7 @@ Status run_turn(const RunFlags& f, Loaded& l, engine::Session& session, engine::
     j["decode_seconds"] = st->decode_seconds;
     j["position"] = session.pos();
     j["stopped_full"] = st->stopped_full;
+    j["eog_token"] = st->eog_token;  // -1 when the turn did not end at one
     j["step_tokens"] = l.setup.step_tokens;
     j["cache_kind"] = l.setup.kind;
     j["threads"] = cpu::global_pool().size();
@@ -359,7 +377,7 @@ int interactive(const RunFlags& f, Loaded& l, engine::Session& session,
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line == "/quit") break;
     if (!command(line, session) && !line.empty()) {
-      Result<std::vector<int32_t>> ids = l.tokenizer->encode(line);
+      Result<std::vector<int32_t>> ids = encode(f, l, line, session.pos() == 0);
       Status s = ids.ok() ? run_turn(f, l, session, sampler, *ids) : ids.status();
       if (!s.ok()) std::fprintf(stderr, "kvcache run: %s\n", s.message().c_str());
     }

@@ -18,5 +18,6 @@ Runner add_run(CLI::App& app);
 Runner add_op_test(CLI::App& app);
 Runner add_batch(CLI::App& app);
 Runner add_quantize(CLI::App& app);
+Runner add_tokenize(CLI::App& app);
 
 }  // namespace kvcache::tools

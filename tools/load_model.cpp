@@ -24,12 +24,7 @@ Result<LoadedModel> load_model(const std::string& path) {
   Result<engine::Tokenizer> tok = engine::Tokenizer::from_gguf(*l.file, l.model->hparams().vocab);
   if (!tok.ok()) return tok.status();
   l.tokenizer = std::move(*tok);
-  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
-                          "tokenizer.ggml.eom_token_id"}) {
-    Result<int64_t> v = l.file->get_int(key);
-    if (v.ok() && *v >= 0 && *v < l.model->hparams().vocab)
-      l.eog_ids.push_back(static_cast<int32_t>(*v));
-  }
+  l.eog_ids = l.tokenizer->eog_ids();
   l.name = path.empty() ? "tiny" : std::filesystem::path(path).stem().string();
   return l;
 }

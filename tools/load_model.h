@@ -19,7 +19,7 @@ struct LoadedModel {
   std::unique_ptr<engine::Model> model;
   std::optional<engine::Tokenizer> tokenizer;
   std::string name;  // the file's stem, or "tiny" for the embedded model
-  std::vector<int32_t> eog_ids;  // end-of-generation ids (eos/eot/eom keys in the vocabulary)
+  std::vector<int32_t> eog_ids;  // end-of-generation ids (the tokenizer's set)
 };
 
 // path empty = the embedded model (NotFound when this build has none).

@@ -1,5 +1,6 @@
 // kvcache: the command-line front over the libraries. Subcommands: inspect, export, run,
 // op-test, quantize. Each lives in its own file (commands.h).
+// op-test, tokenize. Each lives in its own file (commands.h).
 #include <cstdio>
 #include <utility>
 #include <vector>
@@ -21,6 +22,7 @@ int main(int argc, char** argv) {
   add(kvcache::tools::add_op_test);
   add(kvcache::tools::add_batch);
   add(kvcache::tools::add_quantize);
+  add(kvcache::tools::add_tokenize);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -77,7 +77,8 @@ Status Session::prefill(std::span<const int32_t> tokens, Logits* last) {
 }
 
 Result<TurnStats> Session::turn(std::span<const int32_t> prompt, int32_t max_new_tokens,
-                                Sampler& sampler, const std::function<void(int32_t)>& on_token) {
+                                Sampler& sampler, const std::function<void(int32_t)>& on_token,
+                                const std::function<bool(int32_t)>& is_eog) {
   std::vector<int32_t> feed = pending_;
   feed.insert(feed.end(), prompt.begin(), prompt.end());
   if (feed.empty()) return invalid_argument("session turn: the prompt is empty");
@@ -105,6 +106,11 @@ Result<TurnStats> Session::turn(std::span<const int32_t> prompt, int32_t max_new
   t0 = std::chrono::steady_clock::now();
   for (int32_t k = 0; k < max_new_tokens; ++k) {
     const int32_t tok = sampler.sample(logits_.row(0));
+    if (is_eog && is_eog(tok)) {
+      pending_.push_back(tok);
+      st.eog_token = tok;
+      break;
+    }
     st.generated.push_back(tok);
     if (on_token) on_token(tok);
     if (k + 1 == max_new_tokens) {

@@ -28,6 +28,8 @@ struct TurnStats {
   double decode_seconds = 0.0;
   bool stopped_full = false;        // generation ended early: the cache had no room
   int64_t checkpoint_bytes = 0;     // K/V bytes saved at the turn's start for undo
+  int32_t eog_token = -1;           // the end-of-generation id that ended the turn; -1 = none
+                                    // (not in `generated`; fed at the next turn's start)
 };
 
 // Not thread-safe. Borrows the engine; `seq` must be live in its cache (sequence layout: 0).
@@ -43,11 +45,13 @@ class Session {
   Status prefill(std::span<const int32_t> tokens, Logits* last);
 
   // One turn: prefill (held-back token + prompt), then up to max_new_tokens sampled tokens.
-  // on_token (optional) sees each id as it is sampled. The turn is recorded for undo.
+  // on_token (optional) sees each id as it is sampled. is_eog (optional) ends the turn at a
+  // sampled id it accepts; that id is not reported. The turn is recorded for undo.
   // A refused prefill (e.g. the prompt does not fit) leaves the conversation as it was.
   Result<TurnStats> turn(std::span<const int32_t> prompt, int32_t max_new_tokens,
                          Sampler& sampler,
-                         const std::function<void(int32_t)>& on_token = nullptr);
+                         const std::function<void(int32_t)>& on_token = nullptr,
+                         const std::function<bool(int32_t)>& is_eog = nullptr);
 
   // Returns the cache to the start of the n-th last turn. FailedPrecondition when fewer turns
   // exist; OutOfRange when the cache no longer holds that position and nothing was saved for

@@ -1,227 +1,220 @@
-// Raw-byte and GPT-2 byte-level BPE tokenizers. See tokenizer.h.
-//
-// The pre-tokenizer approximates GPT-2's pattern
-//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-// by byte classes: ASCII letters and every byte >= 0x80 count as letters (so UTF-8 words stay
-// whole), ASCII digits as numbers, space/tab/newline/CR/VT/FF as whitespace, the rest as
-// punctuation. A whitespace run followed by a non-space leaves its last space to the next piece.
+// Special tokens, BOS/EOS, dispatch and decoding. See tokenizer.h.
 #include "engine/tokenizer.h"
 
-#include <climits>
+#include <algorithm>
+#include <optional>
 #include <utility>
 
+#include "engine/pretokenizer.h"
+#include "engine/tokenizer_bpe.h"
+#include "engine/tokenizer_spm.h"
+#include "engine/vocab.h"
+
 namespace kvcache::engine {
+
+struct Tokenizer::Impl {
+  Vocab vocab;
+  std::optional<SpmEncoder> spm;
+  std::optional<BpeEncoder> bpe;
+  std::string name;
+  // Tokens matched in text, bucketed by first byte, longest first: CONTROL/UNKNOWN (only when
+  // parse_special) and USER_DEFINED (always).
+  std::vector<std::vector<int32_t>> special_by_byte = std::vector<std::vector<int32_t>>(256);
+
+  void index_specials() {
+    for (int32_t id = 0; id < vocab.size(); ++id) {
+      const TokenType t = vocab.type(id);
+      const bool special = t == TokenType::kControl || t == TokenType::kUserDefined ||
+                           t == TokenType::kUnknown;
+      const std::string& s = vocab.tokens[static_cast<size_t>(id)];
+      if (special && !s.empty()) special_by_byte[static_cast<unsigned char>(s[0])].push_back(id);
+    }
+    auto len = [&](int32_t id) { return vocab.tokens[static_cast<size_t>(id)].size(); };
+    for (auto& b : special_by_byte)
+      std::stable_sort(b.begin(), b.end(), [&](int32_t x, int32_t y) { return len(x) > len(y); });
+  }
+  // The special token spelled at text[pos], longest first; -1 when none.
+  int32_t special_at(std::string_view text, size_t pos, bool parse_special) const {
+    for (int32_t id : special_by_byte[static_cast<unsigned char>(text[pos])]) {
+      if (!parse_special && vocab.type(id) != TokenType::kUserDefined) continue;
+      const std::string& s = vocab.tokens[static_cast<size_t>(id)];
+      if (text.compare(pos, s.size(), s) == 0) return id;
+    }
+    return -1;
+  }
+  Status encode_raw(std::string_view run, bool after_special, std::vector<int32_t>& out) const {
+    if (spm) return spm->encode(run, after_special && vocab.add_space_prefix, out);
+    return bpe->encode(run, out);
+  }
+};
+
 namespace {
 
-enum class Cls { kLetter, kDigit, kSpace, kOther };
-
-Cls classify(unsigned char c) {
-  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c >= 0x80) return Cls::kLetter;
-  if (c >= '0' && c <= '9') return Cls::kDigit;
-  if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f')
-    return Cls::kSpace;
-  return Cls::kOther;
-}
-
-std::string utf8(uint32_t cp) {
-  std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    s += static_cast<char>(0xE0 | (cp >> 12));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
-
-// Code point of the alphabet's character for byte b (GPT-2: printable bytes map to
-// themselves, the rest to 256, 257, ... in byte order).
-uint32_t alphabet_cp(uint8_t b) {
-  const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-  if (printable) return b;
-  uint32_t n = 0;
-  for (uint32_t x = 0; x < b; ++x) {
-    const bool p = (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE;
-    if (!p) ++n;
-  }
-  return 256 + n;
-}
-
-// Reverse map: UTF-8 of an alphabet character -> byte.
-const std::unordered_map<std::string, uint8_t>& unicode_to_byte() {
-  static const auto* map = [] {
-    auto* m = new std::unordered_map<std::string, uint8_t>();
-    for (int b = 0; b < 256; ++b) (*m)[byte_to_unicode(static_cast<uint8_t>(b))] = static_cast<uint8_t>(b);
-    return m;
-  }();
-  return *map;
-}
-
-// Length of the UTF-8 sequence starting with byte c (1 for invalid lead bytes).
-size_t utf8_len(unsigned char c) {
-  if (c >= 0xF0 && c < 0xF8) return 4;
-  if (c >= 0xE0) return c < 0xF0 ? 3 : 1;
-  if (c >= 0xC0) return 2;
-  return 1;
+// vocab <= 0: the token count decides; else the list must fit in the model's rows.
+Status check_fits(const Vocab& v, int32_t vocab) {
+  if (vocab > 0 && v.size() > vocab)
+    return invalid_argument("tokenizer: tokenizer.ggml.tokens has " + std::to_string(v.size()) +
+                            " entries, the model's vocab is " + std::to_string(vocab));
+  return ok_status();
 }
 
 }  // namespace
 
-std::string byte_to_unicode(uint8_t b) { return utf8(alphabet_cp(b)); }
-
-std::vector<std::string_view> pretokenize(std::string_view text) {
-  std::vector<std::string_view> out;
-  const size_t n = text.size();
-  size_t i = 0;
-  auto cls = [&](size_t k) { return classify(static_cast<unsigned char>(text[k])); };
-  while (i < n) {
-    const size_t start = i;
-    if (text[i] == '\'' && i + 1 < n) {  // contractions
-      static constexpr std::string_view kSuffixes[] = {"re", "ve", "ll", "s", "t", "m", "d"};
-      bool hit = false;
-      for (std::string_view s : kSuffixes)
-        if (text.substr(i + 1, s.size()) == s) {
-          out.push_back(text.substr(i, 1 + s.size()));
-          i += 1 + s.size();
-          hit = true;
-          break;
-        }
-      if (hit) continue;
-    }
-    size_t j = i;
-    if (text[j] == ' ' && j + 1 < n && cls(j + 1) != Cls::kSpace) ++j;  // optional space
-    const Cls c = cls(j);
-    if (c == Cls::kSpace) {
-      while (j < n && cls(j) == Cls::kSpace) ++j;
-      // \s+(?!\S): leave the last space for the following word.
-      if (j < n && j - start > 1) --j;
-      out.push_back(text.substr(start, j - start));
-      i = j;
-      continue;
-    }
-    while (j < n && cls(j) == c) ++j;
-    out.push_back(text.substr(start, j - start));
-    i = j;
-  }
-  return out;
-}
-
 Tokenizer Tokenizer::bytes() { return Tokenizer(); }
 
 Result<Tokenizer> Tokenizer::bpe(std::vector<std::string> tokens,
-                                 const std::vector<std::string>& merges) {
+                                 const std::vector<std::string>& merges, std::string_view pre) {
+  Result<PreTokenizer> p = PreTokenizer::from_name(pre);
+  if (!p.ok()) return p.status();
+  auto impl = std::make_shared<Impl>();
+  impl->vocab.tokens = std::move(tokens);
+  finish_vocab(impl->vocab);
+  Result<BpeEncoder> e = BpeEncoder::build(impl->vocab, merges, std::move(*p), false);
+  if (!e.ok()) return e.status();
+  impl->bpe.emplace(std::move(*e));
+  impl->name = "bpe (" + std::string(pre) + ")";
+  impl->index_specials();
   Tokenizer t;
   t.kind_ = Kind::kBpe;
-  for (size_t i = 0; i < tokens.size(); ++i)
-    t.ids_.emplace(tokens[i], static_cast<int32_t>(i));  // first spelling wins
-  t.tokens_ = std::move(tokens);
-  for (size_t r = 0; r < merges.size(); ++r) {
-    const size_t sp = merges[r].find(' ');
-    if (sp == std::string::npos || sp == 0 || sp + 1 >= merges[r].size())
-      return invalid_argument("tokenizer: tokenizer.ggml.merges[" + std::to_string(r) +
-                              "] = \"" + merges[r] + "\", expected \"left right\"");
-    t.merge_rank_.emplace(merges[r], static_cast<int32_t>(r));
-  }
+  t.impl_ = std::move(impl);
   return t;
+}
+
+Result<Tokenizer> Tokenizer::from_gguf(const gguf::GgufFile& file) {
+  int32_t vocab = 0;
+  const gguf::TensorInfo* e = file.tensor("token_embd.weight");
+  if (e != nullptr && e->dims.size() == 2)
+    vocab = static_cast<int32_t>(std::min<int64_t>(e->dims[1], int64_t{1} << 30));
+  return from_gguf(file, vocab);
 }
 
 Result<Tokenizer> Tokenizer::from_gguf(const gguf::GgufFile& file, int32_t vocab) {
   Result<std::string> model = file.get_string("tokenizer.ggml.model");
   if (!model.ok()) {
-    if (model.status().code() != StatusCode::kNotFound) return model.status();
-    if (vocab < 256)
+    if (model.status().code() != StatusCode::kNotFound)
+      return Status(model.status().code(), "tokenizer: " + model.status().message());
+    if (vocab > 0 && vocab < 256)
       return invalid_argument("tokenizer: raw-byte tokens need vocab >= 256, the model has " +
                               std::to_string(vocab));
     return bytes();
   }
-  if (*model != "gpt2")
+  const bool spm = *model == "llama";
+  if (!spm && *model != "gpt2")
     return invalid_argument("tokenizer: tokenizer.ggml.model = \"" + *model +
-                            "\" is not supported, expected \"gpt2\" (or no key for raw bytes)");
-  Result<std::vector<std::string>> tokens = file.get_string_array("tokenizer.ggml.tokens");
-  if (!tokens.ok()) return Status(tokens.status().code(), "tokenizer: " + tokens.status().message());
-  if (tokens->size() > static_cast<size_t>(vocab))
-    return invalid_argument("tokenizer: tokenizer.ggml.tokens has " +
-                            std::to_string(tokens->size()) + " entries, the model's vocab is " +
-                            std::to_string(vocab));
-  std::vector<std::string> merges;
-  Result<std::vector<std::string>> m = file.get_string_array("tokenizer.ggml.merges");
-  if (m.ok()) merges = std::move(*m);
-  else if (m.status().code() != StatusCode::kNotFound) return m.status();
-  return bpe(std::move(*tokens), merges);
+                            "\" is not supported, expected \"llama\" (SentencePiece), \"gpt2\" "
+                            "(byte-level BPE) or no key (raw bytes)");
+  std::string pre_name = "gpt-2";  // a BPE file written before the key existed
+  if (!spm) {
+    Result<std::string> pre = file.get_string("tokenizer.ggml.pre");
+    if (pre.ok()) pre_name = *pre;
+    else if (pre.status().code() != StatusCode::kNotFound)
+      return Status(pre.status().code(), "tokenizer: " + pre.status().message());
+  }
+  std::optional<PreTokenizer> pre;
+  if (!spm) {
+    Result<PreTokenizer> p = PreTokenizer::from_name(pre_name);
+    if (!p.ok()) return p.status();
+    pre.emplace(std::move(*p));
+  }
+  // BOS by default: SentencePiece and Llama 3; the file's add_bos_token overrides.
+  Result<Vocab> v = read_vocab(file, spm || pre_name == "llama-bpe");
+  if (!v.ok()) return v.status();
+  KVCACHE_RETURN_IF_ERROR(check_fits(*v, vocab));
+  auto impl = std::make_shared<Impl>();
+  impl->vocab = std::move(*v);
+  Tokenizer t;
+  if (spm) {
+    impl->spm.emplace(impl->vocab);
+    impl->name = "spm";
+    t.kind_ = Kind::kSpm;
+  } else {
+    std::vector<std::string> merges;
+    Result<std::vector<std::string>> m = file.get_string_array("tokenizer.ggml.merges");
+    if (m.ok()) merges = std::move(*m);
+    else if (m.status().code() != StatusCode::kNotFound)
+      return Status(m.status().code(), "tokenizer: " + m.status().message());
+    Result<BpeEncoder> e =
+        BpeEncoder::build(impl->vocab, merges, std::move(*pre), pre_name == "llama-bpe");
+    if (!e.ok()) return e.status();
+    impl->bpe.emplace(std::move(*e));
+    impl->name = "bpe (" + pre_name + ")";
+    t.kind_ = Kind::kBpe;
+  }
+  impl->index_specials();
+  t.impl_ = std::move(impl);
+  return t;
 }
 
-void Tokenizer::bpe_word(std::string_view word, std::vector<int32_t>& out, bool& ok) const {
-  std::vector<std::string> sym;
-  for (unsigned char c : word) sym.push_back(byte_to_unicode(c));
-  while (sym.size() > 1) {
-    int32_t best = INT32_MAX;
-    size_t at = 0;
-    for (size_t i = 0; i + 1 < sym.size(); ++i) {
-      auto it = merge_rank_.find(sym[i] + " " + sym[i + 1]);
-      if (it != merge_rank_.end() && it->second < best) {
-        best = it->second;
-        at = i;
-      }
-    }
-    if (best == INT32_MAX) break;
-    sym[at] += sym[at + 1];
-    sym.erase(sym.begin() + static_cast<std::ptrdiff_t>(at) + 1);
-  }
-  for (const std::string& s : sym) {
-    auto it = ids_.find(s);
-    if (it != ids_.end()) {
-      out.push_back(it->second);
-      continue;
-    }
-    // A merged symbol without a token: fall back to its characters.
-    for (size_t k = 0; k < s.size();) {
-      const size_t len = utf8_len(static_cast<unsigned char>(s[k]));
-      auto ch = ids_.find(s.substr(k, len));
-      if (ch == ids_.end()) ok = false;
-      else out.push_back(ch->second);
-      k += len;
-    }
-  }
+std::string_view Tokenizer::kind_name() const {
+  if (impl_) return impl_->name;
+  return "bytes";
 }
 
-Result<std::vector<int32_t>> Tokenizer::encode(std::string_view text) const {
+Result<std::vector<int32_t>> Tokenizer::encode(std::string_view text,
+                                               const EncodeOptions& options) const {
   std::vector<int32_t> out;
-  if (kind_ == Kind::kBytes) {
+  if (!impl_) {
     for (unsigned char c : text) out.push_back(c);
     return out;
   }
-  bool ok = true;
-  for (std::string_view piece : pretokenize(text)) bpe_word(piece, out, ok);
-  if (!ok)
-    return invalid_argument("tokenizer encode: the vocabulary lacks a byte token needed for \"" +
-                            std::string(text.substr(0, 40)) + "\"");
+  if (text.size() > (size_t{1} << 30))
+    return invalid_argument("tokenizer encode: the text has " + std::to_string(text.size()) +
+                            " bytes, expected at most 2^30");
+  const Vocab& v = impl_->vocab;
+  if (options.add_special && v.add_bos) out.push_back(v.bos);
+  bool after_special = true;  // the start counts as a boundary (SentencePiece's space prefix)
+  size_t run = 0;
+  for (size_t pos = 0; pos <= text.size();) {
+    const int32_t id = pos < text.size() ? impl_->special_at(text, pos, options.parse_special) : -1;
+    if (id < 0 && pos < text.size()) {
+      ++pos;
+      continue;
+    }
+    if (pos > run) {
+      KVCACHE_RETURN_IF_ERROR(impl_->encode_raw(text.substr(run, pos - run), after_special, out));
+      after_special = false;
+    }
+    if (id < 0) break;  // end of text
+    out.push_back(id);
+    after_special = true;
+    pos += v.tokens[static_cast<size_t>(id)].size();
+    run = pos;
+  }
+  if (options.add_special && v.add_eos) out.push_back(v.eos);
   return out;
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids) const {
   std::string out;
-  if (kind_ == Kind::kBytes) {
-    for (int32_t id : ids)
-      if (id >= 0 && id < 256) out += static_cast<char>(id);
-    return out;
-  }
-  const auto& rev = unicode_to_byte();
   for (int32_t id : ids) {
-    if (id < 0 || id >= static_cast<int32_t>(tokens_.size())) continue;
-    const std::string& s = tokens_[id];
-    for (size_t k = 0; k < s.size();) {
-      const size_t len = utf8_len(static_cast<unsigned char>(s[k]));
-      auto it = rev.find(s.substr(k, len));
-      if (it != rev.end()) out += static_cast<char>(it->second);
-      else out += s.substr(k, len);  // not in the alphabet (special token): as written
-      k += len;
+    if (!impl_) {
+      if (id >= 0 && id < 256) out += static_cast<char>(id);
+      continue;
     }
+    if (id < 0 || id >= impl_->vocab.size()) continue;
+    out += impl_->spm ? spm_piece_text(impl_->vocab, id) : bpe_piece_text(impl_->vocab, id);
   }
   return out;
+}
+
+std::string Tokenizer::piece(int32_t id) const {
+  if (!impl_) return id >= 0 && id < 256 ? std::string(1, static_cast<char>(id)) : std::string();
+  if (id < 0 || id >= impl_->vocab.size()) return {};
+  return impl_->vocab.tokens[static_cast<size_t>(id)];
+}
+
+int32_t Tokenizer::n_tokens() const { return impl_ ? impl_->vocab.size() : 256; }
+int32_t Tokenizer::bos() const { return impl_ ? impl_->vocab.bos : -1; }
+int32_t Tokenizer::eos() const { return impl_ ? impl_->vocab.eos : -1; }
+
+const std::vector<int32_t>& Tokenizer::eog_ids() const {
+  static const std::vector<int32_t> kNone;
+  return impl_ ? impl_->vocab.eog : kNone;
+}
+
+bool Tokenizer::is_eog(int32_t id) const {
+  const std::vector<int32_t>& e = eog_ids();
+  return std::binary_search(e.begin(), e.end(), id);
 }
 
 }  // namespace kvcache::engine

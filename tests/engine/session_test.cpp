@@ -2,6 +2,8 @@
 // the cache exactly to a turn's start, past a ring too; a refused turn changes nothing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "cpu/thread_pool.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
@@ -175,6 +177,38 @@ TEST(Session, ARefusedTurnLeavesTheConversationAsItWasInBothLayouts) {
     ASSERT_TRUE(next.ok());
     EXPECT_EQ(next->generated, want[1]) << kind;
   }
+}
+
+TEST(Session, GenerationStopsAtAnEndOfGenerationIdAndFeedsItNextTurn) {
+  Model model = tiny_model(TinySpec{});
+  CacheOptions o;
+  o.capacity = 64;
+  const std::vector<int32_t> prompt = some_tokens(5, 260, 4);
+  const std::vector<int32_t> free_run = greedy(model, o, prompt, 8);
+  ASSERT_EQ(free_run.size(), 8u);
+  // Stop at the 4th greedy token; k = its first occurrence (an earlier equal id stops first).
+  const int32_t stop = free_run[3];
+  const auto k = static_cast<size_t>(std::find(free_run.begin(), free_run.end(), stop) -
+                                     free_run.begin());
+  Built b = build(model, o);
+  Session session(*b.engine, b.setup.step_tokens, b.seq);
+  Sampler sampler(SamplerConfig{});
+  std::vector<int32_t> seen;
+  Result<TurnStats> st = session.turn(prompt, 8, sampler, [&](int32_t t) { seen.push_back(t); },
+                                      [&](int32_t t) { return t == stop; });
+  ASSERT_TRUE(st.ok()) << st.status().to_string();
+  const std::vector<int32_t> before(free_run.begin(), free_run.begin() + static_cast<long>(k));
+  EXPECT_EQ(st->generated, before);
+  EXPECT_EQ(seen, before);  // the stop id is not reported
+  EXPECT_EQ(st->eog_token, stop);
+  EXPECT_EQ(st->decode_tokens, static_cast<int64_t>(k));  // one forward per reported token
+  EXPECT_EQ(session.pos(), 5 + static_cast<int64_t>(k));  // the stop id is held back
+  Result<TurnStats> next = session.turn(some_tokens(2, 260, 5), 1, sampler);
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->prefill_tokens, 1 + 2);  // the stop id, then the new prompt
+  EXPECT_EQ(next->eog_token, -1);
+  // Without a stop callback the same turn runs to max_new_tokens.
+  EXPECT_EQ(greedy(model, o, prompt, 8), free_run);
 }
 
 TEST(Sampler, GreedyTopKAndTopPBehave) {
