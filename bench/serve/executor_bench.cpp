@@ -7,7 +7,8 @@
 //   BM_PrefixTtft/index/concurrent: mean time to first token of requests 2..8 that share a
 //     1K-token prefix (16 own tokens each), with or without the prefix index, submitted one
 //     after another or all at once.
-//   BM_SharedPrefixDecode: 8 forks (n = 8) of one 1K prompt decoding together.
+//   BM_SharedPrefixDecode/shared: 8 forks (n = 8) of one 1K prompt decoding together, with
+//     the shared prefix read once per step (1) or once per fork (0).
 // Output: Google Benchmark (--benchmark_format=json); counters tokens_per_s, bound_tokens_per_s,
 // bound_ratio, ttft_ms, probe_bytes_per_second.
 #include <benchmark/benchmark.h>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "bench_model.h"
+#include "cpu/attention.h"
 #include "cpu/thread_pool.h"
 #include "engine/model.h"
 #include "program/gguf.h"
@@ -188,6 +190,8 @@ void BM_PrefixTtft(benchmark::State& bs) {
 
 void BM_SharedPrefixDecode(benchmark::State& bs) {
   if (!loaded().error.empty()) return bs.SkipWithError(loaded().error.c_str());
+  const bool shared_reads = bs.range(0) != 0;
+  cpu::set_shared_prefix_attention(shared_reads);
   const bench::ProbeAround probe(static_cast<int>(cpu::global_pool().size()));
   auto ex = make(1024 + kDecode + 16, 8, true);
   if (!ex.ok()) return bs.SkipWithError(ex.status().to_string().c_str());
@@ -222,6 +226,7 @@ void BM_SharedPrefixDecode(benchmark::State& bs) {
   bs.counters["bound_tokens_per_s"] = bound;
   bs.counters["bound_ratio"] = tps / bound;
   bs.counters["probe_bytes_per_second"] = bps;
+  cpu::set_shared_prefix_attention(true);
 }
 
 BENCHMARK(BM_BatchedDecode)
@@ -230,7 +235,8 @@ BENCHMARK(BM_BatchedDecode)
 BENCHMARK(BM_PrefixTtft)
     ->ArgsProduct({{0, 1}, {0, 1}})
     ->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_SharedPrefixDecode)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_SharedPrefixDecode)->Arg(0)->Arg(1)->Iterations(1)->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace kvcache::serve

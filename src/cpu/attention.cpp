@@ -3,6 +3,7 @@
 #include "cpu/attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -104,6 +105,13 @@ void attend_split(const AttentionProblem& p, ThreadPool& pool, detail::ChunkFn f
 
 }  // namespace
 
+namespace {
+std::atomic<bool> g_shared_prefix{true};
+}  // namespace
+
+void set_shared_prefix_attention(bool on) { g_shared_prefix.store(on); }
+bool shared_prefix_attention() { return g_shared_prefix.load(); }
+
 bool isa_supported(Isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
@@ -159,8 +167,10 @@ void attend(const AttentionProblem& p, ThreadPool& pool, Isa isa) {
     return attend_unsplit(p, serial, fn);
   }
   // Tokens that share leading cells (forks, prefix hits, one prefill chunk) read them once.
-  const std::vector<detail::SharedGroup> groups = detail::find_shared_groups(p, kMinSharedKeys);
-  if (!groups.empty()) return detail::attend_shared(p, groups, pool, fn);
+  if (shared_prefix_attention()) {
+    const std::vector<detail::SharedGroup> groups = detail::find_shared_groups(p, kMinSharedKeys);
+    if (!groups.empty()) return detail::attend_shared(p, groups, pool, fn);
+  }
   if (pairs >= want || longest < 2 * kMinSplitKeys) return attend_unsplit(p, pool, fn);
   const int64_t splits = (want + pairs - 1) / pairs;
   const int64_t chunk = std::max(kMinSplitKeys, (longest + splits - 1) / splits);

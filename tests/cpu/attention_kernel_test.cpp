@@ -95,6 +95,26 @@ std::string describe(const Shape& s) {
          " mode=" + std::to_string(s.key_mode) + " cap=" + std::to_string(s.softcap);
 }
 
+// attend() with every instruction set the CPU has and every pool against the reference.
+void expect_matches_reference(AttentionProblem p, std::vector<ThreadPool*> pools,
+                              const std::string& what) {
+  std::vector<float> want(size_t(p.n_tokens) * p.q_heads * p.kv.value_dim);
+  p.out = want.data();
+  attend_reference(p);
+  std::vector<Isa> isas = {Isa::kScalar};
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512})
+    if (isa_supported(isa)) isas.push_back(isa);
+  for (Isa isa : isas)
+    for (ThreadPool* tp : pools) {
+      std::vector<float> got(want.size(), -99.0f);
+      p.out = got.data();
+      attend(p, *tp, isa);
+      expect_close(got, want, 2e-5,
+                   what + " isa=" + std::string(to_string(isa)) + " threads=" +
+                       std::to_string(tp->size()));
+    }
+}
+
 void run_differential(const Shape& s, std::mt19937& rng, std::vector<ThreadPool*> pools) {
   const int64_t rows = s.context + 3;
   LayerPool pool = filled_pool(rng, s, rows);
@@ -108,21 +128,7 @@ void run_differential(const Shape& s, std::mt19937& rng, std::vector<ThreadPool*
   p.softcap = s.softcap;
   p.kv = pool.view();
   p.keys = keys.sets;
-  std::vector<float> want(size_t(s.t) * s.hq * s.value_dim);
-  p.out = want.data();
-  attend_reference(p);
-  std::vector<Isa> isas = {Isa::kScalar};
-  for (Isa isa : {Isa::kAvx2, Isa::kAvx512})
-    if (isa_supported(isa)) isas.push_back(isa);
-  for (Isa isa : isas)
-    for (ThreadPool* tp : pools) {
-      std::vector<float> got(want.size(), -99.0f);
-      p.out = got.data();
-      attend(p, *tp, isa);
-      expect_close(got, want, 2e-5,
-                   describe(s) + " isa=" + std::string(to_string(isa)) + " threads=" +
-                       std::to_string(tp->size()));
-    }
+  expect_matches_reference(p, std::move(pools), describe(s));
 }
 
 TEST(AttentionKernel, OptimizedMatchesReferenceOverSampledGrid) {
@@ -218,21 +224,8 @@ TEST(AttentionKernel, SharedPrefixGroupsMatchReference) {
       ASSERT_EQ(groups.size(), 1u);
       EXPECT_EQ(groups[0].tokens.size(), 9u);
       EXPECT_EQ(groups[0].shared, chunk ? prefix + 1 : prefix);  // the chunk's first token's keys
-      std::vector<float> want(size_t(T) * hq * dv);
-      p.out = want.data();
-      attend_reference(p);
-      std::vector<Isa> isas = {Isa::kScalar};
-      for (Isa isa : {Isa::kAvx2, Isa::kAvx512})
-        if (isa_supported(isa)) isas.push_back(isa);
-      for (Isa isa : isas)
-        for (ThreadPool* tp : {&p1, &p2}) {
-          std::vector<float> got(want.size(), -99.0f);
-          p.out = got.data();
-          attend(p, *tp, isa);
-          expect_close(got, want, 2e-5, std::string(to_string(dt)) + " chunk=" +
-                                            std::to_string(chunk) + " isa=" +
-                                            std::string(to_string(isa)));
-        }
+      expect_matches_reference(p, {&p1, &p2},
+                               std::string(to_string(dt)) + " chunk=" + std::to_string(chunk));
     }
 }
 
