@@ -7,10 +7,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <set>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -130,8 +128,8 @@ Result<SafetensorsFile> SafetensorsFile::parse(std::span<const uint8_t> bytes) {
   return SafetensorsFile(std::move(impl));
 }
 
-Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
-  Result<FileBytes> file = FileBytes::map(path, "safetensors");
+Result<SafetensorsFile> SafetensorsFile::open(const std::string& path, const std::string& within) {
+  Result<FileBytes> file = FileBytes::map(path, {"safetensors", file_limits::kModel, within});
   if (!file.ok()) return file.status();
   auto impl = std::make_unique<Impl>(std::move(file).value());
   Status s = impl->parse();
@@ -168,11 +166,12 @@ Result<std::vector<float>> to_f32(const TensorView& t) {
 
 namespace {
 
-Result<std::vector<std::string>> shard_names(const std::string& index_path) {
-  std::ifstream in(index_path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+Result<std::vector<std::string>> shard_names(const std::string& dir,
+                                             const std::string& index_path) {
+  Result<std::string> text =
+      read_file(index_path, {"safetensors index", file_limits::kJson, dir});
+  if (!text.ok()) return text.status();
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") ||
       !j["weight_map"].is_object())
     return invalid_argument("safetensors: '" + index_path +
@@ -202,7 +201,8 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir) {
   std::vector<std::string> files;
   const std::string index_path = dir + "/model.safetensors.index.json";
   if (exists(index_path)) {
-    auto names = shard_names(index_path);
+    auto names = shard_names(dir, index_path);
+    c.paths_.push_back(index_path);
     if (!names.ok()) return names.status();
     files = *names;
   } else if (exists(dir + "/model.safetensors")) {
@@ -212,8 +212,9 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir) {
                      "model.safetensors.index.json");
   }
   for (const auto& f : files) {
-    auto file = SafetensorsFile::open(dir + "/" + f);
+    auto file = SafetensorsFile::open(dir + "/" + f, dir);
     if (!file.ok()) return file.status();
+    c.paths_.push_back(dir + "/" + f);
     c.files_.push_back(std::move(file).value());
   }
   for (const auto& f : c.files_)

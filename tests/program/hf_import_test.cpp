@@ -311,7 +311,11 @@ TEST(HfExport, Qwen2KeepsRotateHalfAndTiedEmbeddingsDropTheOutput) {
       {"pre_tokenizer", {{"type", "ByteLevel"}}},
       {"added_tokens", {{{"id", 4}, {"content", "<eos>"}}}}}.dump());
   const auto out = dir / "out.gguf";
-  auto r = hf::export_hf({dir.string(), out.string(), gguf::TensorType::kF16});
+  hf::ExportOptions o;
+  o.hf_dir = dir.string();
+  o.out_path = out.string();
+  o.dtype = gguf::TensorType::kF16;
+  auto r = hf::export_hf(o);
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_TRUE(r->tokenizer);
   auto f = gguf::GgufFile::open(out.string());
