@@ -8,9 +8,9 @@
 #include "program/cache_summary.h"
 #include "program/gguf.h"
 #include "program/model_geometry.h"
+#include "fuzz_targets.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace kvcache;
+int kvcache::fuzz::gguf_one(const uint8_t* data, size_t size) {
   auto file = gguf::GgufFile::parse(std::span<const uint8_t>(data, size));
   if (!file.ok()) return 0;
   for (const auto& t : file->tensors()) {
@@ -27,3 +27,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!write_model_geometry(*geometry, writer).ok()) __builtin_trap();
   return 0;
 }
+
+KVCACHE_FUZZ_ENTRY(kvcache::fuzz::gguf_one)
