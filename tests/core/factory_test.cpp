@@ -41,8 +41,8 @@ class FakeCache : public Cache {
 };
 
 CacheBuilder fake_builder(std::string_view kind) {
-  return [kind](const CacheGeometry& g, const CacheConfig& c) {
-    return std::make_shared<FakeCache>(kind, g, c);
+  return [kind](const CacheGeometry& g, const CacheConfig& c) -> Result<std::shared_ptr<Cache>> {
+    return std::shared_ptr<Cache>(std::make_shared<FakeCache>(kind, g, c));
   };
 }
 
@@ -89,9 +89,10 @@ TEST(Factory, InvalidGeometryOrConfigIsInvalidArgumentWithTheReason) {
   CacheFactory f;
   int calls = 0;
   ASSERT_TRUE(f.add(kCpuBackend, kCellKind,
-                    [&calls](const CacheGeometry& g, const CacheConfig& c) {
+                    [&calls](const CacheGeometry& g,
+                             const CacheConfig& c) -> Result<std::shared_ptr<Cache>> {
                       ++calls;
-                      return std::make_shared<FakeCache>(kCellKind, g, c);
+                      return std::shared_ptr<Cache>(std::make_shared<FakeCache>(kCellKind, g, c));
                     })
                   .ok());
   CacheGeometry bad = geometry();
@@ -109,7 +110,7 @@ TEST(Factory, InvalidGeometryOrConfigIsInvalidArgumentWithTheReason) {
 TEST(Factory, BuilderReturningNothingIsInternal) {
   CacheFactory f;
   ASSERT_TRUE(f.add(kCpuBackend, kCellKind,
-                    [](const CacheGeometry&, const CacheConfig&) {
+                    [](const CacheGeometry&, const CacheConfig&) -> Result<std::shared_ptr<Cache>> {
                       return std::shared_ptr<Cache>();
                     })
                   .ok());
