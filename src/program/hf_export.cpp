@@ -295,16 +295,21 @@ Result<ExportReport> export_hf_to_writer(const std::string& hf_dir, TensorType d
 
 namespace {
 
-// InvalidArgument when `out` already exists as one of the files in `dir` (same inode: also
-// through a symlink or a hard link), so an export can never overwrite its own input.
+// InvalidArgument when `out` already exists as one of the checkpoint's input files (every
+// *.json and *.safetensors in `dir`; same inode, so also through a symlink or a hard link):
+// an export never overwrites its own input. An earlier export's output may be replaced.
 Status check_not_input(const std::string& dir, const std::string& out) {
   struct stat o {};
   if (::stat(out.c_str(), &o) != 0) return ok_status();  // a new file
+  auto is_input = [](const std::filesystem::path& p) {
+    return p.extension() == ".json" || p.extension() == ".safetensors";
+  };
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     struct stat i {};
-    if (::stat(e.path().c_str(), &i) == 0 && i.st_dev == o.st_dev && i.st_ino == o.st_ino)
-      return invalid_argument("export: --out '" + out + "' is the checkpoint's own file '" +
+    if (is_input(e.path()) && ::stat(e.path().c_str(), &i) == 0 && i.st_dev == o.st_dev &&
+        i.st_ino == o.st_ino)
+      return invalid_argument("export: the output '" + out + "' is the checkpoint's own file '" +
                               e.path().string() + "'; choose another output path");
   }
   return ok_status();
