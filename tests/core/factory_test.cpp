@@ -217,3 +217,21 @@ TEST(Registry, KeysAreUniqueUnderConcurrentMinting) {
 
 }  // namespace
 }  // namespace kvcache
+
+namespace kvcache {
+namespace {
+
+TEST(Factory, ABuildersErrorReachesTheCaller) {
+  CacheFactory f;
+  ASSERT_TRUE(f.add(kCpuBackend, kCellKind,
+                    [](const CacheGeometry&, const CacheConfig&) -> Result<std::shared_ptr<Cache>> {
+                      return resource_exhausted("pool.reserve: allocating 4096 bytes failed");
+                    })
+                  .ok());
+  auto r = f.build(kCpuBackend, kCellKind, geometry(), config(8));
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(r.status().message(), "pool.reserve: allocating 4096 bytes failed");
+}
+
+}  // namespace
+}  // namespace kvcache
