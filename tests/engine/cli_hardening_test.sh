@@ -60,6 +60,11 @@ expect_fail "is a directory" "$bin" inspect "$tmp/dir.gguf"
 expect_fail "is a character device" "$bin" inspect /dev/zero
 printf 'GGUF\0\0\0\3' > "$tmp/be.gguf"; head -c 56 /dev/zero >> "$tmp/be.gguf"
 expect_fail "big-endian GGUF" "$bin" inspect "$tmp/be.gguf"
+bad=$'\xff'  # a file name that is not UTF-8 still prints as JSON
+cp "$repo/fuzz/corpus/gguf/valid_kvcache.gguf" "$tmp/m$bad.gguf"
+"$bin" inspect "$tmp/m$bad.gguf" --json > "$tmp/i.json" || fail "inspect --json on a non-UTF-8 path"
+$py -c 'import json,sys; assert "\ufffd" in json.load(open(sys.argv[1]))["file"]' "$tmp/i.json" ||
+  fail "inspect --json file name"
 mkdir "$tmp/case"
 ln -s /etc/hostname "$tmp/case/case.json"
 expect_fail "outside the directory" "$bin" op-test "$tmp/case" --out "$tmp/case_out"
