@@ -171,6 +171,14 @@ TEST_F(OpTestCases, IntegersOutsideTheirTypeAreRefusedNotTruncated) {
   EXPECT_NE(cap.message().find("\"softcap\" must be a finite number >= 0"), std::string::npos);
 }
 
+TEST_F(OpTestCases, AnOutputSizedByTheGeometryIsBoundedBeforeAllocating) {
+  // T = 2 tokens x 2 q heads x value_dim 2^28 floats: 4 GiB from a few hundred bytes of files.
+  Status st = run(replaced(good_case(), "\"value_dim\": 4", "\"value_dim\": 268435456"));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("the output [2, 2, 268435456] would exceed 1073741824 bytes"),
+            std::string::npos) << st.to_string();
+}
+
 TEST_F(OpTestCases, ACacheOverTheByteBoundIsRefusedBeforeAllocating) {
   std::ofstream(dir_ / "case" / "case.json")
       << replaced(good_case(), "\"capacity\": 8", "\"capacity\": 2147483647");

@@ -165,6 +165,12 @@ Status parse_layer(const json& j, const Case& c, const std::filesystem::path& di
   n_tokens = static_cast<int32_t>(T);
   const LayerGeometry& l = c.geometry.layers[call.layer];
   KVCACHE_RETURN_IF_ERROR(expect_shape(call.q, "q", {T, c.q_heads[call.layer], l.head_dim}, at));
+  // The output [T, q_heads, value_dim] is sized by the geometry, not by a file: bound it here.
+  constexpr int64_t kMaxOutputFloats = int64_t{1} << 28;  // 1 GiB of float32
+  if (int64_t{c.q_heads[call.layer]} * l.value_dim > kMaxOutputFloats / T)
+    return at.bad("the output [" + std::to_string(T) + ", " +
+                  std::to_string(c.q_heads[call.layer]) + ", " + std::to_string(l.value_dim) +
+                  "] would exceed " + std::to_string(kMaxOutputFloats * 4) + " bytes");
   if (j.contains("k")) {
     KVCACHE_RETURN_IF_ERROR(load_array(dir, j["k"], at, call.k));
     KVCACHE_RETURN_IF_ERROR(load_array(dir, j["v"], at, call.v));
