@@ -146,20 +146,27 @@ const TensorView* SafetensorsFile::find(std::string_view name) const {
 
 Result<std::vector<float>> to_f32(const TensorView& t) {
   using namespace program_detail;
-  const auto n = static_cast<size_t>(t.n_elements());
+  const bool f32 = t.dtype == "F32", half = t.dtype == "F16" || t.dtype == "BF16";
+  if (!f32 && !half)
+    return invalid_argument("safetensors: tensor '" + t.name + "' has dtype " + t.dtype +
+                            ", expected F32, F16 or BF16");
+  // The bytes, not the shape, bound the allocation (a view need not come from parse()).
+  const int64_t count = t.n_elements();
+  const uint64_t want = static_cast<uint64_t>(count) * (f32 ? 4 : 2);
+  if (count < 0 || static_cast<uint64_t>(count) > t.bytes.size() || want != t.bytes.size())
+    return data_loss("safetensors: tensor '" + t.name + "' holds " + s(t.bytes.size()) +
+                     " bytes, its shape needs " + (count < 0 ? std::string("more") : s(want)));
+  const auto n = static_cast<size_t>(count);
   std::vector<float> out(n);
-  if (t.dtype == "F32") {
+  if (f32) {
     if (n) std::memcpy(out.data(), t.bytes.data(), n * 4);
-  } else if (t.dtype == "F16" || t.dtype == "BF16") {
-    const bool half = t.dtype == "F16";
+  } else {
+    const bool f16 = t.dtype == "F16";
     for (size_t i = 0; i < n; ++i) {
       uint16_t h;
       std::memcpy(&h, t.bytes.data() + 2 * i, 2);
-      out[i] = half ? f16_to_f32(h) : bf16_to_f32(h);
+      out[i] = f16 ? f16_to_f32(h) : bf16_to_f32(h);
     }
-  } else {
-    return invalid_argument("safetensors: tensor '" + t.name + "' has dtype " + t.dtype +
-                            ", expected F32, F16 or BF16");
   }
   return out;
 }

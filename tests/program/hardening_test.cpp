@@ -1,6 +1,6 @@
 // Hostile-input regressions of the program layer that need no checkpoint: config.json counts
-// validated before allocating, tokenizer.json refused by kind and id range, big-endian GGUF
-// named as such.
+// validated before allocating, tokenizer.json refused by kind and id range, safetensors
+// conversion bounded by its bytes, big-endian GGUF named as such.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -13,6 +13,7 @@
 #include "program/gguf.h"
 #include "program/hf_import.h"
 #include "program/model_geometry.h"
+#include "program/safetensors.h"
 
 namespace kvcache {
 namespace {
@@ -92,6 +93,29 @@ TEST(TokenizerJson, IdsAreBoundedByTheVocabBeforeTheTableIsSized) {
   ASSERT_TRUE(ok.ok()) << ok.status().message();
   EXPECT_EQ(ok->tokens, (std::vector<std::string>{"a", "b", "[PAD2]", "z"}));
   EXPECT_EQ(ok->merges, (std::vector<std::string>{"a b"}));
+}
+
+TEST(SafetensorsHardening, ToF32ChecksDtypeAndBytesBeforeAllocating) {
+  // Found by safetensors_fuzz: an unknown dtype skips the header's size check, and to_f32
+  // allocated shape-many floats (here 2^31 * 20) before refusing the dtype.
+  safetensors::TensorView t;
+  t.name = "a";
+  t.dtype = "F31F32";
+  t.shape = {2147483647, 20};
+  auto r = safetensors::to_f32(t);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("has dtype F31F32, expected F32, F16 or BF16"),
+            std::string::npos);
+  t.dtype = "F32";  // a known dtype whose bytes do not match its shape
+  const std::vector<uint8_t> bytes(8);
+  t.bytes = bytes;
+  auto m = safetensors::to_f32(t);
+  EXPECT_EQ(m.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(m.status().message().find("holds 8 bytes, its shape needs"), std::string::npos);
+  t.shape = {2};
+  auto ok = safetensors::to_f32(t);
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->size(), 2u);
 }
 
 TEST(GgufHardening, BigEndianFileIsNamedAsSuch) {
