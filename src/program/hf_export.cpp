@@ -304,13 +304,13 @@ Status check_not_input(const std::string& dir, const std::string& out) {
   auto is_input = [](const std::filesystem::path& p) {
     return p.extension() == ".json" || p.extension() == ".safetensors";
   };
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+  std::error_code ec;  // no exceptions: a listing error ends the walk
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::filesystem::path& p = it->path();
     struct stat i {};
-    if (is_input(e.path()) && ::stat(e.path().c_str(), &i) == 0 && i.st_dev == o.st_dev &&
-        i.st_ino == o.st_ino)
+    if (is_input(p) && ::stat(p.c_str(), &i) == 0 && i.st_dev == o.st_dev && i.st_ino == o.st_ino)
       return invalid_argument("export: the output '" + out + "' is the checkpoint's own file '" +
-                              e.path().string() + "'; choose another output path");
+                              p.string() + "'; choose another output path");
   }
   return ok_status();
 }
