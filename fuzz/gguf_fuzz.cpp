@@ -10,9 +10,9 @@
 #include "program/gguf.h"
 #include "program/gguf_quant.h"
 #include "program/model_geometry.h"
+#include "fuzz_targets.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace kvcache;
+int kvcache::fuzz::gguf_one(const uint8_t* data, size_t size) {
   auto file = gguf::GgufFile::parse(std::span<const uint8_t>(data, size));
   if (!file.ok()) return 0;
   for (const auto& t : file->tensors()) {
@@ -33,3 +33,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!write_model_geometry(*geometry, writer).ok()) __builtin_trap();
   return 0;
 }
+
+KVCACHE_FUZZ_ENTRY(kvcache::fuzz::gguf_one)

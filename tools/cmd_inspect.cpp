@@ -107,7 +107,8 @@ int run_inspect(const InspectArgs& a) {
   if (a.json) {
     j["file"] = a.example ? "" : a.file;
     j["architecture"] = arch;
-    std::cout << j.dump() << "\n";
+    // A path or a GGUF string need not be UTF-8: invalid bytes print as U+FFFD.
+    std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     std::cout << (a.example ? std::string("example geometry") : "file " + a.file)
               << (arch.empty() ? "" : ", architecture " + arch) << "\n"

@@ -1,7 +1,10 @@
 // kvcache: the command-line front over the libraries. Subcommands: inspect, export, run,
-// op-test, quantize. Each lives in its own file (commands.h).
-// op-test, tokenize. Each lives in its own file (commands.h).
+// op-test, quantize, tokenize, batch. Each lives in its own file (commands.h). Every failure
+// ends in a message on stderr and exit 1 (2 for usage); the catch below is the last line of
+// defence, not the plan.
 #include <cstdio>
+#include <exception>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -28,7 +31,20 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  for (auto& [sub, runner] : commands)
-    if (sub->parsed()) return runner();
+  for (auto& [sub, runner] : commands) {
+    if (!sub->parsed()) continue;
+    try {
+      return runner();
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "kvcache %s: out of memory (an allocation failed)\n",
+                   sub->get_name().c_str());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kvcache %s: internal error: %s\n", sub->get_name().c_str(), e.what());
+    } catch (...) {
+      std::fprintf(stderr, "kvcache %s: internal error: unknown exception\n",
+                   sub->get_name().c_str());
+    }
+    return 1;
+  }
   return 2;
 }

@@ -57,8 +57,9 @@ Result<std::shared_ptr<Cache>> CacheFactory::build(std::string_view backend,
                      "; registered: " + describe());
   if (auto why = why_invalid(geometry, config))
     return invalid_argument("factory.build: " + why->message());
-  std::shared_ptr<Cache> cache = builder(geometry, config);
-  if (!cache) return internal_error("factory.build: builder for " + key_of(backend, kind) +
+  Result<std::shared_ptr<Cache>> cache = builder(geometry, config);
+  if (!cache.ok()) return cache.status();
+  if (!*cache) return internal_error("factory.build: builder for " + key_of(backend, kind) +
                                     " returned no cache");
   return cache;
 }

@@ -14,9 +14,10 @@
 
 namespace kvcache {
 
-// A builder gets an already-validated geometry and config; nullptr means it failed.
-using CacheBuilder =
-    std::function<std::shared_ptr<Cache>(const CacheGeometry&, const CacheConfig&)>;
+// A builder gets an already-validated geometry and config; its error (e.g. an allocation
+// that failed, naming the bytes) reaches the caller of build(). An ok nullptr is Internal.
+using CacheBuilder = std::function<Result<std::shared_ptr<Cache>>(const CacheGeometry&,
+                                                                  const CacheConfig&)>;
 
 // Thread-safe. Insertion-only: a builder, once added, stays.
 class CacheFactory {

@@ -13,8 +13,12 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
+#if defined(__clang__)  // clang ignores GCC target pragmas (the fuzz build uses clang)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#endif
 
 namespace kvcache::cpu::detail {
 namespace {
@@ -239,7 +243,11 @@ void chunk_avx2(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int
 
 }  // namespace kvcache::cpu::detail
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 #else  // not x86: never selected by best_isa(); forwards to the portable worker.
 

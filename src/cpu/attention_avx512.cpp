@@ -17,8 +17,12 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
+#if defined(__clang__)  // clang ignores GCC target pragmas (the fuzz build uses clang)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
+#endif
 
 namespace kvcache::cpu::detail {
 namespace {
@@ -274,7 +278,11 @@ void chunk_avx512(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, i
 
 }  // namespace kvcache::cpu::detail
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 #else  // not x86: never selected by best_isa(); forwards to the portable worker.
 

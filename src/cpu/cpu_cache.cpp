@@ -24,8 +24,7 @@ Status register_builders(CacheFactory& factory) {
   for (std::string_view kind : {kSequenceKind, kCellKind}) {
     Status s = factory.add(kCpuBackend, kind,
                            [kind](const CacheGeometry& g, const CacheConfig& c) {
-                             Result<std::shared_ptr<Cache>> r = make_cpu_cache(kind, g, c);
-                             return r.ok() ? std::move(r).value() : nullptr;
+                             return make_cpu_cache(kind, g, c);
                            });
     // A duplicate means an earlier call registered it: that is the idempotent case.
     if (!s.ok() && s.code() != StatusCode::kFailedPrecondition) return s;

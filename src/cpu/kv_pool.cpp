@@ -35,11 +35,13 @@ Status LayerPool::reserve(int64_t needed) {
   const int64_t target = std::min(max_rows_, std::max(needed, rows_ * 2));
   const int64_t es = dtype_size(dtype_);
   const int64_t k_row = layer_.head_dim * es, v_row = layer_.value_dim * es;
-  AlignedBytes k = aligned_alloc_bytes(layer_.kv_heads * target * k_row);
-  AlignedBytes v = aligned_alloc_bytes(layer_.kv_heads * target * v_row);
+  const int64_t k_bytes = layer_.kv_heads * target * k_row;
+  const int64_t v_bytes = layer_.kv_heads * target * v_row;
+  AlignedBytes k = aligned_alloc_bytes(k_bytes);
+  AlignedBytes v = aligned_alloc_bytes(v_bytes);
   if (!k || !v)
-    return resource_exhausted("pool.reserve: allocating " + std::to_string(target) +
-                              " rows failed");
+    return resource_exhausted("pool.reserve: allocating " + std::to_string(k_bytes + v_bytes) +
+                              " bytes (" + std::to_string(target) + " rows of K and V) failed");
   for (int32_t h = 0; h < layer_.kv_heads && rows_ > 0; ++h) {
     std::memcpy(k.get() + h * target * k_row, k_.get() + h * rows_ * k_row,
                 static_cast<size_t>(rows_ * k_row));

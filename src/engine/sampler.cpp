@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <string>
 
 namespace kvcache::engine {
 
@@ -12,6 +13,19 @@ int32_t argmax(std::span<const float> logits) {
   for (size_t i = 1; i < logits.size(); ++i)
     if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
   return best;
+}
+
+Status check_sampler_config(const SamplerConfig& c) {
+  auto bad = [](const char* field, double v, const char* want) {
+    return invalid_argument(std::string("sampler: ") + field + " = " + std::to_string(v) +
+                            ", expected " + want);
+  };
+  if (!std::isfinite(c.temperature) || c.temperature < 0.0f || c.temperature > 1e4f)
+    return bad("temperature", c.temperature, "a finite number in [0, 10000]");
+  if (c.top_k < 0) return bad("top_k", c.top_k, ">= 0");
+  if (!std::isfinite(c.top_p) || !(c.top_p > 0.0f) || c.top_p > 1.0f)
+    return bad("top_p", c.top_p, "a finite number in (0, 1]");
+  return ok_status();
 }
 
 Sampler::Sampler(const SamplerConfig& config) : config_(config), rng_(config.seed) {}

@@ -7,6 +7,8 @@
 #include <span>
 #include <vector>
 
+#include "core/status.h"
+
 namespace kvcache::engine {
 
 struct SamplerConfig {
@@ -15,6 +17,10 @@ struct SamplerConfig {
   float top_p = 1.0f;        // (0, 1]; smallest set whose probability reaches top_p
   uint64_t seed = 0;
 };
+
+// InvalidArgument naming the field ("temperature", "top_k", "top_p") when a value is NaN,
+// infinite or out of its range (temperature in [0, 1e4], top_k >= 0, top_p in (0, 1]).
+Status check_sampler_config(const SamplerConfig& config);
 
 // Not thread-safe (owns the random engine).
 class Sampler {

@@ -6,39 +6,115 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
 namespace kvcache {
+namespace {
 
-Result<FileBytes> FileBytes::map(const std::string& path, std::string_view what) {
-  const std::string op(what);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
+// An open descriptor of a checked regular file; closes itself.
+struct OpenFile {
+  int fd = -1;
+  uint64_t size = 0;
+  OpenFile() = default;
+  OpenFile(OpenFile&& o) noexcept : fd(std::exchange(o.fd, -1)), size(o.size) {}
+  OpenFile& operator=(OpenFile&&) = delete;
+  ~OpenFile() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+const char* kind_of(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  return "not a regular file";
+}
+
+Result<std::string> real_path(const std::string& path, const std::string& op) {
+  char buf[PATH_MAX];
+  if (::realpath(path.c_str(), buf) == nullptr) {
+    const int err = errno;
+    std::string m = op + ": cannot open '" + path + "': " + std::strerror(err);
+    return err == ENOENT ? not_found(m) : invalid_argument(m);
+  }
+  return std::string(buf);
+}
+
+Result<OpenFile> open_checked(const std::string& path, const FileRule& rule) {
+  const std::string op(rule.what);
+  std::string target = path;
+  if (!rule.within.empty()) {
+    Result<std::string> dir = real_path(rule.within, op);
+    if (!dir.ok()) return dir.status();
+    Result<std::string> real = real_path(path, op);
+    if (!real.ok()) return real.status();
+    const std::string prefix = *dir == "/" ? *dir : *dir + "/";
+    if (real->compare(0, prefix.size(), prefix) != 0)
+      return invalid_argument(op + ": '" + path + "' resolves to '" + *real +
+                              "', outside the directory '" + rule.within + "'");
+    target = *real;
+  }
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
+  OpenFile f;
+  f.fd = ::open(target.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (f.fd < 0) {
     const int err = errno;
     std::string m = op + ": cannot open '" + path + "': " + std::strerror(err);
     return err == ENOENT ? not_found(m) : invalid_argument(m);
   }
   struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return invalid_argument(op + ": '" + path + "' is not a regular file");
-  }
-  FileBytes f;
-  if (st.st_size > 0) {
-    const auto size = static_cast<size_t>(st.st_size);
-    void* m = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      return invalid_argument(op + ": cannot map '" + path + "': " + std::strerror(err));
-    }
-    f.map_ = m;
-    f.map_size_ = size;
-    f.bytes_ = {static_cast<const uint8_t*>(m), size};
-  }
-  ::close(fd);
+  if (fstat(f.fd, &st) != 0)
+    return invalid_argument(op + ": cannot stat '" + path + "': " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    return invalid_argument(op + ": '" + path + "' is " + kind_of(st.st_mode) +
+                            ", expected a regular file");
+  f.size = static_cast<uint64_t>(st.st_size);
+  if (f.size > rule.max_bytes)
+    return invalid_argument(op + ": '" + path + "' is " + std::to_string(f.size) +
+                            " bytes, expected <= " + std::to_string(rule.max_bytes));
   return f;
+}
+
+}  // namespace
+
+Result<std::string> read_file(const std::string& path, const FileRule& rule) {
+  Result<OpenFile> f = open_checked(path, rule);
+  if (!f.ok()) return f.status();
+  std::string out(static_cast<size_t>(f->size), '\0');
+  size_t got = 0;
+  while (got < out.size()) {  // never more than the size checked above
+    const ssize_t n = ::read(f->fd, out.data() + got, out.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      return data_loss(std::string(rule.what) + ": reading '" + path + "' failed: " +
+                       std::strerror(errno));
+    if (n == 0) break;  // the file shrank since fstat
+    got += static_cast<size_t>(n);
+  }
+  out.resize(got);
+  return out;
+}
+
+Result<FileBytes> FileBytes::map(const std::string& path, const FileRule& rule) {
+  Result<OpenFile> f = open_checked(path, rule);
+  if (!f.ok()) return f.status();
+  FileBytes out;
+  if (f->size > 0) {
+    const auto size = static_cast<size_t>(f->size);
+    void* m = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, f->fd, 0);
+    if (m == MAP_FAILED)
+      return invalid_argument(std::string(rule.what) + ": cannot map '" + path + "': " +
+                              std::strerror(errno));
+    out.map_ = m;
+    out.map_size_ = size;
+    out.bytes_ = {static_cast<const uint8_t*>(m), size};
+  }
+  return out;
 }
 
 FileBytes FileBytes::copy(std::span<const uint8_t> bytes) {

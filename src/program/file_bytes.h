@@ -1,6 +1,9 @@
-// Read-only bytes of a model file: memory-mapped from disk, or a copy of bytes the caller
-// holds (fuzzing, tests). Layer: program. Shared by the GGUF and safetensors readers so both
-// open files the same way. Move-only; the bytes stay valid while the object lives.
+// Reading files the tools are handed, safely: the one home for "a regular file, inside its
+// allowed place, size-capped before reading". Layer: program. FileBytes maps a model file
+// (GGUF, safetensors) or copies bytes the caller holds (fuzzing, tests); read_file reads a
+// small file (JSON, .npy) whole. Both refuse directories, FIFOs, devices and sockets by name
+// and never block opening them; with `within` set, a path (or symlink) resolving outside that
+// directory is refused. Neither interprets the bytes.
 #pragma once
 
 #include <cstdint>
@@ -13,11 +16,32 @@
 
 namespace kvcache {
 
+// Size caps, one table for every kind of file the tools open.
+namespace file_limits {
+inline constexpr uint64_t kJson = uint64_t{16} << 20;           // config.json, index, case.json
+inline constexpr uint64_t kTokenizerJson = uint64_t{256} << 20;  // large vocabularies: ~35 MB
+inline constexpr uint64_t kArray = uint64_t{1} << 30;           // an op-test .npy array
+inline constexpr uint64_t kModel = uint64_t{1} << 40;           // GGUF / safetensors (mapped)
+}  // namespace file_limits
+
+// What a file is for and where it may be.
+struct FileRule {
+  std::string_view what;  // message prefix: "gguf", "config.json", "npy", ...
+  uint64_t max_bytes = file_limits::kJson;
+  std::string within;     // non-empty: the file's real path must lie inside this directory
+};
+
+// The whole file. NotFound when missing; InvalidArgument when it is not a regular file, lies
+// outside `rule.within` or is larger than `rule.max_bytes` (checked before reading).
+Result<std::string> read_file(const std::string& path, const FileRule& rule);
+
 class FileBytes {
  public:
-  // NotFound when the file is missing; InvalidArgument when it is not a regular file or cannot
-  // be mapped. Messages start with `what` ("gguf", "safetensors") and name the path.
-  static Result<FileBytes> map(const std::string& path, std::string_view what);
+  // Errors as read_file; messages start with `rule.what` and name the path.
+  static Result<FileBytes> map(const std::string& path, const FileRule& rule);
+  static Result<FileBytes> map(const std::string& path, std::string_view what) {
+    return map(path, FileRule{what, file_limits::kModel, ""});
+  }
   static FileBytes copy(std::span<const uint8_t> bytes);
 
   std::span<const uint8_t> bytes() const { return bytes_; }

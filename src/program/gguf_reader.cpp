@@ -191,6 +191,9 @@ Status GgufFile::Impl::parse() {
   if (version == 1)
     return invalid_argument("gguf: version 1 is not supported (32-bit counts); re-convert the "
                             "model with a current llama.cpp converter to get GGUF v3");
+  if (const uint32_t swapped = __builtin_bswap32(version); swapped >= 1 && swapped <= 3)
+    return invalid_argument("gguf: big-endian GGUF (version " + num(swapped) +
+                            " byte-swapped); only little-endian files are supported");
   if (version != 2 && version != 3)
     return invalid_argument("gguf: unsupported version " + num(version) + ", expected 3 (or 2)");
   uint64_t n_tensors = 0, n_kv = 0;

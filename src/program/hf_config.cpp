@@ -3,10 +3,10 @@
 // P (layer i slides iff (i + 1) % P != 0, Gemma 3), Gemma 2's alternation (P = 2),
 // use_sliding_window == false (none, Qwen2) or max_window_layers (Qwen2: i >= it slides),
 // else every layer (Mistral v0.1). num_kv_shared_layers: see share_kv_layers.
-#include <fstream>
+#include <cmath>
 #include <limits>
-#include <sstream>
 
+#include "program/file_bytes.h"
 #include "program/hf_import.h"
 
 namespace kvcache::hf {
@@ -26,19 +26,30 @@ struct Fields {
   }
 };
 
-Status get_int(const Fields& f, const char* key, int64_t* out, bool required, int64_t min_value) {
+// A value for an error message: scalars as JSON text (long ones cut), containers by kind only
+// (a hostile file may nest them deeply).
+std::string brief(const json& v) {
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  return s.size() > 64 ? s.substr(0, 64) + "..." : s;
+}
+
+Status get_int(const Fields& f, const char* key, int64_t* out, bool required, int64_t min_value,
+               int64_t max_value = std::numeric_limits<int32_t>::max()) {
   const json* v = f.get(key);
   if (!v) {
     if (required) return invalid_argument(std::string("config.json: \"") + key + "\" is missing");
     return ok_status();
   }
   if (!v->is_number_integer())
-    return invalid_argument(std::string("config.json: \"") + key + "\" = " + v->dump() +
+    return invalid_argument(std::string("config.json: \"") + key + "\" = " + brief(*v) +
                             ", expected an integer");
   const int64_t x = v->get<int64_t>();
-  if (x < min_value || x > std::numeric_limits<int32_t>::max())
+  if (x < min_value || x > max_value)
     return invalid_argument(std::string("config.json: \"") + key + "\" = " + std::to_string(x) +
-                            ", expected " + std::to_string(min_value) + "..2147483647");
+                            ", expected " + std::to_string(min_value) + ".." +
+                            std::to_string(max_value));
   *out = x;
   return ok_status();
 }
@@ -47,9 +58,13 @@ Status get_double(const Fields& f, const char* key, double* out) {
   const json* v = f.get(key);
   if (!v) return ok_status();
   if (!v->is_number())
-    return invalid_argument(std::string("config.json: \"") + key + "\" = " + v->dump() +
+    return invalid_argument(std::string("config.json: \"") + key + "\" = " + brief(*v) +
                             ", expected a number");
-  *out = v->get<double>();
+  const double x = v->get<double>();
+  if (!std::isfinite(x) || x <= 0.0)
+    return invalid_argument(std::string("config.json: \"") + key + "\" = " + brief(*v) +
+                            ", expected a finite number > 0");
+  *out = x;
   return ok_status();
 }
 
@@ -57,7 +72,7 @@ Status get_bool(const Fields& f, const char* key, bool* out) {
   const json* v = f.get(key);
   if (!v) return ok_status();
   if (!v->is_boolean())
-    return invalid_argument(std::string("config.json: \"") + key + "\" = " + v->dump() +
+    return invalid_argument(std::string("config.json: \"") + key + "\" = " + brief(*v) +
                             ", expected true or false");
   *out = v->get<bool>();
   return ok_status();
@@ -75,7 +90,7 @@ Result<std::vector<bool>> sliding_layers(const Fields& f, const HfConfig& c) {
       if (t == "sliding_attention") out[i] = true;
       else if (t != "full_attention")
         return invalid_argument("config.json: layer_types[" + std::to_string(i) + "] = " +
-                                t.dump() + ", expected \"sliding_attention\" or \"full_attention\"");
+                                brief(t) + ", expected \"sliding_attention\" or \"full_attention\"");
     }
     for (size_t i = 0; i < n; ++i)
       if (out[i] && c.sliding_window <= 0)
@@ -115,7 +130,8 @@ Result<HfConfig> parse_config(const json& root) {
   if (const json* mt = f.get("model_type"); mt && mt->is_string()) c.model_type = mt->get<std::string>();
   c.arch = gguf_arch(c.model_type);
   KVCACHE_RETURN_IF_ERROR(get_int(f, "hidden_size", &c.hidden_size, true, 1));
-  KVCACHE_RETURN_IF_ERROR(get_int(f, "num_hidden_layers", &c.num_layers, true, 1));
+  // Bounded before anything is sized by it (per-layer vectors below).
+  KVCACHE_RETURN_IF_ERROR(get_int(f, "num_hidden_layers", &c.num_layers, true, 1, kMaxModelLayers));
   KVCACHE_RETURN_IF_ERROR(get_int(f, "num_attention_heads", &c.num_heads, true, 1));
   c.num_kv_heads = c.num_heads;
   KVCACHE_RETURN_IF_ERROR(get_int(f, "num_key_value_heads", &c.num_kv_heads, false, 1));
@@ -142,8 +158,9 @@ Result<HfConfig> parse_config(const json& root) {
     c.rope_scaling_type = type == "default" ? "" : type;
     if (type == "linear") {
       auto fac = rs->find("factor");
-      if (fac == rs->end() || !fac->is_number() || fac->get<double>() <= 0)
-        return invalid_argument("config.json: rope_scaling.factor must be a number > 0");
+      if (fac == rs->end() || !fac->is_number() || !std::isfinite(fac->get<double>()) ||
+          fac->get<double>() <= 0)
+        return invalid_argument("config.json: rope_scaling.factor must be a finite number > 0");
       c.rope_linear_factor = fac->get<double>();
     }
   }
@@ -167,11 +184,9 @@ Result<HfConfig> parse_config(const json& root) {
 
 Result<HfConfig> read_config(const std::string& dir) {
   const std::string path = dir + "/config.json";
-  std::ifstream in(path);
-  if (!in) return not_found("config.json: cannot open '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  Result<std::string> text = read_file(path, {"config.json", file_limits::kJson, dir});
+  if (!text.ok()) return text.status();
+  json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return invalid_argument("config.json: '" + path + "' is not valid JSON");
   return parse_config(j);
 }

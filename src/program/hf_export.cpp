@@ -1,9 +1,15 @@
 // Export of a Hugging Face checkpoint directory to GGUF (docs/model_format.md): tensor names,
 // {arch}.* hyperparameters, kvcache.* geometry keys and, when present, a byte-level BPE
 // tokenizer. Matrices are stored in the requested dtype; 1-D tensors (norms, biases) stay F32.
-#include <fstream>
-#include <sstream>
+#include <sys/stat.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "program/file_bytes.h"
 #include "program/hf_import.h"
 #include "program/safetensors.h"
 
@@ -132,65 +138,93 @@ struct Exporter {
   }
 };
 
-// Byte-level BPE from tokenizer.json; false when absent or of another kind.
-Result<bool> add_tokenizer(const std::string& dir, gguf::GgufWriter& w) {
-  std::ifstream in(dir + "/tokenizer.json");
-  if (!in) return false;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const json j = json::parse(ss.str(), nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return false;
-  auto is_byte_level = [](const json* x) {
-    if (!x || !x->is_object()) return false;
-    if (x->value("type", "") == "ByteLevel") return true;
-    for (const char* list : {"pretokenizers", "decoders"})
-      if (auto it = x->find(list); it != x->end() && it->is_array())
-        for (const auto& e : *it)
-          if (e.is_object() && e.value("type", "") == "ByteLevel") return true;
-    return false;
+bool is_byte_level(const json* x) {
+  if (!x || !x->is_object()) return false;
+  auto type_is = [](const json& o) {
+    auto t = o.find("type");
+    return t != o.end() && t->is_string() && *t == "ByteLevel";
   };
-  auto find = [&](const char* k) -> const json* {
-    auto it = j.find(k);
-    return it == j.end() ? nullptr : &*it;
-  };
-  const json* model = find("model");
-  if (!model || !model->is_object() || model->value("type", "") != "BPE") return false;
-  if (!is_byte_level(find("pre_tokenizer")) && !is_byte_level(find("decoder"))) return false;
-  auto vocab = model->find("vocab");
-  if (vocab == model->end() || !vocab->is_object()) return false;
-  std::vector<std::pair<int64_t, std::string>> entries;
-  for (const auto& [tok, id] : vocab->items())
-    if (id.is_number_integer()) entries.emplace_back(id.get<int64_t>(), tok);
-  if (const json* added = find("added_tokens"); added && added->is_array())
-    for (const auto& a : *added)
-      if (a.is_object() && a.contains("id") && a["id"].is_number_integer() &&
-          a.contains("content") && a["content"].is_string())
-        entries.emplace_back(a["id"].get<int64_t>(), a["content"].get<std::string>());
-  int64_t max_id = -1;
-  for (const auto& [id, tok] : entries) {
-    if (id < 0 || id >= (1 << 22))
-      return invalid_argument("export: tokenizer.json token id " + std::to_string(id) +
-                              " out of range [0, 2^22)");
-    max_id = std::max(max_id, id);
-  }
-  if (max_id < 0) return false;
-  std::vector<std::string> tokens(static_cast<size_t>(max_id + 1));
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = "[PAD" + std::to_string(i) + "]";
-  for (const auto& [id, tok] : entries) tokens[static_cast<size_t>(id)] = tok;
-  std::vector<std::string> merges;
-  if (auto m = model->find("merges"); m != model->end() && m->is_array())
-    for (const auto& e : *m) {
-      if (e.is_string()) merges.push_back(e.get<std::string>());
-      else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string())
-        merges.push_back(e[0].get<std::string>() + " " + e[1].get<std::string>());
-    }
+  if (type_is(*x)) return true;
+  for (const char* list : {"pretokenizers", "decoders"})
+    if (auto it = x->find(list); it != x->end() && it->is_array())
+      for (const auto& e : *it)
+        if (e.is_object() && type_is(e)) return true;
+  return false;
+}
+
+const json* member(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it == j.end() ? nullptr : &*it;
+}
+
+// Adds tokenizer.json's vocabulary to `w`; false when the directory holds none.
+Result<bool> add_tokenizer(const std::string& dir, int64_t vocab, gguf::GgufWriter& w) {
+  const std::string path = dir + "/tokenizer.json";
+  Result<std::string> text = read_file(path, {"tokenizer.json", file_limits::kTokenizerJson, dir});
+  if (!text.ok() && text.status().code() == StatusCode::kNotFound) return false;
+  if (!text.ok()) return text.status();
+  Result<TokenizerVocab> v = parse_tokenizer_json(*text, vocab);
+  if (!v.ok())
+    return Status(v.status().code(), v.status().message() + " (file '" + path + "')");
   w.set_string("tokenizer.ggml.model", "gpt2");
-  w.set_string_array("tokenizer.ggml.tokens", tokens);
-  w.set_string_array("tokenizer.ggml.merges", merges);
+  w.set_string_array("tokenizer.ggml.tokens", v->tokens);
+  w.set_string_array("tokenizer.ggml.merges", v->merges);
   return true;
 }
 
 }  // namespace
+
+Result<TokenizerVocab> parse_tokenizer_json(std::string_view text, int64_t vocab) {
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object())
+    return invalid_argument("tokenizer.json: not a JSON object");
+  const json* model = member(j, "model");
+  if (!model || !model->is_object())
+    return invalid_argument("tokenizer.json: \"model\" is missing or not an object");
+  const json* type = member(*model, "type");
+  const std::string kind = type && type->is_string() ? type->get<std::string>() : "";
+  if (kind != "BPE")
+    return unimplemented("tokenizer.json: model type '" + kind.substr(0, 64) +
+                         "' is not supported, expected a byte-level BPE");
+  if (!is_byte_level(member(j, "pre_tokenizer")) && !is_byte_level(member(j, "decoder")))
+    return unimplemented("tokenizer.json: a BPE without a ByteLevel pre_tokenizer or decoder is "
+                         "not supported, expected a byte-level BPE");
+  const json* vocab_map = member(*model, "vocab");
+  if (!vocab_map || !vocab_map->is_object())
+    return invalid_argument("tokenizer.json: model.vocab is missing or not an object");
+  const int64_t limit = vocab > 0 ? std::min<int64_t>(vocab, kMaxTokenizerVocab) : kMaxTokenizerVocab;
+  std::vector<std::pair<int64_t, std::string>> entries;
+  auto add = [&](const json& id, const std::string& tok) -> Status {
+    if (!id.is_number_integer())
+      return invalid_argument("tokenizer.json: token '" + tok.substr(0, 64) + "' has a non-integer id");
+    const int64_t x = id.get<int64_t>();
+    if (x < 0 || x >= limit)  // checked before anything is sized by it
+      return invalid_argument("tokenizer.json: token id " + std::to_string(x) + " out of range [0, " +
+                              std::to_string(limit) + ")" + (vocab > 0 ? " (the model's vocab)" : ""));
+    entries.emplace_back(x, tok);
+    return ok_status();
+  };
+  for (const auto& [tok, id] : vocab_map->items()) KVCACHE_RETURN_IF_ERROR(add(id, tok));
+  if (const json* added = member(j, "added_tokens"); added && added->is_array())
+    for (const auto& a : *added)
+      if (a.is_object() && a.contains("id") && a.contains("content") && a["content"].is_string())
+        KVCACHE_RETURN_IF_ERROR(add(a["id"], a["content"].get<std::string>()));
+  if (entries.empty()) return invalid_argument("tokenizer.json: model.vocab is empty");
+  int64_t max_id = 0;
+  for (const auto& e : entries) max_id = std::max(max_id, e.first);
+  TokenizerVocab out;
+  out.tokens.resize(static_cast<size_t>(max_id + 1));
+  for (size_t i = 0; i < out.tokens.size(); ++i) out.tokens[i] = "[PAD" + std::to_string(i) + "]";
+  for (auto& [id, tok] : entries) out.tokens[static_cast<size_t>(id)] = std::move(tok);
+  if (const json* m = member(*model, "merges"); m && m->is_array())
+    for (const auto& e : *m) {
+      if (e.is_string()) out.merges.push_back(e.get<std::string>());
+      else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string())
+        out.merges.push_back(e[0].get<std::string>() + " " + e[1].get<std::string>());
+      else return invalid_argument("tokenizer.json: model.merges entries must be \"a b\" or [a, b]");
+    }
+  return out;
+}
 
 std::vector<float> permute_rope_rows(const std::vector<float>& w, int64_t n_heads,
                                      int64_t head_dim, int64_t cols) {
@@ -208,7 +242,7 @@ std::vector<float> permute_rope_rows(const std::vector<float>& w, int64_t n_head
 }
 
 Result<ExportReport> export_hf_to_writer(const std::string& hf_dir, TensorType dtype,
-                                         gguf::GgufWriter& writer) {
+                                         gguf::GgufWriter& writer, bool with_tokenizer) {
   if (dtype != TensorType::kF32 && dtype != TensorType::kF16 && dtype != TensorType::kBF16)
     return invalid_argument("export: dtype " + std::string(gguf::to_string(dtype)) +
                             ", expected f32, f16 or bf16");
@@ -239,22 +273,66 @@ Result<ExportReport> export_hf_to_writer(const std::string& hf_dir, TensorType d
   Exporter e{*cfg, *ck, dtype, writer, name};
   e.hyperparameters();
   KVCACHE_RETURN_IF_ERROR(write_model_geometry(cfg->geometry, writer));
+  // The tokenizer before the tensors: a refusal comes before the long work. Token ids are
+  // bounded by the model's vocab (config, else the embedding's rows, checked again below).
+  bool tok = false;
+  if (with_tokenizer) {
+    const safetensors::TensorView* embd = ck->find("model.embed_tokens.weight");
+    const int64_t vocab = cfg->vocab_size > 0 ? cfg->vocab_size
+                          : embd && !embd->shape.empty() ? embd->shape[0] : 0;
+    Result<bool> added = add_tokenizer(hf_dir, vocab, writer);
+    if (!added.ok()) return added.status();
+    tok = *added;
+  }
   KVCACHE_RETURN_IF_ERROR(e.tensors());
-  auto tok = add_tokenizer(hf_dir, writer);
-  if (!tok.ok()) return tok.status();
   ExportReport r;
   r.arch = cfg->arch;
   r.n_tensors = e.n_tensors;
-  r.tokenizer = *tok;
+  r.tokenizer = tok;
   r.geometry = cfg->geometry;
   return r;
 }
 
+namespace {
+
+// InvalidArgument when `out` already exists as one of the checkpoint's input files (every
+// *.json and *.safetensors in `dir`; same inode, so also through a symlink or a hard link):
+// an export never overwrites its own input. An earlier export's output may be replaced.
+Status check_not_input(const std::string& dir, const std::string& out) {
+  struct stat o {};
+  if (::stat(out.c_str(), &o) != 0) return ok_status();  // a new file
+  auto is_input = [](const std::filesystem::path& p) {
+    return p.extension() == ".json" || p.extension() == ".safetensors";
+  };
+  std::error_code ec;  // no exceptions: a listing error ends the walk
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::filesystem::path& p = it->path();
+    struct stat i {};
+    if (is_input(p) && ::stat(p.c_str(), &i) == 0 && i.st_dev == o.st_dev && i.st_ino == o.st_ino)
+      return invalid_argument("export: the output '" + out + "' is the checkpoint's own file '" +
+                              p.string() + "'; choose another output path");
+  }
+  return ok_status();
+}
+
+}  // namespace
+
 Result<ExportReport> export_hf(const ExportOptions& options) {
+  KVCACHE_RETURN_IF_ERROR(check_not_input(options.hf_dir, options.out_path));
   gguf::GgufWriter writer;
-  auto r = export_hf_to_writer(options.hf_dir, options.dtype, writer);
+  auto r = export_hf_to_writer(options.hf_dir, options.dtype, writer, options.with_tokenizer);
   if (!r.ok()) return r.status();
-  KVCACHE_RETURN_IF_ERROR(writer.write(options.out_path));
+  // Written beside the target and renamed into place only once it is whole and verified.
+  const std::string partial = options.out_path + ".partial";
+  Status s = writer.write(partial);
+  if (s.ok() && options.verify) s = options.verify(partial);
+  if (s.ok() && std::rename(partial.c_str(), options.out_path.c_str()) != 0)
+    s = data_loss("export: renaming '" + partial + "' to '" + options.out_path + "' failed: " +
+                  std::strerror(errno));
+  if (!s.ok()) {
+    std::remove(partial.c_str());
+    return s;
+  }
   return r;
 }
 

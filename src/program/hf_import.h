@@ -6,8 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -56,8 +58,14 @@ std::vector<float> permute_rope_rows(const std::vector<float>& w, int64_t n_head
 
 struct ExportOptions {
   std::string hf_dir;
-  std::string out_path;
+  std::string out_path;  // never one of the checkpoint's own files (refused)
   gguf::TensorType dtype = gguf::TensorType::kF32;  // for matrices; 1-D tensors stay F32
+  // false: write no tokenizer even when tokenizer.json exists. true: an unsupported or
+  // malformed tokenizer.json refuses the export (never a silent raw-bytes fallback).
+  bool with_tokenizer = true;
+  // Called on the written file before it is renamed to out_path (e.g. the engine's loader,
+  // so a file it would refuse is never left behind); empty = none.
+  std::function<Status(const std::string& path)> verify;
 };
 
 struct ExportReport {
@@ -67,10 +75,21 @@ struct ExportReport {
   ModelGeometry geometry;
 };
 
-// Builds the GGUF in memory (all tensors are held until written) and writes out_path.
+// Builds the GGUF in memory (all tensors are held until written), writes out_path.partial,
+// runs options.verify on it and renames it to out_path; on any failure nothing is left.
 Result<ExportReport> export_hf(const ExportOptions& options);
 // The same without writing: fills `writer` (tests, other front ends).
 Result<ExportReport> export_hf_to_writer(const std::string& hf_dir, gguf::TensorType dtype,
-                                         gguf::GgufWriter& writer);
+                                         gguf::GgufWriter& writer, bool with_tokenizer = true);
+
+// A byte-level BPE vocabulary from tokenizer.json text. Unimplemented for another tokenizer
+// kind (named); InvalidArgument when malformed or when an id is outside [0, vocab) (vocab <= 0:
+// [0, kMaxTokenizerVocab)), checked before the token table is sized.
+inline constexpr int64_t kMaxTokenizerVocab = int64_t{1} << 22;
+struct TokenizerVocab {
+  std::vector<std::string> tokens;  // by id; ids the file skips are "[PAD<id>]"
+  std::vector<std::string> merges;  // "a b"
+};
+Result<TokenizerVocab> parse_tokenizer_json(std::string_view text, int64_t vocab);
 
 }  // namespace kvcache::hf

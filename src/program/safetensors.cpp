@@ -7,10 +7,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <set>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -130,8 +128,8 @@ Result<SafetensorsFile> SafetensorsFile::parse(std::span<const uint8_t> bytes) {
   return SafetensorsFile(std::move(impl));
 }
 
-Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
-  Result<FileBytes> file = FileBytes::map(path, "safetensors");
+Result<SafetensorsFile> SafetensorsFile::open(const std::string& path, const std::string& within) {
+  Result<FileBytes> file = FileBytes::map(path, {"safetensors", file_limits::kModel, within});
   if (!file.ok()) return file.status();
   auto impl = std::make_unique<Impl>(std::move(file).value());
   Status s = impl->parse();
@@ -148,31 +146,39 @@ const TensorView* SafetensorsFile::find(std::string_view name) const {
 
 Result<std::vector<float>> to_f32(const TensorView& t) {
   using namespace program_detail;
-  const auto n = static_cast<size_t>(t.n_elements());
+  const bool f32 = t.dtype == "F32", half = t.dtype == "F16" || t.dtype == "BF16";
+  if (!f32 && !half)
+    return invalid_argument("safetensors: tensor '" + t.name + "' has dtype " + t.dtype +
+                            ", expected F32, F16 or BF16");
+  // The bytes, not the shape, bound the allocation (a view need not come from parse()).
+  const int64_t count = t.n_elements();
+  const uint64_t want = static_cast<uint64_t>(count) * (f32 ? 4 : 2);
+  if (count < 0 || static_cast<uint64_t>(count) > t.bytes.size() || want != t.bytes.size())
+    return data_loss("safetensors: tensor '" + t.name + "' holds " + s(t.bytes.size()) +
+                     " bytes, its shape needs " + (count < 0 ? std::string("more") : s(want)));
+  const auto n = static_cast<size_t>(count);
   std::vector<float> out(n);
-  if (t.dtype == "F32") {
+  if (f32) {
     if (n) std::memcpy(out.data(), t.bytes.data(), n * 4);
-  } else if (t.dtype == "F16" || t.dtype == "BF16") {
-    const bool half = t.dtype == "F16";
+  } else {
+    const bool f16 = t.dtype == "F16";
     for (size_t i = 0; i < n; ++i) {
       uint16_t h;
       std::memcpy(&h, t.bytes.data() + 2 * i, 2);
-      out[i] = half ? f16_to_f32(h) : bf16_to_f32(h);
+      out[i] = f16 ? f16_to_f32(h) : bf16_to_f32(h);
     }
-  } else {
-    return invalid_argument("safetensors: tensor '" + t.name + "' has dtype " + t.dtype +
-                            ", expected F32, F16 or BF16");
   }
   return out;
 }
 
 namespace {
 
-Result<std::vector<std::string>> shard_names(const std::string& index_path) {
-  std::ifstream in(index_path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+Result<std::vector<std::string>> shard_names(const std::string& dir,
+                                             const std::string& index_path) {
+  Result<std::string> text =
+      read_file(index_path, {"safetensors index", file_limits::kJson, dir});
+  if (!text.ok()) return text.status();
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") ||
       !j["weight_map"].is_object())
     return invalid_argument("safetensors: '" + index_path +
@@ -202,7 +208,8 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir) {
   std::vector<std::string> files;
   const std::string index_path = dir + "/model.safetensors.index.json";
   if (exists(index_path)) {
-    auto names = shard_names(index_path);
+    auto names = shard_names(dir, index_path);
+    c.paths_.push_back(index_path);
     if (!names.ok()) return names.status();
     files = *names;
   } else if (exists(dir + "/model.safetensors")) {
@@ -212,8 +219,9 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir) {
                      "model.safetensors.index.json");
   }
   for (const auto& f : files) {
-    auto file = SafetensorsFile::open(dir + "/" + f);
+    auto file = SafetensorsFile::open(dir + "/" + f, dir);
     if (!file.ok()) return file.status();
+    c.paths_.push_back(dir + "/" + f);
     c.files_.push_back(std::move(file).value());
   }
   for (const auto& f : c.files_)

@@ -29,7 +29,8 @@ class SafetensorsFile {
  public:
   // NotFound when missing; DataLoss for truncation/out-of-range offsets; InvalidArgument for
   // a malformed header (bad JSON, wrong field types, size mismatch).
-  static Result<SafetensorsFile> open(const std::string& path);
+  // With `within` set, a path resolving outside that directory is refused (FileRule).
+  static Result<SafetensorsFile> open(const std::string& path, const std::string& within = "");
   static Result<SafetensorsFile> parse(std::span<const uint8_t> bytes);  // copies the bytes
 
   const std::vector<TensorView>& tensors() const;
@@ -50,14 +51,17 @@ Result<std::vector<float>> to_f32(const TensorView& t);
 
 // A checkpoint directory: model.safetensors, or model.safetensors.index.json whose
 // "weight_map" names the shard (a plain file name inside the directory) of each tensor.
+// Every file must be a regular file resolving inside the directory (no escaping symlinks).
 class Checkpoint {
  public:
   static Result<Checkpoint> open(const std::string& dir);
   const TensorView* find(std::string_view name) const;  // nullptr when absent
   std::vector<std::string> names() const;               // sorted
+  const std::vector<std::string>& paths() const { return paths_; }  // every file read
 
  private:
   std::vector<SafetensorsFile> files_;
+  std::vector<std::string> paths_;
   std::unordered_map<std::string, const TensorView*> index_;
 };
 

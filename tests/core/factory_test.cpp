@@ -41,8 +41,8 @@ class FakeCache : public Cache {
 };
 
 CacheBuilder fake_builder(std::string_view kind) {
-  return [kind](const CacheGeometry& g, const CacheConfig& c) {
-    return std::make_shared<FakeCache>(kind, g, c);
+  return [kind](const CacheGeometry& g, const CacheConfig& c) -> Result<std::shared_ptr<Cache>> {
+    return std::shared_ptr<Cache>(std::make_shared<FakeCache>(kind, g, c));
   };
 }
 
@@ -89,9 +89,10 @@ TEST(Factory, InvalidGeometryOrConfigIsInvalidArgumentWithTheReason) {
   CacheFactory f;
   int calls = 0;
   ASSERT_TRUE(f.add(kCpuBackend, kCellKind,
-                    [&calls](const CacheGeometry& g, const CacheConfig& c) {
+                    [&calls](const CacheGeometry& g,
+                             const CacheConfig& c) -> Result<std::shared_ptr<Cache>> {
                       ++calls;
-                      return std::make_shared<FakeCache>(kCellKind, g, c);
+                      return std::shared_ptr<Cache>(std::make_shared<FakeCache>(kCellKind, g, c));
                     })
                   .ok());
   CacheGeometry bad = geometry();
@@ -109,7 +110,7 @@ TEST(Factory, InvalidGeometryOrConfigIsInvalidArgumentWithTheReason) {
 TEST(Factory, BuilderReturningNothingIsInternal) {
   CacheFactory f;
   ASSERT_TRUE(f.add(kCpuBackend, kCellKind,
-                    [](const CacheGeometry&, const CacheConfig&) {
+                    [](const CacheGeometry&, const CacheConfig&) -> Result<std::shared_ptr<Cache>> {
                       return std::shared_ptr<Cache>();
                     })
                   .ok());
@@ -212,6 +213,24 @@ TEST(Registry, KeysAreUniqueUnderConcurrentMinting) {
   for (const auto& ks : keys) unique.insert(ks.begin(), ks.end());
   EXPECT_EQ(unique.size(), static_cast<size_t>(kThreads * kPerThread * 2));
   EXPECT_EQ(reg.size(), 0u);
+}
+
+}  // namespace
+}  // namespace kvcache
+
+namespace kvcache {
+namespace {
+
+TEST(Factory, ABuildersErrorReachesTheCaller) {
+  CacheFactory f;
+  ASSERT_TRUE(f.add(kCpuBackend, kCellKind,
+                    [](const CacheGeometry&, const CacheConfig&) -> Result<std::shared_ptr<Cache>> {
+                      return resource_exhausted("pool.reserve: allocating 4096 bytes failed");
+                    })
+                  .ok());
+  auto r = f.build(kCpuBackend, kCellKind, geometry(), config(8));
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(r.status().message(), "pool.reserve: allocating 4096 bytes failed");
 }
 
 }  // namespace

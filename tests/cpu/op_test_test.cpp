@@ -3,6 +3,8 @@
 // round-trip and hostile headers are refused.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -105,6 +107,87 @@ TEST_F(OpTestCases, RefusedStepIsAResultNotAnError) {
   std::string json((std::istreambuf_iterator<char>(r)), std::istreambuf_iterator<char>());
   EXPECT_NE(json.find("\"code\": \"invalid_argument\""), std::string::npos) << json;
   EXPECT_FALSE(fs::exists(dir_ / "out" / "s0_l0.npy"));
+}
+
+TEST_F(OpTestCases, CaseFilesMustBeRegularFilesInsideTheCaseDirectory) {
+  struct Setup {
+    std::string what, needle;
+    void (*make)(const fs::path& dir);
+  };
+  const std::vector<Setup> setups = {
+      {"an array symlinked outside", "outside the directory",
+       [](const fs::path& d) {
+         fs::rename(d / "case" / "q.npy", d / "q_outside.npy");
+         fs::create_symlink(d / "q_outside.npy", d / "case" / "q.npy");
+       }},
+      {"an array that is a FIFO", "is a FIFO",
+       [](const fs::path& d) {
+         fs::remove(d / "case" / "k.npy");
+         ASSERT_EQ(::mkfifo((d / "case" / "k.npy").c_str(), 0600), 0);
+       }},
+      {"an array that is a directory", "is a directory",
+       [](const fs::path& d) {
+         fs::remove(d / "case" / "v.npy");
+         fs::create_directory(d / "case" / "v.npy");
+       }},
+  };
+  for (const Setup& s : setups) {
+    TearDown();
+    SetUp();
+    s.make(dir_);
+    Status st = run(good_case());
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << s.what << ": " << st.to_string();
+    EXPECT_NE(st.message().find(s.needle), std::string::npos) << s.what << ": " << st.to_string();
+    EXPECT_FALSE(fs::exists(dir_ / "out")) << s.what;
+  }
+  // case.json itself: a directory, or a link out of the case directory.
+  TearDown();
+  SetUp();
+  fs::create_directory(dir_ / "case" / "case.json");
+  EXPECT_NE(run_op_test(dir_ / "case", dir_ / "out").message().find("is a directory"),
+            std::string::npos);
+  fs::remove(dir_ / "case" / "case.json");
+  std::ofstream(dir_ / "elsewhere.json") << good_case();
+  fs::create_symlink(dir_ / "elsewhere.json", dir_ / "case" / "case.json");
+  EXPECT_NE(run_op_test(dir_ / "case", dir_ / "out").message().find("outside the directory"),
+            std::string::npos);
+}
+
+TEST_F(OpTestCases, IntegersOutsideTheirTypeAreRefusedNotTruncated) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"\"kv_heads\": 1", "\"kv_heads\": 4294967297"},  // would truncate to 1
+      {"\"capacity\": 8", "\"capacity\": 18446744073709551615"},
+      {"\"layer\": 0", "\"layer\": -4294967296"},
+      {"\"kv_heads\": 1", "\"kv_heads\": 1.5"},
+  };
+  for (const auto& [from, to] : bad) {
+    Status st = run(replaced(good_case(), from, to));
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << to << ": " << st.to_string();
+    EXPECT_NE(st.message().find("must be an integer in ["), std::string::npos) << st.to_string();
+  }
+  Status q = run(replaced(good_case(), "\"q_heads\": [2]", "\"q_heads\": [0]"));
+  EXPECT_NE(q.message().find("q_heads entries must be in [1, 65536]"), std::string::npos);
+  Status cap = run(replaced(good_case(), "\"q_heads\": [2]", "\"q_heads\": [2], \"softcap\": -1"));
+  EXPECT_NE(cap.message().find("\"softcap\" must be a finite number >= 0"), std::string::npos);
+}
+
+TEST_F(OpTestCases, AnOutputSizedByTheGeometryIsBoundedBeforeAllocating) {
+  // T = 2 tokens x 2 q heads x value_dim 2^28 floats: 4 GiB from a few hundred bytes of files.
+  Status st = run(replaced(good_case(), "\"value_dim\": 4", "\"value_dim\": 268435456"));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("the output [2, 2, 268435456] would exceed 1073741824 bytes"),
+            std::string::npos) << st.to_string();
+}
+
+TEST_F(OpTestCases, ACacheOverTheByteBoundIsRefusedBeforeAllocating) {
+  std::ofstream(dir_ / "case" / "case.json")
+      << replaced(good_case(), "\"capacity\": 8", "\"capacity\": 2147483647");
+  OpTestOptions o;
+  o.max_cache_bytes = int64_t{64} << 20;
+  Status st = run_op_test(dir_ / "case", dir_ / "out", o);
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(st.message().find("capacity 2147483647 would need more than 67108864 bytes"),
+            std::string::npos) << st.to_string();
 }
 
 TEST_F(OpTestCases, NpyRefusesOtherDtypesAndTruncation) {

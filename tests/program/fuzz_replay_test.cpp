@@ -1,42 +1,41 @@
-// Replays the GGUF fuzz corpus (fuzz/corpus/gguf) and any saved crashers (fuzz/crashers)
-// through the libFuzzer entry point, compiled here with the normal toolchain.
+// Replays the program layer's fuzz corpora (GGUF, HF config.json, safetensors, tokenizer.json)
+// and any saved crashers through the libFuzzer entry functions (fuzz/fuzz_targets.h).
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
-#include <vector>
+#include <string>
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+#include "fuzz_replay.h"
+#include "fuzz_targets.h"
 
 namespace {
 
-namespace fs = std::filesystem;
+using kvcache::testing::replay_target;
+namespace fz = kvcache::fuzz;
 
-int replay(const fs::path& dir) {
-  int n = 0;
-  if (!fs::exists(dir)) return 0;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (!e.is_regular_file()) continue;
-    std::ifstream in(e.path(), std::ios::binary);
-    std::vector<uint8_t> b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    SCOPED_TRACE(e.path().string());
-    EXPECT_EQ(LLVMFuzzerTestOneInput(b.data(), b.size()), 0);
-    ++n;
-  }
-  return n;
+TEST(FuzzReplay, GgufCorpusRunsCleanly) { EXPECT_GE(replay_target(fz::gguf_one, "gguf"), 10); }
+
+TEST(FuzzReplay, HfConfigCorpusRunsCleanly) {
+  EXPECT_GE(replay_target(fz::hf_config_one, "hf_config"), 10);
 }
 
-TEST(FuzzReplay, EveryCorpusFileRunsCleanly) {
-  EXPECT_GE(replay(KVCACHE_FUZZ_CORPUS_DIR), 10);  // the seed corpus is checked in
-  replay(KVCACHE_FUZZ_CRASHERS_DIR);
+TEST(FuzzReplay, SafetensorsCorpusRunsCleanly) {
+  EXPECT_GE(replay_target(fz::safetensors_one, "safetensors"), 5);
+}
+
+TEST(FuzzReplay, TokenizerCorpusRunsCleanly) {
+  EXPECT_GE(replay_target(fz::tokenizer_json_one, "tokenizer_json"), 5);
 }
 
 TEST(FuzzReplay, EmptyAndTinyInputsRunCleanly) {
-  EXPECT_EQ(LLVMFuzzerTestOneInput(nullptr, 0), 0);
+  for (auto entry : {fz::gguf_one, fz::hf_config_one, fz::safetensors_one, fz::tokenizer_json_one})
+    EXPECT_EQ(entry(nullptr, 0), 0);
   const uint8_t magic[] = {'G', 'G', 'U', 'F', 3, 0, 0, 0};
-  EXPECT_EQ(LLVMFuzzerTestOneInput(magic, sizeof magic), 0);
+  EXPECT_EQ(fz::gguf_one(magic, sizeof magic), 0);
+  const std::string deep = std::string(100000, '[');  // nesting must not recurse per level
+  const auto* d = reinterpret_cast<const uint8_t*>(deep.data());
+  EXPECT_EQ(fz::hf_config_one(d, deep.size()), 0);
+  EXPECT_EQ(fz::tokenizer_json_one(d, deep.size()), 0);
 }
 
 }  // namespace

@@ -311,7 +311,11 @@ TEST(HfExport, Qwen2KeepsRotateHalfAndTiedEmbeddingsDropTheOutput) {
       {"pre_tokenizer", {{"type", "ByteLevel"}}},
       {"added_tokens", {{{"id", 4}, {"content", "<eos>"}}}}}.dump());
   const auto out = dir / "out.gguf";
-  auto r = hf::export_hf({dir.string(), out.string(), gguf::TensorType::kF16});
+  hf::ExportOptions o;
+  o.hf_dir = dir.string();
+  o.out_path = out.string();
+  o.dtype = gguf::TensorType::kF16;
+  auto r = hf::export_hf(o);
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_TRUE(r->tokenizer);
   auto f = gguf::GgufFile::open(out.string());
@@ -348,6 +352,123 @@ TEST(HfExport, MissingTensorsWrongShapesAndUnsupportedModelsAreRefused) {
   gguf::GgufWriter u;
   auto unsupported = hf::export_hf_to_writer(dir.string(), gguf::TensorType::kF32, u);
   EXPECT_NE(unsupported.status().message().find("gemma3_text"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kvcache
+
+// ---- export hardening ------------------------------------------------------------------------
+
+namespace kvcache {
+namespace {
+
+hf::ExportOptions options_for(const fs::path& dir, const fs::path& out) {
+  hf::ExportOptions o;
+  o.hf_dir = dir.string();
+  o.out_path = out.string();
+  return o;
+}
+
+TEST(HfExportHardening, AnUnsupportedTokenizerIsRefusedNotDropped) {
+  auto dir = tiny_checkpoint("export_unigram", "llama", false);
+  testing::write_text(dir / "tokenizer.json",
+                      json{{"model", {{"type", "Unigram"}, {"vocab", json::array()}}}}.dump());
+  const auto out = dir / "out.gguf";
+  auto r = hf::export_hf(options_for(dir, out));
+  EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(r.status().message().find("tokenizer.json: model type 'Unigram' is not supported"),
+            std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find((dir / "tokenizer.json").string()), std::string::npos);
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_FALSE(fs::exists(out.string() + ".partial"));
+  hf::ExportOptions without = options_for(dir, out);
+  without.with_tokenizer = false;  // asked for explicitly
+  auto w = hf::export_hf(without);
+  ASSERT_TRUE(w.ok()) << w.status().message();
+  EXPECT_FALSE(w->tokenizer);
+  auto f = gguf::GgufFile::open(out.string());
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->find("tokenizer.ggml.model"), nullptr);
+  fs::remove_all(dir);
+}
+
+TEST(HfExportHardening, TokenizerIdsPastTheConfigVocabAreRefused) {
+  auto dir = tiny_checkpoint("export_tok_range", "llama", false);  // vocab_size 5
+  testing::write_text(dir / "tokenizer.json",
+                      json{{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 7}}}}},
+                           {"decoder", {{"type", "ByteLevel"}}}}.dump());
+  auto r = hf::export_hf(options_for(dir, dir / "out.gguf"));
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("token id 7 out of range [0, 5)"), std::string::npos)
+      << r.status().message();
+  fs::remove_all(dir);
+}
+
+TEST(HfExportHardening, OutMayNeverBeOneOfTheCheckpointsOwnFiles) {
+  auto dir = tiny_checkpoint("export_own_input", "llama", false);
+  const auto before = fs::file_size(dir / "model.safetensors");
+  for (const fs::path& target :
+       {dir / "model.safetensors", dir / "config.json", dir / "." / "config.json"}) {
+    auto r = hf::export_hf(options_for(dir, target));
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << target;
+    EXPECT_NE(r.status().message().find("is the checkpoint's own file"), std::string::npos)
+        << r.status().message();
+  }
+  const auto link = dir.parent_path() / "kvcache_export_link.gguf";  // a symlink to an input
+  fs::remove(link);
+  fs::create_symlink(dir / "model.safetensors", link);
+  EXPECT_EQ(hf::export_hf(options_for(dir, link)).status().code(), StatusCode::kInvalidArgument);
+  fs::remove(link);
+  EXPECT_EQ(fs::file_size(dir / "model.safetensors"), before);
+  EXPECT_TRUE(hf::read_config(dir.string()).ok());
+  fs::remove_all(dir);
+}
+
+TEST(HfExportHardening, AFileTheVerifierRefusesIsNeverLeftBehind) {
+  auto dir = tiny_checkpoint("export_verify", "llama", false);
+  const auto out = dir / "out.gguf";
+  testing::write_text(out, "previous contents");
+  hf::ExportOptions o = options_for(dir, out);
+  std::string seen;
+  o.verify = [&seen](const std::string& path) {
+    seen = path;
+    return invalid_argument("load model: refused for the test");
+  };
+  auto r = hf::export_hf(o);
+  EXPECT_EQ(r.status().message(), "load model: refused for the test");
+  EXPECT_EQ(seen, out.string() + ".partial");
+  EXPECT_FALSE(fs::exists(seen));
+  std::ifstream in(out);
+  std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(kept, "previous contents");  // the old file is untouched
+  fs::remove_all(dir);
+}
+
+TEST(HfExportHardening, ShardsAndIndexMustStayInsideTheCheckpoint) {
+  auto dir = tiny_checkpoint("export_escape", "llama", false);
+  const auto outside = dir.parent_path() / "kvcache_outside.safetensors";
+  fs::rename(dir / "model.safetensors", outside);
+  fs::create_symlink(outside, dir / "model.safetensors");
+  auto r = safetensors::Checkpoint::open(dir.string());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("outside the directory"), std::string::npos)
+      << r.status().message();
+  fs::remove(dir / "model.safetensors");
+  fs::create_directory(dir / "model.safetensors");  // a directory where a file should be
+  EXPECT_NE(safetensors::Checkpoint::open(dir.string()).status().message().find("is a directory"),
+            std::string::npos);
+  fs::remove(outside);
+  fs::remove_all(dir);
+}
+
+TEST(HfExportHardening, ConfigJsonMustBeARegularFileInsideTheCheckpoint) {
+  auto dir = tiny_checkpoint("export_config_kind", "llama", false);
+  fs::remove(dir / "config.json");
+  fs::create_directory(dir / "config.json");
+  auto r = hf::read_config(dir.string());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("is a directory"), std::string::npos);
   fs::remove_all(dir);
 }
 

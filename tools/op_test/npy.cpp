@@ -1,9 +1,10 @@
 #include "op_test/npy.h"
 
+#include "program/file_bytes.h"
+
 #include <bit>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 #include <string>
 
 namespace kvcache::tools {
@@ -52,12 +53,12 @@ bool parse_shape(const std::string& text, std::vector<int64_t>& shape) {
 
 }  // namespace
 
-Result<NpyArray> read_npy(const std::filesystem::path& path) {
+Result<NpyArray> read_npy(const std::filesystem::path& path, const std::filesystem::path& within) {
   static_assert(std::endian::native == std::endian::little, "npy: little-endian hosts only");
   const std::string name = path.string();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found("npy: cannot open '" + name + "'");
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  Result<std::string> read = read_file(name, {"npy", file_limits::kArray, within.string()});
+  if (!read.ok()) return read.status();
+  const std::string& bytes = *read;
   if (bytes.size() < 10 || bytes.compare(0, 6, kMagic, 6) != 0)
     return invalid_argument("npy: '" + name + "' is not a .npy file (bad magic)");
   const auto major = static_cast<uint8_t>(bytes[6]);

@@ -18,8 +18,11 @@ struct NpyArray {
 };
 
 // NotFound when the file is missing; InvalidArgument for another dtype, Fortran order or a
-// bad header; DataLoss when the data is shorter or longer than the shape says.
-Result<NpyArray> read_npy(const std::filesystem::path& path);
+// bad header, or when the file is no regular file inside `within` (empty: anywhere) or is
+// larger than file_limits::kArray (program/file_bytes.h); DataLoss when the data is shorter or
+// longer than the shape says.
+Result<NpyArray> read_npy(const std::filesystem::path& path,
+                          const std::filesystem::path& within = {});
 // Version 1.0, '<f4', C order. InvalidArgument when data.size() != product(shape).
 Status write_npy(const std::filesystem::path& path, std::span<const int64_t> shape,
                  std::span<const float> data);

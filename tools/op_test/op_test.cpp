@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
+#include <stdexcept>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -15,6 +17,7 @@
 #include "cpu/cpu_cache.h"
 #include "cpu/thread_pool.h"
 #include "op_test/npy.h"
+#include "program/file_bytes.h"
 
 namespace kvcache::tools {
 
@@ -52,6 +55,27 @@ struct Case {
   std::vector<Step> steps;
 };
 
+// An integer field outside its type's range (or not an integer); thrown by int_of and turned
+// into InvalidArgument at the parser's boundary (parse_case), like nlohmann's own errors.
+struct FieldError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// `x` as T, refusing non-integers and values T cannot hold (no silent truncation).
+template <class T>
+T int_of(const json& x, const char* what) {
+  const bool fits = x.is_number_integer() &&
+                    (x.is_number_unsigned()
+                         ? x.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+                         : x.get<int64_t>() >= std::numeric_limits<T>::min() &&
+                               x.get<int64_t>() <= std::numeric_limits<T>::max());
+  if (!fits)
+    throw FieldError(std::string("\"") + what + "\" must be an integer in [" +
+                     std::to_string(std::numeric_limits<T>::min()) + ", " +
+                     std::to_string(std::numeric_limits<T>::max()) + "]");
+  return static_cast<T>(x.get<int64_t>());
+}
+
 // Malformed-case errors carry "op-test: <where>: <what>".
 struct Malformed {
   std::string where;
@@ -68,24 +92,24 @@ Status parse_verb(const json& j, const std::string& kind, const Malformed& at, V
   if (v.op == "seq_new" || v.op == "clear") return ok_status();
   if (v.op == "seq_clone") {
     if (!need("src")) return at.bad("seq_clone needs an integer \"src\"");
-    v.src = j["src"].get<int32_t>();
+    v.src = int_of<int32_t>(j["src"], "src");
     if (j.contains("upto") && !j["upto"].is_null()) {
       if (!need("upto")) return at.bad("seq_clone \"upto\" must be an integer or null");
-      v.upto = j["upto"].get<int64_t>();
+      v.upto = int_of<int64_t>(j["upto"], "upto");
     }
     return ok_status();
   }
   if (v.op == "seq_rm") {
     if (!need("seq")) return at.bad("seq_rm needs an integer \"seq\"");
-    v.seq = j["seq"].get<int32_t>();
+    v.seq = int_of<int32_t>(j["seq"], "seq");
     return ok_status();
   }
   if (v.op == "rewind") {
     if (!need("pos")) return at.bad("rewind needs an integer \"pos\"");
-    v.pos = j["pos"].get<int64_t>();
+    v.pos = int_of<int64_t>(j["pos"], "pos");
     if (j.contains("seq")) {
       if (!need("seq")) return at.bad("rewind \"seq\" must be an integer");
-      v.seq = j["seq"].get<int32_t>();
+      v.seq = int_of<int32_t>(j["seq"], "seq");
     } else if (kind == "cell") {
       return at.bad("rewind needs an integer \"seq\" for the cell kind");
     }
@@ -114,7 +138,7 @@ Status load_array(const std::filesystem::path& dir, const json& name, const Malf
   const std::string file = name.get<std::string>();
   if (file.empty() || file.find("..") != std::string::npos || file.front() == '/')
     return at.bad("array file '" + file + "' must be a plain name inside the case directory");
-  Result<NpyArray> r = read_npy(dir / file);
+  Result<NpyArray> r = read_npy(dir / file, dir);
   if (!r.ok()) return Status(r.status().code(), "op-test: " + at.where + ": " + r.status().message());
   out = std::move(r).value();
   return ok_status();
@@ -124,7 +148,7 @@ Status parse_layer(const json& j, const Case& c, const std::filesystem::path& di
                    const Malformed& at, LayerCall& call, int32_t& n_tokens) {
   if (!j.is_object() || !j.contains("layer") || !j["layer"].is_number_integer())
     return at.bad("expected an object with an integer \"layer\"");
-  call.layer = j["layer"].get<int32_t>();
+  call.layer = int_of<int32_t>(j["layer"], "layer");
   const auto n_layers = static_cast<int32_t>(c.geometry.layers.size());
   if (call.layer < 0 || call.layer >= n_layers)
     return at.bad("layer = " + std::to_string(call.layer) + ", expected in [0, " +
@@ -141,6 +165,12 @@ Status parse_layer(const json& j, const Case& c, const std::filesystem::path& di
   n_tokens = static_cast<int32_t>(T);
   const LayerGeometry& l = c.geometry.layers[call.layer];
   KVCACHE_RETURN_IF_ERROR(expect_shape(call.q, "q", {T, c.q_heads[call.layer], l.head_dim}, at));
+  // The output [T, q_heads, value_dim] is sized by the geometry, not by a file: bound it here.
+  constexpr int64_t kMaxOutputFloats = int64_t{1} << 28;  // 1 GiB of float32
+  if (int64_t{c.q_heads[call.layer]} * l.value_dim > kMaxOutputFloats / T)
+    return at.bad("the output [" + std::to_string(T) + ", " +
+                  std::to_string(c.q_heads[call.layer]) + ", " + std::to_string(l.value_dim) +
+                  "] would exceed " + std::to_string(kMaxOutputFloats * 4) + " bytes");
   if (j.contains("k")) {
     KVCACHE_RETURN_IF_ERROR(load_array(dir, j["k"], at, call.k));
     KVCACHE_RETURN_IF_ERROR(load_array(dir, j["v"], at, call.v));
@@ -157,7 +187,7 @@ Status int_list(const json& j, const char* key, const Malformed& at, std::option
   std::vector<T> v;
   for (const json& x : j[key]) {
     if (!x.is_number_integer()) return at.bad(std::string("\"") + key + "\" must hold integers");
-    v.push_back(x.get<T>());
+    v.push_back(int_of<T>(x, key));
   }
   out = std::move(v);
   return ok_status();
@@ -211,38 +241,51 @@ Status parse_header(const json& j, Case& c) {
   for (const json& l : j["geometry"]) {
     if (!l.is_object()) return at.bad("geometry entries must be objects");
     LayerGeometry g;
-    g.kv_heads = l.at("kv_heads").get<int32_t>();
-    g.head_dim = l.at("head_dim").get<int32_t>();
-    g.value_dim = l.contains("value_dim") ? l["value_dim"].get<int32_t>() : g.head_dim;
-    g.window = l.contains("window") ? l["window"].get<int32_t>() : 0;
+    g.kv_heads = int_of<int32_t>(l.at("kv_heads"), "kv_heads");
+    g.head_dim = int_of<int32_t>(l.at("head_dim"), "head_dim");
+    g.value_dim = l.contains("value_dim") ? int_of<int32_t>(l["value_dim"], "value_dim") : g.head_dim;
+    g.window = l.contains("window") ? int_of<int32_t>(l["window"], "window") : 0;
     c.geometry.layers.push_back(g);
   }
   const json& cfg = j.at("config");
-  c.config.capacity = cfg.at("capacity").get<int64_t>();
+  c.config.capacity = int_of<int64_t>(cfg.at("capacity"), "capacity");
   const std::string dtype = cfg.contains("kv_dtype") ? cfg["kv_dtype"].get<std::string>() : "f32";
   const std::optional<DType> dt = parse_dtype(dtype);
   if (!dt) return at.bad("unknown kv_dtype '" + dtype + "', expected f32, f16 or bf16");
   c.config.kv_dtype = *dt;
-  c.config.initial_capacity = cfg.value("initial_capacity", int64_t{0});
+  c.config.initial_capacity =
+      cfg.contains("initial_capacity") ? int_of<int64_t>(cfg["initial_capacity"], "initial_capacity") : 0;
   if (cfg.contains("max_write") && !cfg["max_write"].is_null())
-    c.config.max_write = cfg["max_write"].get<int32_t>();
+    c.config.max_write = int_of<int32_t>(cfg["max_write"], "max_write");
   KVCACHE_RETURN_IF_ERROR(validate(c.geometry, c.config, "op-test: case.json"));
   const json& qh = j.at("q_heads");
   if (!qh.is_array() || qh.size() != c.geometry.layers.size())
     return at.bad("\"q_heads\" must hold one integer per cache layer (" +
                   std::to_string(c.geometry.layers.size()) + ")");
-  for (const json& x : qh) c.q_heads.push_back(x.get<int32_t>());
-  if (j.contains("scale") && !j["scale"].is_null()) c.scale = j["scale"].get<float>();
-  c.softcap = j.value("softcap", 0.0f);
+  for (const json& x : qh) {
+    const int32_t h = int_of<int32_t>(x, "q_heads");
+    if (h < 1 || h > (1 << 16)) return at.bad("q_heads entries must be in [1, 65536]");
+    c.q_heads.push_back(h);
+  }
+  if (j.contains("scale") && !j["scale"].is_null()) {
+    const double scale = j["scale"].get<double>();
+    if (!std::isfinite(scale) || std::fabs(scale) > 1e30)
+      return at.bad("\"scale\" must be a finite number");
+    c.scale = static_cast<float>(scale);
+  }
+  const double softcap = j.value("softcap", 0.0);
+  if (!std::isfinite(softcap) || softcap < 0.0 || softcap > 1e30)
+    return at.bad("\"softcap\" must be a finite number >= 0");
+  c.softcap = static_cast<float>(softcap);
   return ok_status();
 }
 
 Status parse_case(const std::filesystem::path& dir, Case& c) {
   const std::filesystem::path file = dir / "case.json";
-  std::ifstream in(file);
-  if (!in) return not_found("op-test: cannot open '" + file.string() + "'");
+  Result<std::string> text = read_file(file.string(), {"op-test", file_limits::kJson, dir.string()});
+  if (!text.ok()) return text.status();
   try {
-    const json j = json::parse(in);
+    const json j = json::parse(*text);
     KVCACHE_RETURN_IF_ERROR(parse_header(j, c));
     if (!j.contains("steps") || !j["steps"].is_array())
       return invalid_argument("op-test: case.json: \"steps\" must be an array");
@@ -252,6 +295,8 @@ Status parse_case(const std::filesystem::path& dir, Case& c) {
       c.steps.push_back(std::move(s));
     }
   } catch (const json::exception& e) {
+    return invalid_argument("op-test: '" + file.string() + "': " + e.what());
+  } catch (const FieldError& e) {
     return invalid_argument("op-test: '" + file.string() + "': " + e.what());
   }
   return ok_status();
@@ -319,6 +364,13 @@ Status run_op_test(const std::filesystem::path& case_dir, const std::filesystem:
                    const OpTestOptions& options) {
   Case c;
   KVCACHE_RETURN_IF_ERROR(parse_case(case_dir, c));
+  if (options.max_cache_bytes > 0) {
+    const int64_t per_cell = bytes_per_cell(c.geometry, c.config.kv_dtype).value_or(0);
+    if (per_cell <= 0 || c.config.capacity > options.max_cache_bytes / per_cell)
+      return resource_exhausted("op-test: the cache at capacity " +
+                                std::to_string(c.config.capacity) + " would need more than " +
+                                std::to_string(options.max_cache_bytes) + " bytes");
+  }
   KVCACHE_RETURN_IF_ERROR(cpu::register_builders());
   Result<std::shared_ptr<Cache>> built =
       CacheFactory::global().build(kCpuBackend, c.kind, c.geometry, c.config);
@@ -363,7 +415,7 @@ Status run_op_test(const std::filesystem::path& case_dir, const std::filesystem:
     steps.push_back(entry);
   }
   std::ofstream f(out_dir / "result.json");
-  f << json{{"steps", steps}}.dump(2) << "\n";
+  f << json{{"steps", steps}}.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
   if (!f) return data_loss("op-test: writing '" + (out_dir / "result.json").string() + "' failed");
   return ok_status();
 }

@@ -4,6 +4,7 @@
 // before anything runs, so a malformed case writes nothing.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 
 #include "core/status.h"
@@ -12,6 +13,9 @@ namespace kvcache::tools {
 
 struct OpTestOptions {
   int threads = 0;  // > 0: resize the cpu layer's global pool first; 0 = keep it
+  // > 0: refuse (ResourceExhausted) a case whose cache at capacity would need more bytes,
+  // before anything is allocated (the fuzz target's bound); 0 = no limit.
+  int64_t max_cache_bytes = 0;
 };
 
 // ok when the case ran (refused steps are results in result.json, not errors). A malformed
