@@ -2,7 +2,8 @@
 # Installs the Debian 12 packages kvcache builds and tests with (skips what is installed).
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-          nlohmann-json3-dev libcli11-dev libopenblas-dev libxxhash-dev python3 python3-numpy)
+          nlohmann-json3-dev libcli11-dev libopenblas-dev libxxhash-dev libcpp-httplib-dev python3 python3-numpy
+          python3-jinja2 curl)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

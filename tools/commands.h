@@ -17,5 +17,6 @@ Runner add_export(CLI::App& app);
 Runner add_run(CLI::App& app);
 Runner add_op_test(CLI::App& app);
 Runner add_batch(CLI::App& app);
+Runner add_serve(CLI::App& app);
 
 }  // namespace kvcache::tools

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   add(kvcache::tools::add_export);
   add(kvcache::tools::add_op_test);
   add(kvcache::tools::add_batch);
+  add(kvcache::tools::add_serve);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

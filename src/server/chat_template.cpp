@@ -1,0 +1,197 @@
+#include "server/chat_template.h"
+
+#include <array>
+#include <utility>
+
+namespace kvcache::server {
+namespace {
+
+constexpr std::array<std::pair<ChatTemplate, std::string_view>, 6> kNames = {{
+    {ChatTemplate::kPlain, "plain"},
+    {ChatTemplate::kChatml, "chatml"},
+    {ChatTemplate::kLlama3, "llama3"},
+    {ChatTemplate::kGemma, "gemma"},
+    {ChatTemplate::kMistral, "mistral"},
+    {ChatTemplate::kPhi3, "phi3"},
+}};
+
+// Jinja's trim: Python str.strip() (ASCII whitespace here; other Unicode spaces are kept).
+std::string_view trim(std::string_view s) {
+  constexpr std::string_view kSpace = " \t\n\r\v\f";
+  const size_t b = s.find_first_not_of(kSpace);
+  if (b == std::string_view::npos) return {};
+  return s.substr(b, s.find_last_not_of(kSpace) - b + 1);
+}
+
+Status bad(std::string what) { return invalid_argument("messages" + std::move(what)); }
+
+// "[i]" (built by appends: g++ 12 warns falsely on "[" + std::to_string(i)).
+std::string at(size_t i) {
+  std::string s(1, '[');
+  s += std::to_string(i);
+  s += ']';
+  return s;
+}
+
+// Checks the roles every template shares: known roles, system only first.
+Status check_roles(std::span<const ChatMessage> m) {
+  if (m.empty()) return bad(": expected at least one message");
+  for (size_t i = 0; i < m.size(); ++i) {
+    const std::string& r = m[i].role;
+    if (r != "system" && r != "user" && r != "assistant")
+      return bad(at(i) + ".role = \"" + r +
+                 "\", expected system, user or assistant");
+    if (r == "system" && i != 0)
+      return bad(at(i) + " is a system message; only the first may be");
+  }
+  return ok_status();
+}
+
+// After an optional leading system message: user, assistant, user, ...
+Status check_alternating(std::span<const ChatMessage> m, size_t from) {
+  for (size_t i = from; i < m.size(); ++i) {
+    const bool want_user = (i - from) % 2 == 0;
+    if ((m[i].role == "user") != want_user)
+      return bad(at(i) + ".role = \"" + m[i].role +
+                 "\"; this template needs user and assistant turns to alternate");
+  }
+  return ok_status();
+}
+
+std::string render_chatml(std::span<const ChatMessage> m, bool gen) {
+  std::string out;
+  if (m[0].role != "system")
+    out += "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+           "assistant.<|im_end|>\n";
+  for (const ChatMessage& msg : m)
+    out += "<|im_start|>" + msg.role + "\n" + msg.content + "<|im_end|>\n";
+  if (gen) out += "<|im_start|>assistant\n";
+  return out;
+}
+
+std::string render_llama3(std::span<const ChatMessage> m, bool gen, const ChatTokens& t) {
+  std::string out = t.bos;
+  size_t first = 0;
+  std::string_view system;
+  if (m[0].role == "system") {
+    system = trim(m[0].content);
+    first = 1;
+  }
+  out += "<|start_header_id|>system<|end_header_id|>\n\n"
+         "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
+  out += system;
+  out += "<|eot_id|>";
+  for (size_t i = first; i < m.size(); ++i) {
+    out += "<|start_header_id|>" + m[i].role + "<|end_header_id|>\n\n";
+    out += trim(m[i].content);
+    out += "<|eot_id|>";
+  }
+  if (gen) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return out;
+}
+
+std::string render_gemma(std::span<const ChatMessage> m, bool gen, const ChatTokens& t) {
+  std::string out = t.bos;
+  for (const ChatMessage& msg : m) {
+    out += "<start_of_turn>";
+    out += msg.role == "assistant" ? "model" : msg.role;
+    out += "\n";
+    out += trim(msg.content);
+    out += "<end_of_turn>\n";
+  }
+  if (gen) out += "<start_of_turn>model\n";
+  return out;
+}
+
+// The system message goes into the last message when that is a user turn (else it is
+// dropped, as the model's template does); there is no generation prompt.
+std::string render_mistral(std::span<const ChatMessage> m, const ChatTokens& t) {
+  const bool has_system = m[0].role == "system";
+  std::string out = t.bos;
+  for (size_t i = has_system ? 1 : 0; i < m.size(); ++i) {
+    if (m[i].role == "user") {
+      out += "[INST]";
+      if (has_system && i + 1 == m.size()) out += m[0].content + "\n\n";
+      out += m[i].content + "[/INST]";
+    } else {
+      out += m[i].content + t.eos;
+    }
+  }
+  return out;
+}
+
+std::string render_phi3(std::span<const ChatMessage> m, bool gen, const ChatTokens& t) {
+  std::string out;
+  for (const ChatMessage& msg : m) {
+    if (msg.role == "system" && msg.content.empty()) continue;
+    out += "<|" + msg.role + "|>\n" + msg.content + "<|end|>\n";
+  }
+  out += gen ? std::string("<|assistant|>\n") : t.eos;
+  return out;
+}
+
+// No template: one "role: content" line per message, then "assistant:" to generate.
+std::string render_plain(std::span<const ChatMessage> m, bool gen) {
+  std::string out;
+  for (const ChatMessage& msg : m) out += msg.role + ": " + msg.content + "\n";
+  if (gen) out += "assistant:";
+  return out;
+}
+
+}  // namespace
+
+std::string_view to_string(ChatTemplate t) {
+  for (const auto& [v, name] : kNames)
+    if (v == t) return name;
+  return "unknown";
+}
+
+std::optional<ChatTemplate> chat_template_from_name(std::string_view name) {
+  for (const auto& [v, n] : kNames)
+    if (n == name) return v;
+  return std::nullopt;
+}
+
+std::optional<ChatTemplate> detect_chat_template(std::string_view text) {
+  if (text.find("<|im_start|>") != std::string_view::npos) return ChatTemplate::kChatml;
+  if (text.find("<|start_header_id|>") != std::string_view::npos) return ChatTemplate::kLlama3;
+  if (text.find("<start_of_turn>") != std::string_view::npos) return ChatTemplate::kGemma;
+  if (text.find("[INST]") != std::string_view::npos) return ChatTemplate::kMistral;
+  if (text.find("<|user|>") != std::string_view::npos &&
+      text.find("<|end|>") != std::string_view::npos)
+    return ChatTemplate::kPhi3;
+  return std::nullopt;
+}
+
+ChatTokens default_chat_tokens(ChatTemplate t) {
+  switch (t) {
+    case ChatTemplate::kLlama3: return {"<|begin_of_text|>", "<|eot_id|>"};
+    case ChatTemplate::kGemma: return {"<bos>", "<eos>"};
+    case ChatTemplate::kMistral: return {"<s>", "</s>"};
+    case ChatTemplate::kPhi3: return {"<s>", "<|endoftext|>"};
+    case ChatTemplate::kChatml:
+    case ChatTemplate::kPlain: break;
+  }
+  return {};
+}
+
+Result<std::string> render_chat(ChatTemplate t, std::span<const ChatMessage> m, bool gen,
+                                const ChatTokens& tokens) {
+  KVCACHE_RETURN_IF_ERROR(check_roles(m));
+  switch (t) {
+    case ChatTemplate::kChatml: return render_chatml(m, gen);
+    case ChatTemplate::kLlama3: return render_llama3(m, gen, tokens);
+    case ChatTemplate::kGemma:
+      if (m[0].role == "system") return bad("[0]: this model's template has no system role");
+      KVCACHE_RETURN_IF_ERROR(check_alternating(m, 0));
+      return render_gemma(m, gen, tokens);
+    case ChatTemplate::kMistral:
+      KVCACHE_RETURN_IF_ERROR(check_alternating(m, m[0].role == "system" ? 1 : 0));
+      return render_mistral(m, tokens);
+    case ChatTemplate::kPhi3: return render_phi3(m, gen, tokens);
+    case ChatTemplate::kPlain: return render_plain(m, gen);
+  }
+  return bad(": unknown template");
+}
+
+}  // namespace kvcache::server

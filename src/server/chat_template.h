@@ -1,0 +1,45 @@
+// Chat templates: built-in formatters that render a conversation the way a model family's
+// own Jinja template does (ChatML/Qwen2.5, Llama 3, Gemma, Mistral, Phi-3, and a plain one
+// for models without a template), and detection of the family from a GGUF's
+// tokenizer.chat_template text by its markers. Layer: server. There is no Jinja engine:
+// tool calls and template variables other than messages/add_generation_prompt are not rendered.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+
+namespace kvcache::server {
+
+// Serialized by name (--chat-template); append only.
+enum class ChatTemplate { kPlain, kChatml, kLlama3, kGemma, kMistral, kPhi3 };
+
+std::string_view to_string(ChatTemplate t);
+std::optional<ChatTemplate> chat_template_from_name(std::string_view name);
+// nullopt when the text has none of the known markers (the caller warns; chat is refused).
+std::optional<ChatTemplate> detect_chat_template(std::string_view jinja_text);
+
+struct ChatMessage {
+  std::string role;     // "system", "user" or "assistant"
+  std::string content;
+};
+
+// The bos/eos spellings the family's models use (<|begin_of_text|>, <bos>, <s> and </s>,
+// <|endoftext|>); empty for ChatML and plain.
+struct ChatTokens {
+  std::string bos;
+  std::string eos;
+};
+ChatTokens default_chat_tokens(ChatTemplate t);
+
+// InvalidArgument (naming "messages") where the model's own template refuses the
+// conversation: no messages, a role other than system/user/assistant, a system message
+// that is not first, a system message with Gemma, roles that do not alternate user/assistant
+// with Gemma and Mistral.
+Result<std::string> render_chat(ChatTemplate t, std::span<const ChatMessage> messages,
+                                bool add_generation_prompt, const ChatTokens& tokens);
+
+}  // namespace kvcache::server
