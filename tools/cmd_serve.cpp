@@ -2,8 +2,9 @@
 // executor. Wires flags to the executor, the engine thread and the HTTP front, prints
 // "listening on http://HOST:PORT" and the cache summary on stderr, and stops on SIGINT or
 // SIGTERM: no new requests, every request in flight cancelled, exit 0.
-#include <pthread.h>
+#include <poll.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -101,12 +102,30 @@ void pick_template(const ServeFlags& f, const LoadedModel& m, server::ServerOpti
                  std::string(server::to_string(*o.chat_template)).c_str());
 }
 
-// Waits for SIGINT/SIGTERM (blocked in every thread) until `quit` is set.
-void watch_signals(const sigset_t& set, std::atomic<bool>& quit, server::EngineLoop& loop,
-                   server::HttpServer& http) {
-  const timespec tick{0, 200 * 1000 * 1000};
+// SIGINT/SIGTERM write one byte to a pipe the watcher polls: a handler, not a blocked mask,
+// because libraries (OpenBLAS) start threads before main that would take the default action.
+int g_signal_pipe[2] = {-1, -1};
+
+extern "C" void on_stop_signal(int) {
+  const char b = 1;
+  [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &b, 1);
+}
+
+bool install_stop_handlers() {
+  if (pipe(g_signal_pipe) != 0) return false;
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  signal(SIGPIPE, SIG_IGN);  // a vanished client is a failed write, not a dead server
+  return sigaction(SIGINT, &sa, nullptr) == 0 && sigaction(SIGTERM, &sa, nullptr) == 0;
+}
+
+// Waits for a stop signal until `quit` is set.
+void watch_signals(std::atomic<bool>& quit, server::EngineLoop& loop, server::HttpServer& http) {
+  pollfd pfd{g_signal_pipe[0], POLLIN, 0};
   while (!quit) {
-    if (sigtimedwait(&set, nullptr, &tick) > 0) {
+    if (poll(&pfd, 1, 200) > 0) {
       std::fprintf(stderr, "kvcache serve: stopping\n");
       loop.stop();  // cancels every request in flight; their streams end
       http.stop();  // stops accepting; serve() returns
@@ -116,14 +135,7 @@ void watch_signals(const sigset_t& set, std::atomic<bool>& quit, server::EngineL
 }
 
 int run_serve(const ServeFlags& f) {
-  // Block the stop signals before any thread starts (the engine's thread pool too) so only
-  // the watcher receives them.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  signal(SIGPIPE, SIG_IGN);  // a vanished client is a failed write, not a dead server
+  if (!install_stop_handlers()) return fail("cannot install the SIGINT/SIGTERM handlers");
   if (f.threads > 0) cpu::set_global_threads(f.threads);
   Result<LoadedModel> m = load_model(f.model);
   if (!m.ok()) return fail(m.status().message());
@@ -164,7 +176,7 @@ int run_serve(const ServeFlags& f) {
   std::fprintf(stderr, "listening on http://%s:%d\n", f.host.c_str(), *port);
   std::fflush(stderr);
   std::atomic<bool> quit{false};
-  std::thread watcher([&] { watch_signals(set, quit, loop, http); });
+  std::thread watcher([&] { watch_signals(quit, loop, http); });
   const bool served = http.serve();
   quit = true;
   watcher.join();

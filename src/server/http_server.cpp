@@ -50,6 +50,7 @@ std::string endpoint_label(const std::string& path) {
 // One streaming response's state, shared by the content provider and its releaser.
 struct StreamState {
   std::shared_ptr<RequestChannel> channel;
+  std::optional<RequestChannel::News> carry;  // news that came with the acceptance
   ResponseMeta meta;
   bool include_usage = false;
   std::vector<Utf8Stream> utf8;       // per completion
@@ -77,9 +78,9 @@ struct HttpServer::Impl {
   std::optional<ApiError> encode(ApiRequest& r, std::vector<int32_t>& prompt) const;
   void generate(const httplib::Request& req, httplib::Response& res, bool chat);
   void finish_whole(httplib::Response& res, const std::shared_ptr<RequestChannel>& ch,
-                    const ResponseMeta& meta);
+                    const ResponseMeta& meta, std::optional<serve::RequestResult> result);
   void start_stream(httplib::Response& res, std::shared_ptr<RequestChannel> ch, ResponseMeta meta,
-                    int32_t n, bool include_usage);
+                    int32_t n, bool include_usage, RequestChannel::News first);
 };
 
 bool HttpServer::Impl::authorized(const httplib::Request& req) const {
@@ -142,13 +143,14 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
   const int64_t id = next_id.fetch_add(1);
   ResponseMeta meta{(chat ? "chatcmpl-" : "cmpl-") + std::to_string(started) + "-" + std::to_string(id),
                     unix_now(), opt.model_name, chat};
-  if (!r.stream) return finish_whole(res, *ch, meta);
-  start_stream(res, std::move(*ch), std::move(meta), n, r.include_usage);
+  // `first` may already hold pieces and even the result: they are passed on, not dropped.
+  if (!r.stream) return finish_whole(res, *ch, meta, std::move(first.result));
+  start_stream(res, std::move(*ch), std::move(meta), n, r.include_usage, std::move(first));
 }
 
 void HttpServer::Impl::finish_whole(httplib::Response& res, const std::shared_ptr<RequestChannel>& ch,
-                                    const ResponseMeta& meta) {
-  std::optional<serve::RequestResult> result;
+                                    const ResponseMeta& meta,
+                                    std::optional<serve::RequestResult> result) {
   while (!result) result = ch->wait(kPoll).result;  // ends: max_tokens bound, stop() cancels
   std::vector<std::string> texts;
   for (const serve::Completion& c : result->completions) texts.push_back(utf8_sanitize(c.text));
@@ -157,8 +159,10 @@ void HttpServer::Impl::finish_whole(httplib::Response& res, const std::shared_pt
 }
 
 void HttpServer::Impl::start_stream(httplib::Response& res, std::shared_ptr<RequestChannel> ch,
-                                    ResponseMeta meta, int32_t n, bool include_usage) {
+                                    ResponseMeta meta, int32_t n, bool include_usage,
+                                    RequestChannel::News first) {
   auto st = std::make_shared<StreamState>();
+  st->carry = std::move(first);
   st->channel = std::move(ch);
   st->meta = std::move(meta);
   st->include_usage = include_usage;
@@ -178,7 +182,13 @@ void HttpServer::Impl::start_stream(httplib::Response& res, std::shared_ptr<Requ
             for (int32_t i = 0; i < static_cast<int32_t>(st->utf8.size()); ++i)
               out += sse(chunk_json(st->meta, i, "", true, std::nullopt));
         }
-        RequestChannel::News news = st->channel->wait(kPoll);
+        RequestChannel::News news;
+        if (st->carry) {  // what arrived with the acceptance
+          news = std::move(*st->carry);
+          st->carry.reset();
+        } else {
+          news = st->channel->wait(kPoll);
+        }
         for (StreamPiece& p : news.pieces) {
           const size_t c = static_cast<size_t>(p.completion);
           if (c >= st->utf8.size() || st->finished[c]) continue;
