@@ -60,7 +60,7 @@ void add_flags(CLI::App* cmd, ServeFlags& f) {
   cmd->add_option("--threads", f.threads, "Engine threads; 0 = default")
       ->check(CLI::Range(0, 1024))->capture_default_str();
   cmd->add_option("--api-key", f.api_key,
-                  "Require 'Authorization: Bearer KEY' on every endpoint but /health");
+                  "Require 'Authorization: Bearer KEY' on every endpoint but /health and the page /");
   cmd->add_option("--chat-template", f.chat_template,
                   "plain, chatml, llama3, gemma, mistral or phi3 (default: detected from the "
                   "model's tokenizer.chat_template; plain without one)");

@@ -84,8 +84,16 @@ struct HttpServer::Impl {
 };
 
 bool HttpServer::Impl::authorized(const httplib::Request& req) const {
-  if (opt.api_key.empty() || req.path == "/health") return true;
-  return req.get_header_value("Authorization") == "Bearer " + opt.api_key;
+  // The page at / is static (a browser cannot send a Bearer header when it opens it); the
+  // key typed into it guards the API calls it makes.
+  if (opt.api_key.empty() || req.path == "/health" || (req.path == "/" && req.method == "GET"))
+    return true;
+  // Compared in time independent of where the strings differ.
+  const std::string got = req.get_header_value("Authorization"), want = "Bearer " + opt.api_key;
+  unsigned diff = got.size() == want.size() ? 0u : 1u;
+  for (size_t i = 0; i < want.size(); ++i)
+    diff |= static_cast<unsigned char>(want[i]) ^ static_cast<unsigned char>(i < got.size() ? got[i] : 0);
+  return diff == 0;
 }
 
 std::optional<ApiError> HttpServer::Impl::encode(ApiRequest& r, std::vector<int32_t>& prompt) const {

@@ -220,6 +220,7 @@ jcheck "j['error']['code']=='invalid_api_key'"
 expect 401 GET /metrics "" -H 'Authorization: Bearer wrong'
 expect 401 POST /v1/completions '{"prompt": "a"}'
 expect 200 GET /v1/models "" -H 'Authorization: Bearer sekret'
+expect 200 GET /   # the static page needs no key; the calls it makes do
 $py - "$url" <<'PY' || fail "concurrent clients"
 import http.client, json, sys, threading, urllib.parse
 u = urllib.parse.urlparse(sys.argv[1])
