@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include <sys/socket.h>
+
 #include <httplib.h>
 
 #include "server/metrics.h"
@@ -21,6 +23,7 @@ using std::chrono::milliseconds;
 constexpr milliseconds kPoll{100};             // how often a waiting handler looks again
 constexpr milliseconds kKeepAliveEvery{1000};  // SSE comment while nothing else is sent
 constexpr auto kAcceptTimeout = std::chrono::seconds(30);
+constexpr int kListenBacklog = 1024;
 
 int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
 
@@ -69,6 +72,7 @@ struct HttpServer::Impl {
   RequestCounters counters;
   std::atomic<int64_t> next_id{0};
   int64_t started = unix_now();
+  int listen_fd = -1;  // the listening socket, seen through the socket-options hook
 
   Impl(EngineLoop& l, ServerOptions o, ServerModel m)
       : loop(l), opt(std::move(o)), model(std::move(m)) {}
@@ -238,6 +242,11 @@ void HttpServer::Impl::start_stream(httplib::Response& res, std::shared_ptr<Requ
 }
 
 void HttpServer::Impl::routes() {
+  svr.set_socket_options([this](int fd) {
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    listen_fd = fd;
+  });
   svr.set_payload_max_length(opt.max_body_bytes);
   svr.set_keep_alive_timeout(2);
   svr.set_read_timeout(30);
@@ -304,6 +313,9 @@ Result<int> HttpServer::bind() {
   if (port <= 0)
     return failed_precondition("serve: cannot listen on " + impl_->opt.host + ":" +
                                std::to_string(impl_->opt.port));
+  // The library listens with a backlog of 5, so a burst of clients would find connections
+  // reset; listening again on the bound socket raises it.
+  if (impl_->listen_fd >= 0) ::listen(impl_->listen_fd, kListenBacklog);
   return port;
 }
 
