@@ -77,23 +77,11 @@ void add_flags(CLI::App* cmd, ServeFlags& f) {
 // The template from --chat-template or the model's own; nullopt (with a startup warning and
 // the message chat requests get) when neither names a known one.
 void pick_template(const ServeFlags& f, const LoadedModel& m, server::ServerOptions& o) {
-  std::string known;
-  for (auto t : {server::ChatTemplate::kPlain, server::ChatTemplate::kChatml,
-                 server::ChatTemplate::kLlama3, server::ChatTemplate::kGemma,
-                 server::ChatTemplate::kMistral, server::ChatTemplate::kPhi3})
-    known += (known.empty() ? "" : ", ") + std::string(server::to_string(t));
-  if (!f.chat_template.empty()) {
-    o.chat_template = server::chat_template_from_name(f.chat_template);
-    if (!o.chat_template)
-      o.chat_template_problem = "no chat template: --chat-template '" + f.chat_template +
-                                "' is not one of " + known;
-  } else {
-    Result<std::string> text = m.file->get_string("tokenizer.chat_template");
-    o.chat_template = text.ok() ? server::detect_chat_template(*text) : server::ChatTemplate::kPlain;
-    if (!o.chat_template)
-      o.chat_template_problem = "the model's tokenizer.chat_template is not one the server "
-                                "knows; pick one with --chat-template (" + known + ")";
-  }
+  Result<std::string> text = m.file->get_string("tokenizer.chat_template");
+  server::TemplateChoice c = server::choose_chat_template(
+      f.chat_template, text.ok() ? std::optional<std::string>(*text) : std::nullopt);
+  o.chat_template = c.tmpl;
+  o.chat_template_problem = c.problem;
   if (!o.chat_template)
     std::fprintf(stderr, "kvcache serve: warning: %s; chat requests will be refused\n",
                  o.chat_template_problem.c_str());

@@ -130,11 +130,11 @@ std::string render_phi3(std::span<const ChatMessage> m, bool gen, const ChatToke
   return out;
 }
 
-// No template: one "role: content" line per message, then "assistant:" to generate.
+// No template: one "role: content" line per message, then "assistant: " to generate.
 std::string render_plain(std::span<const ChatMessage> m, bool gen) {
   std::string out;
   for (const ChatMessage& msg : m) out += msg.role + ": " + msg.content + "\n";
-  if (gen) out += "assistant:";
+  if (gen) out += "assistant: ";  // so a reply continues the line as its message renders
   return out;
 }
 
@@ -161,6 +161,28 @@ std::optional<ChatTemplate> detect_chat_template(std::string_view text) {
       text.find("<|end|>") != std::string_view::npos)
     return ChatTemplate::kPhi3;
   return std::nullopt;
+}
+
+TemplateChoice choose_chat_template(std::string_view name,
+                                    const std::optional<std::string>& model_template) {
+  std::string known;
+  for (const auto& [v, n] : kNames) known += (known.empty() ? "" : ", ") + std::string(n);
+  TemplateChoice c;
+  if (!name.empty()) {
+    c.tmpl = chat_template_from_name(name);
+    if (!c.tmpl)
+      c.problem = "no chat template: --chat-template '" + std::string(name) + "' is not one of " + known;
+    return c;
+  }
+  if (!model_template) {
+    c.tmpl = ChatTemplate::kPlain;
+    return c;
+  }
+  c.tmpl = detect_chat_template(*model_template);
+  if (!c.tmpl)
+    c.problem = "the model's tokenizer.chat_template is not one the server knows; pick one with "
+                "--chat-template (" + known + ")";
+  return c;
 }
 
 ChatTokens default_chat_tokens(ChatTemplate t) {

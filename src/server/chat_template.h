@@ -22,6 +22,17 @@ std::optional<ChatTemplate> chat_template_from_name(std::string_view name);
 // nullopt when the text has none of the known markers (the caller warns; chat is refused).
 std::optional<ChatTemplate> detect_chat_template(std::string_view jinja_text);
 
+// The template a model is served with: `name` (a --chat-template value) when given, else
+// detected from the model's own template text; plain when the model has none. tmpl is nullopt
+// for an unknown name or an unrecognised template, and `problem` says why, naming
+// --chat-template (callers warn at startup and refuse chat requests with it).
+struct TemplateChoice {
+  std::optional<ChatTemplate> tmpl;
+  std::string problem;
+};
+TemplateChoice choose_chat_template(std::string_view name,
+                                    const std::optional<std::string>& model_template);
+
 struct ChatMessage {
   std::string role;     // "system", "user" or "assistant"
   std::string content;

@@ -135,11 +135,24 @@ TEST(ChatTemplate, NamesRoundTripAndUnknownIsRefused) {
   EXPECT_EQ(chat_template_from_name("jinja"), std::nullopt);
 }
 
+TEST(ChatTemplate, ChoiceTakesTheFlagThenTheModelThenPlain) {
+  EXPECT_EQ(choose_chat_template("gemma", "<|im_start|>").tmpl, ChatTemplate::kGemma);
+  EXPECT_EQ(choose_chat_template("", "{{ '<|im_start|>' }}").tmpl, ChatTemplate::kChatml);
+  EXPECT_EQ(choose_chat_template("", std::nullopt).tmpl, ChatTemplate::kPlain);
+  const TemplateChoice bad_name = choose_chat_template("jinja", std::nullopt);
+  EXPECT_EQ(bad_name.tmpl, std::nullopt);
+  EXPECT_EQ(bad_name.problem, "no chat template: --chat-template 'jinja' is not one of plain, "
+                              "chatml, llama3, gemma, mistral, phi3");
+  const TemplateChoice unknown = choose_chat_template("", "{{ messages }}");
+  EXPECT_EQ(unknown.tmpl, std::nullopt);
+  EXPECT_NE(unknown.problem.find("--chat-template"), std::string::npos);
+}
+
 TEST(ChatTemplate, PlainWritesRoleLinesThenAssistantPrompt) {
   const Conversation c = {{"system", "S"}, {"user", "U"}, {"assistant", "A"}, {"user", "V"}};
   Result<std::string> on = render_chat(ChatTemplate::kPlain, c, true, {});
   ASSERT_TRUE(on.ok());
-  EXPECT_EQ(*on, "system: S\nuser: U\nassistant: A\nuser: V\nassistant:");
+  EXPECT_EQ(*on, "system: S\nuser: U\nassistant: A\nuser: V\nassistant: ");
   Result<std::string> off = render_chat(ChatTemplate::kPlain, c, false, {});
   ASSERT_TRUE(off.ok());
   EXPECT_EQ(*off, "system: S\nuser: U\nassistant: A\nuser: V\n");

@@ -68,6 +68,17 @@ jcheck() {
 }
 error_param() { expect 400 "$@"; jcheck "j['error']['type']=='invalid_request_error'"; }
 
+# ---- kvcache run --chat: the same formatter; turn 2 feeds only what turn 1 did not hold ------
+printf 'Hello there\nAnd then?\n' | "$bin" run --chat --max-new-tokens 12 --system "Be brief" \
+  > "$tmp/chat.out" 2> "$tmp/chat.err" || fail "run --chat: $(tail -2 "$tmp/chat.err")"
+grep -q '^chat template plain' "$tmp/chat.err" || fail "run --chat: no template line"
+# Turn 1: "system: Be brief\nuser: Hello there\nassistant: " is 46 bytes. Turn 2: the last token
+# turn 1 sampled, then "\nuser: And then?\nassistant: " (28 bytes).
+[ "$(grep -o 'prefill: [0-9]* tokens' "$tmp/chat.err" | cut -d' ' -f2 | tr '\n' ' ')" = "46 29 " ] \
+  || fail "run --chat prefills: $(grep prefill "$tmp/chat.err")"
+echo hi | "$bin" run --chat --chat-template nope > /dev/null 2> "$tmp/chat.err" && fail "unknown template accepted"
+grep -q "kvcache run: no chat template: --chat-template 'nope' is not one of" "$tmp/chat.err" || fail "template error"
+
 # ---- server 1: defaults, prefix cache on --------------------------------------------------
 start_server one --max-sessions 4
 grep -q 'chat template plain' "$tmp/err.one" || fail "no template line"
