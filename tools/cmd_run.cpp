@@ -402,10 +402,11 @@ int chat(const RunFlags& f, Loaded& l, engine::Session& session, engine::Sampler
     if (line == "/quit") break;
     if (!line.empty()) {
       messages.push_back({"user", line});
-      Result<std::string> text = server::render_chat(*choice.tmpl, messages, true,
-                                                     server::default_chat_tokens(*choice.tmpl));
-      Result<std::vector<int32_t>> ids =
-          text.ok() ? specials.encode(*l.tokenizer, *text) : Result<std::vector<int32_t>>(text.status());
+      Result<server::RenderedChat> text = server::render_chat_spans(
+          *choice.tmpl, messages, true, server::default_chat_tokens(*choice.tmpl));
+      Result<std::vector<int32_t>> ids = text.ok()
+                                             ? specials.encode(*l.tokenizer, text->text, text->content)
+                                             : Result<std::vector<int32_t>>(text.status());
       Status s = ids.ok() ? ok_status() : ids.status();
       if (s.ok() && !(held.size() < ids->size() && std::equal(held.begin(), held.end(), ids->begin()))) {
         s = session.reset();

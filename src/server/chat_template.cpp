@@ -58,84 +58,81 @@ Status check_alternating(std::span<const ChatMessage> m, size_t from) {
   return ok_status();
 }
 
-std::string render_chatml(std::span<const ChatMessage> m, bool gen) {
-  std::string out;
+// Appends template text and message content, remembering where content went.
+struct Writer {
+  RenderedChat r;
+  Writer& raw(std::string_view s) {
+    r.text += s;
+    return *this;
+  }
+  Writer& content(std::string_view s) {
+    if (!s.empty()) r.content.emplace_back(r.text.size(), r.text.size() + s.size());
+    r.text += s;
+    return *this;
+  }
+};
+
+void render_chatml(Writer& w, std::span<const ChatMessage> m, bool gen) {
   if (m[0].role != "system")
-    out += "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
-           "assistant.<|im_end|>\n";
+    w.raw("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+          "assistant.<|im_end|>\n");
   for (const ChatMessage& msg : m)
-    out += "<|im_start|>" + msg.role + "\n" + msg.content + "<|im_end|>\n";
-  if (gen) out += "<|im_start|>assistant\n";
-  return out;
+    w.raw("<|im_start|>").raw(msg.role).raw("\n").content(msg.content).raw("<|im_end|>\n");
+  if (gen) w.raw("<|im_start|>assistant\n");
 }
 
-std::string render_llama3(std::span<const ChatMessage> m, bool gen, const ChatTokens& t) {
-  std::string out = t.bos;
+void render_llama3(Writer& w, std::span<const ChatMessage> m, bool gen, const ChatTokens& t) {
   size_t first = 0;
   std::string_view system;
   if (m[0].role == "system") {
     system = trim(m[0].content);
     first = 1;
   }
-  out += "<|start_header_id|>system<|end_header_id|>\n\n"
-         "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
-  out += system;
-  out += "<|eot_id|>";
-  for (size_t i = first; i < m.size(); ++i) {
-    out += "<|start_header_id|>" + m[i].role + "<|end_header_id|>\n\n";
-    out += trim(m[i].content);
-    out += "<|eot_id|>";
-  }
-  if (gen) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-  return out;
+  w.raw(t.bos).raw("<|start_header_id|>system<|end_header_id|>\n\n"
+                   "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n");
+  w.content(system).raw("<|eot_id|>");
+  for (size_t i = first; i < m.size(); ++i)
+    w.raw("<|start_header_id|>").raw(m[i].role).raw("<|end_header_id|>\n\n")
+        .content(trim(m[i].content)).raw("<|eot_id|>");
+  if (gen) w.raw("<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
-std::string render_gemma(std::span<const ChatMessage> m, bool gen, const ChatTokens& t) {
-  std::string out = t.bos;
-  for (const ChatMessage& msg : m) {
-    out += "<start_of_turn>";
-    out += msg.role == "assistant" ? "model" : msg.role;
-    out += "\n";
-    out += trim(msg.content);
-    out += "<end_of_turn>\n";
-  }
-  if (gen) out += "<start_of_turn>model\n";
-  return out;
+void render_gemma(Writer& w, std::span<const ChatMessage> m, bool gen, const ChatTokens& t) {
+  w.raw(t.bos);
+  for (const ChatMessage& msg : m)
+    w.raw("<start_of_turn>").raw(msg.role == "assistant" ? "model" : msg.role).raw("\n")
+        .content(trim(msg.content)).raw("<end_of_turn>\n");
+  if (gen) w.raw("<start_of_turn>model\n");
 }
 
 // The system message goes into the last message when that is a user turn (else it is
 // dropped, as the model's template does); there is no generation prompt.
-std::string render_mistral(std::span<const ChatMessage> m, const ChatTokens& t) {
+void render_mistral(Writer& w, std::span<const ChatMessage> m, const ChatTokens& t) {
   const bool has_system = m[0].role == "system";
-  std::string out = t.bos;
+  w.raw(t.bos);
   for (size_t i = has_system ? 1 : 0; i < m.size(); ++i) {
     if (m[i].role == "user") {
-      out += "[INST]";
-      if (has_system && i + 1 == m.size()) out += m[0].content + "\n\n";
-      out += m[i].content + "[/INST]";
+      w.raw("[INST]");
+      if (has_system && i + 1 == m.size()) w.content(m[0].content).raw("\n\n");
+      w.content(m[i].content).raw("[/INST]");
     } else {
-      out += m[i].content + t.eos;
+      w.content(m[i].content).raw(t.eos);
     }
   }
-  return out;
 }
 
-std::string render_phi3(std::span<const ChatMessage> m, bool gen, const ChatTokens& t) {
-  std::string out;
+void render_phi3(Writer& w, std::span<const ChatMessage> m, bool gen, const ChatTokens& t) {
   for (const ChatMessage& msg : m) {
     if (msg.role == "system" && msg.content.empty()) continue;
-    out += "<|" + msg.role + "|>\n" + msg.content + "<|end|>\n";
+    w.raw("<|").raw(msg.role).raw("|>\n").content(msg.content).raw("<|end|>\n");
   }
-  out += gen ? std::string("<|assistant|>\n") : t.eos;
-  return out;
+  w.raw(gen ? std::string_view("<|assistant|>\n") : std::string_view(t.eos));
 }
 
 // No template: one "role: content" line per message, then "assistant: " to generate.
-std::string render_plain(std::span<const ChatMessage> m, bool gen) {
-  std::string out;
-  for (const ChatMessage& msg : m) out += msg.role + ": " + msg.content + "\n";
-  if (gen) out += "assistant: ";  // so a reply continues the line as its message renders
-  return out;
+void render_plain(Writer& w, std::span<const ChatMessage> m, bool gen) {
+  for (const ChatMessage& msg : m) w.raw(msg.role).raw(": ").content(msg.content).raw("\n");
+  if (gen) w.raw("assistant: ");  // so a reply continues the line as its message renders
 }
 
 }  // namespace
@@ -197,23 +194,33 @@ ChatTokens default_chat_tokens(ChatTemplate t) {
   return {};
 }
 
-Result<std::string> render_chat(ChatTemplate t, std::span<const ChatMessage> m, bool gen,
-                                const ChatTokens& tokens) {
+Result<RenderedChat> render_chat_spans(ChatTemplate t, std::span<const ChatMessage> m, bool gen,
+                                       const ChatTokens& tokens) {
   KVCACHE_RETURN_IF_ERROR(check_roles(m));
+  Writer w;
   switch (t) {
-    case ChatTemplate::kChatml: return render_chatml(m, gen);
-    case ChatTemplate::kLlama3: return render_llama3(m, gen, tokens);
+    case ChatTemplate::kChatml: render_chatml(w, m, gen); break;
+    case ChatTemplate::kLlama3: render_llama3(w, m, gen, tokens); break;
     case ChatTemplate::kGemma:
       if (m[0].role == "system") return bad("[0]: this model's template has no system role");
       KVCACHE_RETURN_IF_ERROR(check_alternating(m, 0));
-      return render_gemma(m, gen, tokens);
+      render_gemma(w, m, gen, tokens);
+      break;
     case ChatTemplate::kMistral:
       KVCACHE_RETURN_IF_ERROR(check_alternating(m, m[0].role == "system" ? 1 : 0));
-      return render_mistral(m, tokens);
-    case ChatTemplate::kPhi3: return render_phi3(m, gen, tokens);
-    case ChatTemplate::kPlain: return render_plain(m, gen);
+      render_mistral(w, m, tokens);
+      break;
+    case ChatTemplate::kPhi3: render_phi3(w, m, gen, tokens); break;
+    case ChatTemplate::kPlain: render_plain(w, m, gen); break;
   }
-  return bad(": unknown template");
+  return std::move(w.r);
+}
+
+Result<std::string> render_chat(ChatTemplate t, std::span<const ChatMessage> m, bool gen,
+                                const ChatTokens& tokens) {
+  Result<RenderedChat> r = render_chat_spans(t, m, gen, tokens);
+  if (!r.ok()) return r.status();
+  return std::move(r->text);
 }
 
 }  // namespace kvcache::server

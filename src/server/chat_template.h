@@ -9,6 +9,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 
@@ -52,5 +54,14 @@ ChatTokens default_chat_tokens(ChatTemplate t);
 // with Gemma and Mistral.
 Result<std::string> render_chat(ChatTemplate t, std::span<const ChatMessage> messages,
                                 bool add_generation_prompt, const ChatTokens& tokens);
+
+// The rendering plus where message content landed: [begin, end) byte ranges of `text`, in
+// order. Special tokens are matched only outside them, so a message cannot forge a turn.
+struct RenderedChat {
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> content;
+};
+Result<RenderedChat> render_chat_spans(ChatTemplate t, std::span<const ChatMessage> messages,
+                                       bool add_generation_prompt, const ChatTokens& tokens);
 
 }  // namespace kvcache::server

@@ -112,10 +112,11 @@ std::optional<ApiError> HttpServer::Impl::encode(ApiRequest& r, std::vector<int3
     return std::nullopt;
   }
   if (!opt.chat_template) return bad_field("messages", opt.chat_template_problem);
-  Result<std::string> text = render_chat(*opt.chat_template, r.messages, /*add_generation_prompt=*/true,
-                                         default_chat_tokens(*opt.chat_template));
+  Result<RenderedChat> text = render_chat_spans(*opt.chat_template, r.messages,
+                                                /*add_generation_prompt=*/true,
+                                                default_chat_tokens(*opt.chat_template));
   if (!text.ok()) return bad_field("messages", text.status().message());
-  Result<std::vector<int32_t>> ids = model.specials.encode(*model.tokenizer, *text);
+  Result<std::vector<int32_t>> ids = model.specials.encode(*model.tokenizer, text->text, text->content);
   if (!ids.ok()) return bad_field("messages", "'messages' cannot be tokenized: " + ids.status().message());
   prompt = std::move(*ids);
   return std::nullopt;

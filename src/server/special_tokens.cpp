@@ -23,10 +23,11 @@ SpecialTokens SpecialTokens::from_gguf(const gguf::GgufFile* file) {
   return SpecialTokens(std::move(specials));
 }
 
-Result<std::vector<int32_t>> SpecialTokens::encode(const engine::Tokenizer& tokenizer,
-                                                   std::string_view text) const {
+Result<std::vector<int32_t>> SpecialTokens::encode(
+    const engine::Tokenizer& tokenizer, std::string_view text,
+    std::span<const std::pair<size_t, size_t>> plain) const {
   std::vector<int32_t> out;
-  auto plain = [&](std::string_view part) -> Status {
+  auto add_text = [&](std::string_view part) -> Status {
     if (part.empty()) return ok_status();
     Result<std::vector<int32_t>> ids = tokenizer.encode(part);
     if (!ids.ok()) return ids.status();
@@ -36,19 +37,23 @@ Result<std::vector<int32_t>> SpecialTokens::encode(const engine::Tokenizer& toke
   // One pass; a position is tried only when some spelling starts with its byte.
   bool first[256] = {};
   for (const auto& t : tokens_) first[static_cast<uint8_t>(t.first[0])] = true;
-  size_t from = 0;
+  size_t from = 0, range = 0;  // range: the first plain range not wholly before `at`
   for (size_t at = 0; at < text.size(); ++at) {
     if (!first[static_cast<uint8_t>(text[at])]) continue;
+    while (range < plain.size() && plain[range].second <= at) ++range;
+    const size_t next_plain = range < plain.size() ? plain[range].first : text.size();
+    if (next_plain <= at) continue;  // inside message content
     for (const auto& t : tokens_) {  // longest first
-      if (text.compare(at, t.first.size(), t.first) != 0) continue;
-      KVCACHE_RETURN_IF_ERROR(plain(text.substr(from, at - from)));
+      if (at + t.first.size() > next_plain || text.compare(at, t.first.size(), t.first) != 0)
+        continue;
+      KVCACHE_RETURN_IF_ERROR(add_text(text.substr(from, at - from)));
       out.push_back(t.second);
       from = at + t.first.size();
       at = from - 1;
       break;
     }
   }
-  KVCACHE_RETURN_IF_ERROR(plain(text.substr(from)));
+  KVCACHE_RETURN_IF_ERROR(add_text(text.substr(from)));
   return out;
 }
 

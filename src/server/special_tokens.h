@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -24,9 +25,12 @@ class SpecialTokens {
   static SpecialTokens from_gguf(const gguf::GgufFile* file);
   explicit SpecialTokens(std::vector<std::pair<std::string, int32_t>> tokens = {});
 
-  // Leftmost, then longest special spelling wins; the rest is tokenizer.encode'd.
-  Result<std::vector<int32_t>> encode(const engine::Tokenizer& tokenizer,
-                                      std::string_view text) const;
+  // Leftmost, then longest special spelling wins; the rest is tokenizer.encode'd. No special
+  // token is matched overlapping a range of `plain` ([begin, end) byte ranges, ascending):
+  // message content stays text.
+  Result<std::vector<int32_t>> encode(
+      const engine::Tokenizer& tokenizer, std::string_view text,
+      std::span<const std::pair<size_t, size_t>> plain = {}) const;
   size_t size() const { return tokens_.size(); }
 
  private:
