@@ -172,6 +172,20 @@ assert streamed == whole, (streamed, whole)
 assert "\ufffd" in whole, whole  # the sampled bytes did include broken sequences
 PY
 
+# n = 2 streamed: each choice has its chunks and exactly one finish_reason.
+curl -sS -N --max-time 30 "$url/v1/chat/completions" \
+  -d '{"messages": [{"role": "user", "content": "Two"}], "max_tokens": 5, "n": 2, "temperature": 1, "seed": 9, "stream": true}' > "$tmp/sse3"
+$py - "$tmp/sse3" <<'PY' || fail "n = 2 stream"
+import json, sys
+events = [e for e in open(sys.argv[1]).read().split("\n\n") if e]
+assert events[-1] == "data: [DONE]"
+chunks = [json.loads(e[6:]) for e in events[:-1]]
+for i in (0, 1):
+    mine = [c["choices"][0] for c in chunks if c["choices"][0]["index"] == i]
+    assert mine[0]["delta"]["role"] == "assistant", mine
+    assert sum(1 for c in mine if c["finish_reason"]) == 1, mine
+PY
+
 # Errors: OpenAI-style objects naming the field.
 error_param POST /v1/completions '{"prompt": "a", "max_tokens": 0'
 jcheck "j['error']['code']=='invalid_json' and j['error']['param'] is None"
