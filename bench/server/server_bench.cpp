@@ -189,9 +189,9 @@ bool run_http(int clients, Figures& f) {
       req.content_receiver = [&mine](const char* data, size_t n, uint64_t, uint64_t) {
         const std::string_view s(data, n);
         const auto now = Clock::now();
-        for (size_t at = s.find("\"text\":\"x"); at != std::string_view::npos;
-             at = s.find("\"text\":\"x", at + 1))
-          mine.push_back(now);  // one chunk per token (synthetic spellings start with x)
+        for (size_t at = s.find("data: {"); at != std::string_view::npos;
+             at = s.find("data: {", at + 1))
+          mine.push_back(now);  // one chunk per token (a byte token may be held back)
         return true;
       };
       (void)cli.send(req);
