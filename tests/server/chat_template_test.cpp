@@ -3,6 +3,8 @@
 // generation prompt on and off; detection by markers; the plain default.
 #include "server/chat_template.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -54,7 +56,10 @@ json render_with_jinja(const std::string& template_file, const ChatTokens& token
       cases.push_back({{"messages", msgs}, {"add_generation_prompt", gen}, {"bos", tokens.bos},
                        {"eos", tokens.eos}});
     }
-  const std::string cases_path = ::testing::TempDir() + "chat_cases.json";
+  // One file per template and process: ctest runs the cases of several builds at once.
+  const std::string cases_path = ::testing::TempDir() + "chat_cases_" +
+                                 std::filesystem::path(template_file).stem().string() + "_" +
+                                 std::to_string(getpid()) + ".json";
   std::ofstream(cases_path) << cases.dump();
   const std::string cmd = std::string("/usr/bin/python3 ") + KVCACHE_RENDER_SCRIPT + " '" +
                           template_file + "' '" + cases_path + "'";
@@ -64,7 +69,9 @@ json render_with_jinja(const std::string& template_file, const ChatTokens& token
   char buf[4096];
   size_t n;
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  if (pclose(p) != 0) return json();
+  const int rc = pclose(p);
+  std::filesystem::remove(cases_path);
+  if (rc != 0) return json();
   return json::parse(out, nullptr, false);
 }
 
