@@ -143,6 +143,36 @@ std::optional<ApiError> parse_messages(const json& obj, ApiRequest& r) {
   return std::nullopt;
 }
 
+// Fields the API defines that this server accepts but does not act on: only their types are
+// checked, so a client's mistake is still a 400 naming the field.
+std::optional<ApiError> check_ignored(const json& obj) {
+  enum Kind { kNumber, kBool, kString, kObject, kArray, kBoolOrInt };
+  static const std::pair<const char*, Kind> kFields[] = {
+      {"presence_penalty", kNumber}, {"frequency_penalty", kNumber}, {"repetition_penalty", kNumber},
+      {"best_of", kNumber},          {"top_logprobs", kNumber},      {"logprobs", kBoolOrInt},
+      {"echo", kBool},               {"parallel_tool_calls", kBool}, {"store", kBool},
+      {"user", kString},             {"suffix", kString},            {"service_tier", kString},
+      {"logit_bias", kObject},       {"response_format", kObject},   {"metadata", kObject},
+      {"tools", kArray},
+  };
+  static const char* kNames[] = {"a number", "a boolean", "a string", "an object", "a list",
+                                 "a boolean or an integer"};
+  for (const auto& [key, kind] : kFields) {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) continue;
+    const bool fits = kind == kNumber    ? it->is_number()
+                      : kind == kBool    ? it->is_boolean()
+                      : kind == kString  ? it->is_string()
+                      : kind == kObject  ? it->is_object()
+                      : kind == kArray   ? it->is_array()
+                                         : it->is_boolean() || it->is_number_integer();
+    if (!fits)
+      return bad_field(key, std::string("'") + key + "' is " + type_name(*it) + ", expected " +
+                                kNames[kind]);
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> parse_sampling(const json& obj, const ApiLimits& lim, ApiRequest& r) {
   serve::GenerateParams& p = r.params;
   const double budget = static_cast<double>(lim.max_session_tokens);
@@ -202,6 +232,7 @@ std::optional<ApiError> parse_request(std::string_view body, bool chat, const Ap
     r.model = model->get<std::string>();
   }
   if (auto e = chat ? parse_messages(obj, r) : parse_prompt(obj, lim, r)) return e;
+  if (auto e = check_ignored(obj)) return e;
   return parse_sampling(obj, lim, r);
 }
 

@@ -1,8 +1,9 @@
 // The OpenAI wire format: parsing and checking /v1/completions and /v1/chat/completions
 // bodies, and building responses, stream chunks, usage and error objects. Layer: server.
 // Pure functions over JSON values: no sockets, no threads, no model (limits come in).
-// Unknown fields are ignored (clients send many); known fields of the wrong type or range
-// are a 400 naming the field.
+// Unknown fields are ignored (clients send many); known fields of the wrong type or range,
+// including API fields this server does not act on (penalties, logprobs, user, ...), are a
+// 400 naming the field.
 #pragma once
 
 #include <cstdint>

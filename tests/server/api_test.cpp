@@ -86,6 +86,16 @@ TEST(ApiParse, BadInputIsA400NamingTheField) {
   EXPECT_EQ(expect_error(R"({"messages":[{"role":"user"}]})", true).param, "messages[0].content");
   EXPECT_EQ(expect_error(R"({"messages":[{"role":"user","content":5}]})", true).param,
             "messages[0].content");
+  EXPECT_EQ(expect_error(R"({"prompt":"a","presence_penalty":"high"})", false).param,
+            "presence_penalty");
+  EXPECT_EQ(expect_error(R"({"prompt":"a","logprobs":"yes"})", false).param, "logprobs");
+  EXPECT_EQ(expect_error(R"({"messages":[{"role":"user","content":"x"}],"user":5})", true).param,
+            "user");
+  EXPECT_EQ(expect_error(R"({"prompt":"a","logit_bias":[1]})", false).message,
+            "'logit_bias' is array, expected an object");
+  ApiRequest ignored;
+  EXPECT_FALSE(parse_request(R"({"prompt":"a","presence_penalty":0.5,"logprobs":2,"user":"u",
+      "logit_bias":{},"unknown":[1,{"x":2}]})", false, kLimits, ignored));
   const ApiError e = expect_error(R"({"prompt":"a","max_tokens":0})", false);
   EXPECT_EQ(e.status, 400);
   EXPECT_EQ(e.message, "'max_tokens' = 0, expected a value in [1, 256]");
