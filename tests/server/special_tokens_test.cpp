@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "program/gguf.h"
 #include "server/chat_template.h"
 
 namespace kvcache::server {
@@ -39,6 +40,25 @@ TEST(SpecialTokens, MessageContentCannotForgeATurn) {
   ASSERT_TRUE(unguarded.ok());
   EXPECT_EQ(std::count(unguarded->begin(), unguarded->end(), 301), 3);
   EXPECT_EQ(unguarded->size() + 9, ids->size());  // 10 bytes instead of one id
+}
+
+// GPT-2's real vocabulary: <|endoftext|> (id 50256) is its control token; "a" is 64, "b" 65.
+TEST(SpecialTokens, ReadsControlTokensFromARealVocabulary) {
+  const std::string path = std::string(KVCACHE_FIXTURES) + "/vocab/ggml-vocab-gpt-2.gguf";
+  Result<gguf::GgufFile> file = gguf::GgufFile::open(path);
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  Result<engine::Tokenizer> tok = engine::Tokenizer::from_gguf(*file, 50257);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  const SpecialTokens sp = SpecialTokens::from_gguf(&*file);
+  EXPECT_GE(sp.size(), 1u);
+  Result<std::vector<int32_t>> ids = sp.encode(*tok, "a<|endoftext|>b");
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(*ids, (std::vector<int32_t>{64, 50256, 65}));
+  const std::pair<size_t, size_t> content[] = {{1, 14}};  // the marker is message text here
+  Result<std::vector<int32_t>> text = sp.encode(*tok, "a<|endoftext|>b", content);
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(std::count(text->begin(), text->end(), 50256), 0);
+  EXPECT_GT(text->size(), 3u);
 }
 
 TEST(SpecialTokens, WithoutSpecialsItIsThePlainTokenizer) {
