@@ -21,7 +21,7 @@ using nlohmann::json;
 using std::chrono::milliseconds;
 
 constexpr milliseconds kPoll{100};             // how often a waiting handler looks again
-constexpr milliseconds kKeepAliveEvery{1000};  // SSE comment while nothing else is sent
+constexpr milliseconds kKeepAliveEvery{250};  // a write while nothing else is sent
 constexpr auto kAcceptTimeout = std::chrono::seconds(30);
 constexpr int kListenBacklog = 1024;
 
@@ -161,14 +161,49 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
   start_stream(res, std::move(*ch), std::move(meta), n, r.include_usage, std::move(first));
 }
 
+static std::string whole_body(const ResponseMeta& meta, const serve::RequestResult& r) {
+  std::vector<std::string> texts;
+  for (const serve::Completion& c : r.completions) texts.push_back(utf8_sanitize(c.text));
+  return response_json(meta, r, texts).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// Unstreamed: the JSON once the result is in. While waiting, a space (JSON allows leading
+// whitespace) goes out every kKeepAliveEvery, so a client that left is noticed and its request
+// closed, as for a stream.
 void HttpServer::Impl::finish_whole(httplib::Response& res, const std::shared_ptr<RequestChannel>& ch,
                                     const ResponseMeta& meta,
                                     std::optional<serve::RequestResult> result) {
-  while (!result) result = ch->wait(kPoll).result;  // ends: max_tokens bound, stop() cancels
-  std::vector<std::string> texts;
-  for (const serve::Completion& c : result->completions) texts.push_back(utf8_sanitize(c.text));
-  reply_json(res, 200, response_json(meta, *result, texts).dump(-1, ' ', false,
-                                                                json::error_handler_t::replace));
+  if (result) return reply_json(res, 200, whole_body(meta, *result));
+  struct State {
+    std::shared_ptr<RequestChannel> channel;
+    ResponseMeta meta;
+    bool done = false;
+    std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
+  };
+  auto st = std::make_shared<State>(State{ch, meta});
+  res.status = 200;
+  EngineLoop* loop_ptr = &loop;
+  res.set_chunked_content_provider(
+      "application/json",
+      [st](size_t, httplib::DataSink& sink) {
+        std::optional<serve::RequestResult> r = st->channel->wait(kPoll).result;
+        if (r) {
+          const std::string body = whole_body(st->meta, *r);
+          if (!sink.write(body.data(), body.size())) return false;
+          st->done = true;
+          sink.done();
+          return true;
+        }
+        const auto now = std::chrono::steady_clock::now();
+        if (now - st->last_write >= kKeepAliveEvery) {
+          if (!sink.write(" ", 1)) return false;  // the client is gone
+          st->last_write = now;
+        }
+        return true;
+      },
+      [st, loop_ptr](bool) {
+        if (!st->done) loop_ptr->cancel(st->channel);
+      });
 }
 
 void HttpServer::Impl::start_stream(httplib::Response& res, std::shared_ptr<RequestChannel> ch,

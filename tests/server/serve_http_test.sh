@@ -243,6 +243,34 @@ for _ in $(seq 50); do
   sleep 0.1
 done
 [ "$cancelled" = 1 ] || fail "the disconnected stream was not cancelled: $(grep completions_total "$tmp/body")"
+# An unstreamed request whose client leaves while it waits behind 16 long ones: the spaces
+# sent while it waits fail, and it is cancelled too.
+$py - "$url" <<'PY' || fail "unstreamed disconnect"
+import http.client, json, socket, sys, threading, time, urllib.parse
+u = urllib.parse.urlparse(sys.argv[1])
+long_body = json.dumps({"prompt": "q", "max_tokens": 250, "ignore_eos": True})
+def go():
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+    c.request("POST", "/v1/completions", long_body)
+    r = c.getresponse()
+    assert r.status == 200 and json.loads(r.read())["usage"]["completion_tokens"] == 250
+ts = [threading.Thread(target=go) for _ in range(16)]
+for t in ts: t.start()
+time.sleep(0.05)
+s = socket.create_connection((u.hostname, u.port))
+s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           f"Content-Length: {len(long_body)}\r\n\r\n{long_body}").encode())
+time.sleep(0.05)
+s.close()
+for t in ts: t.join(60)
+PY
+cancelled=0
+for _ in $(seq 50); do
+  req GET /metrics > /dev/null
+  grep -q '^kvcache_completions_total{reason="cancelled"} 2$' "$tmp/body" && { cancelled=1; break; }
+  sleep 0.1
+done
+[ "$cancelled" = 1 ] || fail "the unstreamed request was not cancelled: $(grep completions_total "$tmp/body")"
 
 expect 200 GET /metrics
 for m in kvcache_requests_total kvcache_prompt_tokens_total kvcache_generated_tokens_total \
