@@ -17,13 +17,17 @@ installed() {
   node -e 'const [d, ...want] = process.argv.slice(1); for (const p of want) { const [n, v] = p.split(/@(?=[^@]*$)/);
     if (require(d + "/node_modules/" + n + "/package.json").version !== v) process.exit(1); }' "$npm_dir" "${packages[@]}" 2>/dev/null
 }
+mkdir -p "$npm_dir"
+# Both tests may start at once (ctest -j): one installs while the other waits on the lock.
+exec 9> "$npm_dir.lock"
+flock -w 600 9 || skip "the npm folder stayed locked"
 if ! installed; then
-  mkdir -p "$npm_dir"
   # playwright-core downloads no browser; the environment variable makes sure of it.
   PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 timeout 300 npm install --prefix "$npm_dir" --no-audit \
     --no-fund --no-save "${packages[@]}" > "$npm_dir/install.log" 2>&1 \
     || skip "npm install ${packages[*]} failed (no registry?): $(tail -2 "$npm_dir/install.log")"
 fi
+flock -u 9
 
 tmp=$(mktemp -d)
 pid=
