@@ -5,7 +5,7 @@
 # and exits 77 (skipped) when npm, the registry or /usr/bin/chromium is not there.
 # Usage: serve_node_test.sh openai|page KVCACHE_BIN NPM_DIR ARTIFACT_DIR
 set -euo pipefail
-what=$1 bin=$2 npm_dir=$3 artifacts=$4
+what=$1 bin=$2 npm_dir=$(realpath -m "$3") artifacts=$(realpath -m "$4")
 here=$(cd "$(dirname "$0")" && pwd)
 skip() { echo "SKIP: $*"; exit 77; }
 command -v node >/dev/null || skip "node is not installed"
