@@ -2,8 +2,10 @@
 # Installs the Debian 12 packages kvcache builds and tests with (skips what is installed).
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-          nlohmann-json3-dev libcli11-dev libopenblas-dev libxxhash-dev python3 python3-numpy
-          python3-regex)
+          nlohmann-json3-dev libcli11-dev libopenblas-dev libxxhash-dev libcpp-httplib-dev
+          python3 python3-numpy python3-regex python3-jinja2 curl nodejs chromium)
+# nodejs and chromium serve the server's real-client tests (tests/server/serve_node_test.sh);
+# they install the pinned npm packages themselves and skip without npm or a registry.
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,7 +1,9 @@
 // kvcache run [MODEL]: load a model (default: the embedded tiny one), build the cache the
 // flags ask for, prefill the prompt in chunks and generate. --interactive reads prompts line
-// by line (/undo, /undo N, /reset, /quit); --json prints one JSON object (per turn) on
+// by line (/undo, /undo N, /reset, /quit); --chat reads user messages and formats the
+// conversation with the chat template kvcache serve uses; --json prints one JSON object (per turn) on
 // stdout. Logs, the cache summary and timings go to stderr. See SPEC §8.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -28,6 +30,8 @@
 #include "engine/utf8.h"
 #include "program/cache_summary.h"
 #include "program/gguf.h"
+#include "server/chat_template.h"
+#include "server/special_tokens.h"
 
 namespace kvcache::tools {
 namespace {
@@ -52,6 +56,9 @@ struct RunFlags {
   std::string windows;
   int32_t threads = 0;
   bool interactive = false;
+  bool chat = false;
+  std::string system;
+  std::string chat_template;
   bool json = false;
   std::string dump_logits;
   bool reference = false;
@@ -142,6 +149,12 @@ void add_flags(CLI::App* cmd, RunFlags& f) {
       ->check(CLI::Range(0, 1024))->capture_default_str();
   cmd->add_flag("--interactive", f.interactive,
                 "Read prompts from stdin line by line (/undo [N], /reset, /quit)");
+  cmd->add_flag("--chat", f.chat,
+                "Chat: each stdin line is a user message, formatted with the chat template "
+                "(as kvcache serve does)");
+  cmd->add_option("--system", f.system, "With --chat: a system message");
+  cmd->add_option("--chat-template", f.chat_template,
+                  "With --chat: plain, chatml, llama3, gemma, mistral or phi3 (default: detected)");
   cmd->add_flag("--json", f.json, "Print one JSON object on stdout");
   cmd->add_flag("--ignore-eos", f.ignore_eos, "Keep generating past end-of-generation tokens");
   cmd->add_flag("--no-parse-special", f.no_parse_special,
@@ -317,7 +330,7 @@ Status check_fits(const Loaded& l, int64_t pos, size_t prompt) {
 
 // Runs one turn and reports it (streamed text or a JSON object).
 Status run_turn(const RunFlags& f, Loaded& l, engine::Session& session, engine::Sampler& sampler,
-                const std::vector<int32_t>& prompt) {
+                const std::vector<int32_t>& prompt, std::vector<int32_t>* generated_out = nullptr) {
   KVCACHE_RETURN_IF_ERROR(check_fits(l, session.pos(), prompt.size()));
   engine::Utf8Stream stream;  // a token may end inside a character: hold it for the next
   auto show = [](const std::string& text) {
@@ -332,6 +345,7 @@ Status run_turn(const RunFlags& f, Loaded& l, engine::Session& session, engine::
   Result<engine::TurnStats> st = session.turn(prompt, f.max_new_tokens, sampler, on_token, is_eog);
   if (!f.json) show(stream.finish());
   if (!st.ok()) return st.status();
+  if (generated_out != nullptr) *generated_out = st->generated;
   const double pre = per_s(st->prefill_tokens, st->prefill_seconds);
   const double dec = per_s(st->decode_tokens, st->decode_seconds);
   if (f.json) {
@@ -418,6 +432,54 @@ int interactive(const RunFlags& f, Loaded& l, engine::Session& session,
   return 0;
 }
 
+// --chat: the conversation is rendered with the chat template each turn; when what the session
+// already holds is a prefix of the new rendering only the rest is fed, else it starts over.
+int chat(const RunFlags& f, Loaded& l, engine::Session& session, engine::Sampler& sampler) {
+  Result<std::string> model_template = l.file->get_string("tokenizer.chat_template");
+  const server::TemplateChoice choice = server::choose_chat_template(
+      f.chat_template, model_template.ok() ? std::optional<std::string>(*model_template) : std::nullopt);
+  if (!choice.tmpl) return fail(choice.problem);
+  const server::SpecialTokens specials = server::SpecialTokens::from_gguf(l.file.get());
+  std::vector<server::ChatMessage> messages;
+  if (!f.system.empty()) messages.push_back({"system", f.system});
+  std::vector<int32_t> held;  // every token the session holds, in order
+  std::string line;
+  std::fprintf(stderr, "chat template %s\n> ", std::string(server::to_string(*choice.tmpl)).c_str());
+  while (std::getline(std::cin, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line == "/quit") break;
+    if (!line.empty()) {
+      messages.push_back({"user", line});
+      Result<server::RenderedChat> text = server::render_chat_spans(
+          *choice.tmpl, messages, true, server::default_chat_tokens(*choice.tmpl));
+      Result<std::vector<int32_t>> ids = text.ok()
+                                             ? specials.encode(*l.tokenizer, text->text, text->content)
+                                             : Result<std::vector<int32_t>>(text.status());
+      Status s = ids.ok() ? ok_status() : ids.status();
+      if (s.ok() && !(held.size() < ids->size() && std::equal(held.begin(), held.end(), ids->begin()))) {
+        s = session.reset();
+        held.clear();
+      }
+      std::vector<int32_t> generated;
+      if (s.ok()) {
+        const std::vector<int32_t> rest(ids->begin() + static_cast<std::ptrdiff_t>(held.size()), ids->end());
+        s = run_turn(f, l, session, sampler, rest, &generated);
+        held.insert(held.end(), rest.begin(), rest.end());
+        held.insert(held.end(), generated.begin(), generated.end());
+      }
+      if (s.ok()) {
+        messages.push_back({"assistant", l.tokenizer->decode(generated)});
+      } else {
+        messages.pop_back();
+        std::fprintf(stderr, "kvcache run: %s\n", s.message().c_str());
+      }
+    }
+    std::fprintf(stderr, "> ");
+  }
+  std::fprintf(stderr, "\n");
+  return 0;
+}
+
 int run(const RunFlags& f) {
   if (f.threads > 0) cpu::set_global_threads(f.threads);
   engine::SamplerConfig sc;
@@ -438,6 +500,7 @@ int run(const RunFlags& f) {
                static_cast<long long>(l.setup.step_tokens));
   engine::Sampler sampler(sc);
   engine::Session session(*l.eng, l.setup.step_tokens, l.seq);
+  if (f.chat) return chat(f, l, session, sampler);
   if (f.interactive) return interactive(f, l, session, sampler);
   Result<std::vector<int32_t>> prompt = prompt_tokens(f, l, f.prompt);
   if (!prompt.ok()) return fail(prompt.status().message());

@@ -19,5 +19,6 @@ Runner add_op_test(CLI::App& app);
 Runner add_batch(CLI::App& app);
 Runner add_quantize(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
+Runner add_serve(CLI::App& app);
 
 }  // namespace kvcache::tools

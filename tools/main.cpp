@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   add(kvcache::tools::add_batch);
   add(kvcache::tools::add_quantize);
   add(kvcache::tools::add_tokenize);
+  add(kvcache::tools::add_serve);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -87,6 +87,7 @@ Result<std::unique_ptr<Executor>> Executor::create(const engine::Model& model,
   ex->engine_ = std::move(*eng);
   ex->max_session_tokens_ = per_session;
   ex->budget_ = std::max<int64_t>(ex->setup_.step_tokens, o.max_sessions);
+  for (const LayerGeometry& l : ex->setup_.geometry.layers) ex->sliding_ |= l.sliding();
   return ex;
 }
 
@@ -239,7 +240,7 @@ bool Executor::new_seq(CloneFrom from, int32_t& seq) {
   }
 }
 
-bool Executor::admit_from(Session& s, int32_t src, int64_t upto) {
+bool Executor::admit_from(Session& s, int32_t src, int64_t upto, bool fallback) {
   if (sessions_reserved() + 1 + s.forks_pending > opt_.max_sessions) return false;
   int32_t seq = -1;
   CloneFrom from;
@@ -247,7 +248,7 @@ bool Executor::admit_from(Session& s, int32_t src, int64_t upto) {
   if (!new_seq(from, seq)) {
     // A clone the layout refuses (e.g. a sliding pool no longer holds the window the prefix
     // needs) falls back to a fresh sequence: the prompt is prefilled in full.
-    if (!from || !new_seq(std::nullopt, seq)) return false;
+    if (!from || !fallback || !new_seq(std::nullopt, seq)) return false;
     from.reset();
   }
   // Room for the first chunk: later chunks find theirs step by step (sliding pools recycle
@@ -272,28 +273,34 @@ bool Executor::admit_from(Session& s, int32_t src, int64_t upto) {
 }
 
 bool Executor::admit(Session& s) {
-  int32_t src = -1;
-  int64_t upto = 0;
   if (opt_.prefix_cache && s.fed == 0) {
     // Leave at least one token to feed: its logits start the generation.
     const std::span<const int32_t> want =
         std::span<const int32_t>(s.tokens).first(s.tokens.size() - 1);
     const PrefixIndex::Match m = index_.longest(want);
-    if (m.seq >= 0) {
-      // Verify against the holder's tokens (a hash collision is a miss), then extend the
-      // match token by token past the last full block.
-      const std::span<const int32_t> held = held_tokens(m.seq);
+    // Every holder of the longest run, verified against its own tokens (a hash collision is
+    // a miss) and the match extended token by token past the last full block; the longest
+    // first (newest on ties). A holder whose sliding pools no longer hold the window the
+    // clone needs is passed over.
+    std::vector<std::pair<int64_t, int32_t>> found;  // (matched tokens, holder)
+    for (int32_t src : m.seqs) {
+      const std::span<const int32_t> held = held_tokens(src);
       int64_t n = 0;
       const int64_t lim = std::min<int64_t>(static_cast<int64_t>(held.size()),
                                             static_cast<int64_t>(want.size()));
       while (n < lim && held[n] == want[n]) ++n;
-      if (n >= m.tokens) {
-        src = m.seq;
-        upto = n;
+      if (n >= m.tokens) found.emplace_back(n, src);
+    }
+    std::stable_sort(found.begin(), found.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (const auto& [n, src] : found) {
+      if (admit_from(s, src, n, /*fallback=*/false)) {
+        count_prefix(s, s.fed);
+        return true;
       }
     }
   }
-  if (!admit_from(s, src, upto)) return false;
+  if (!admit_from(s, -1, 0)) return false;
   count_prefix(s, s.fed);
   return true;
 }
@@ -382,6 +389,30 @@ void Executor::retire(Session& s, bool keep) {
     release_seq(s.seq);
   }
   s.seq = -1;
+}
+
+// With sliding-window layers a finished sequence soon stops holding the window its prompt's
+// end needs, so a later request with the same prompt could not clone it. Such prompts are
+// fed up to their last token, and there the sequence is cloned whole — that clone keeps the
+// window tail — and retained under the prompt's blocks.
+bool Executor::wants_snapshot(const Session& s) const {
+  return opt_.prefix_cache && sliding_ && !s.snapshotted && s.fed < s.prompt_len - 1 &&
+         s.prompt_len - 1 >= index_.block_tokens();
+}
+
+void Executor::snapshot_prompt(Session& s) {
+  s.snapshotted = true;
+  Result<int32_t> c = cache_->seq_clone(s.seq, s.fed);
+  if (!c.ok() && c.status().code() == StatusCode::kResourceExhausted &&
+      evict_one_retained(std::nullopt))
+    c = cache_->seq_clone(s.seq, s.fed);
+  if (!c.ok()) return;  // no sequence id or cell: the prompt is simply not kept
+  Retained r;
+  r.seq = *c;
+  r.tokens.assign(s.tokens.begin(), s.tokens.begin() + s.fed);
+  r.last_use = ++tick_;
+  index_.add(*c, r.tokens);
+  retained_.emplace(*c, std::move(r));
 }
 
 void Executor::preempt(Session& s) {

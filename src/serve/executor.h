@@ -168,7 +168,9 @@ class Executor {
   // Admission: a session slot, a sequence (new, or a clone of a held prefix) and room for the
   // rest of its tokens, or nothing changes and false.
   bool admit(Session& s);
-  bool admit_from(Session& s, int32_t src, int64_t upto);
+  bool admit_from(Session& s, int32_t src, int64_t upto, bool fallback = true);
+  bool wants_snapshot(const Session& s) const;
+  void snapshot_prompt(Session& s);
   void count_prefix(Session& s, int64_t cached);
   bool new_seq(CloneFrom from, int32_t& seq);
   bool prefix_in_flight(const Session& s) const;
@@ -200,6 +202,7 @@ class Executor {
   PrefixIndex index_;
   int64_t max_session_tokens_ = 0;
   int64_t budget_ = 0;
+  bool sliding_ = false;  // some cache layer has a sliding window
 
   std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;   // unfinished
   std::unordered_map<int64_t, std::unique_ptr<Session>> sessions_;   // of unfinished requests

@@ -22,6 +22,7 @@ struct Executor::Session {
   int64_t admitted_at = 0;       // tick of the last admission: the youngest is preempted first
   int32_t forks_pending = 0;     // completion 0 of an n > 1 request before its first sample
   engine::Sampler sampler;
+  bool snapshotted = false;      // its prompt's window tail was kept (see snapshot_prompt)
   size_t streamed = 0;           // bytes of the completion's text already streamed
   bool counted = false;          // prefix hit/miss counted (at the first admission only)
   bool done = false;

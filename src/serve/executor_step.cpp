@@ -42,7 +42,8 @@ std::vector<Executor::Planned> Executor::plan_step() {
   const size_t start = rotate_++ % prefill.size();
   for (size_t k = 0; k < prefill.size() && left > 0; ++k) {
     const Session& s = *sessions_.at(prefill[(start + k) % prefill.size()]);
-    const int64_t n = std::min({s.remaining(), setup_.step_tokens, left});
+    int64_t n = std::min({s.remaining(), setup_.step_tokens, left});
+    if (wants_snapshot(s)) n = std::min(n, s.prompt_len - 1 - s.fed);  // stop before the end
     plan.push_back({s.id, n});
     left -= n;
   }
@@ -121,9 +122,11 @@ Status Executor::step() {
   }
   for (const Planned& p : plan) {
     Session& s = *sessions_.at(p.session);
+    const bool snapshot = wants_snapshot(s);
     s.fed += p.n;
     if (opt_.prefix_cache)
       index_.add(s.seq, std::span<const int32_t>(s.tokens).first(static_cast<size_t>(s.fed)));
+    if (snapshot && s.fed == s.prompt_len - 1) snapshot_prompt(s);
   }
   // Rows belong to the last token of each sequence in the batch; sample those that reached the
   // end of their tokens (a prefill chunk that stops short samples nothing).

@@ -72,6 +72,7 @@ PrefixIndex::Match PrefixIndex::longest(std::span<const int32_t> tokens) const {
     // The most recently registered holder: the likeliest to stay (older ones are evicted
     // first), and any holder of block i holds blocks 0..i-1 too.
     best.seq = h->second.back();
+    best.seqs.assign(h->second.rbegin(), h->second.rend());
     best.tokens = static_cast<int64_t>(i + 1) * block_;
   }
   return best;

@@ -37,8 +37,9 @@ class PrefixIndex {
   void clear();
 
   struct Match {
-    int32_t seq = -1;    // a holder of the longest run of leading blocks; -1 = none
-    int64_t tokens = 0;  // block-aligned length of that run
+    int32_t seq = -1;           // a holder of the longest run of leading blocks; -1 = none
+    int64_t tokens = 0;         // block-aligned length of that run
+    std::vector<int32_t> seqs;  // every holder of that run, most recently registered first
   };
   // The longest run of leading blocks of `tokens` that some sequence holds. O(blocks).
   Match longest(std::span<const int32_t> tokens) const;

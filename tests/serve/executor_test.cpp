@@ -374,3 +374,29 @@ TEST(Executor, LogitsOfARowDoNotDependOnTheBatch) {
 
 }  // namespace
 }  // namespace kvcache::serve
+
+namespace kvcache::serve {
+namespace {
+
+// The tiny model's sliding(32) pools keep only a sequence's last 31 positions, so a finished
+// request that generated 60 tokens no longer holds the window its prompt's end needs. The
+// prompt's window tail was kept when its prefill reached the last prompt token: the same
+// prompt again clones all but that token.
+TEST(Executor, ARepeatedPromptHitsAfterGenerationMovedPastTheWindow) {
+  ExecutorOptions o;
+  auto ex = testing::make(o);
+  const std::vector<int32_t> prompt = testing::ids("And God said, Let there be light: and there was");
+  GenerateParams p;
+  p.max_new_tokens = 60;
+  const int64_t a = *ex->submit(prompt, p);
+  auto first = testing::drain(*ex);
+  const int64_t b = *ex->submit(prompt, p);
+  auto second = testing::drain(*ex);
+  EXPECT_EQ(first.at(a).cached_prompt_tokens, 0);
+  EXPECT_EQ(second.at(b).cached_prompt_tokens, static_cast<int64_t>(prompt.size()) - 1);
+  EXPECT_EQ(second.at(b).completions[0].tokens, first.at(a).completions[0].tokens);
+  EXPECT_EQ(first.at(a).completions[0].tokens, testing::alone(prompt, 60));
+}
+
+}  // namespace
+}  // namespace kvcache::serve

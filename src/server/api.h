@@ -1,0 +1,87 @@
+// The OpenAI wire format: parsing and checking /v1/completions and /v1/chat/completions
+// bodies, and building responses, stream chunks, usage and error objects. Layer: server.
+// Pure functions over JSON values: no sockets, no threads, no model (limits come in).
+// Unknown fields are ignored (clients send many); known fields of the wrong type or range,
+// including API fields this server does not act on (penalties, logprobs, user, ...), are a
+// 400 naming the field.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "serve/executor.h"
+#include "server/chat_template.h"
+
+namespace kvcache::server {
+
+// {"error": {"message", "type", "param", "code"}} with its HTTP status.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // empty = null
+  std::string code;   // empty = null
+};
+std::string error_body(const ApiError& e);
+ApiError bad_field(std::string param, std::string message);
+
+struct ApiLimits {
+  int64_t vocab = 0;               // token ids are in [0, vocab)
+  int32_t max_sessions = 1;        // n is in [1, max_sessions]
+  int64_t max_session_tokens = 0;  // prompt + max_tokens
+};
+
+inline constexpr int32_t kDefaultCompletionTokens = 16;  // /v1/completions without max_tokens
+
+struct ApiRequest {
+  bool chat = false;
+  std::string model;                     // echoed back; any value is accepted
+  std::optional<std::string> prompt;     // completions: text prompt
+  std::vector<int32_t> prompt_ids;       // completions: token-id prompt
+  std::vector<ChatMessage> messages;     // chat
+  std::optional<int32_t> max_tokens;     // nullopt = default (see resolve_max_tokens)
+  serve::GenerateParams params;          // sampling, n, stop, ignore_eos
+  bool stream = false;
+  bool include_usage = false;            // stream_options.include_usage
+};
+
+// Parses a request body. A 400 names the field: malformed JSON (param null), a field of the
+// wrong type or out of range, an empty prompt or messages, n above max_sessions, a token id
+// outside the vocabulary, max_tokens < 1 or above max_session_tokens.
+std::optional<ApiError> parse_request(std::string_view body, bool chat, const ApiLimits& limits,
+                                      ApiRequest& out);
+
+// Sets params.max_new_tokens once the prompt length is known: max_tokens, else 16 for
+// completions and the rest of the session budget for chat. 413 (code
+// "context_length_exceeded") when prompt + max_tokens exceed max_session_tokens.
+std::optional<ApiError> resolve_max_tokens(ApiRequest& r, int64_t prompt_tokens,
+                                           const ApiLimits& limits);
+
+// "stop" or "length"; a cancelled completion reports "stop", a full cache "length".
+std::string_view finish_reason(serve::Finish f);
+
+struct ResponseMeta {
+  std::string id;       // "cmpl-…" / "chatcmpl-…"
+  int64_t created = 0;  // unix seconds
+  std::string model;
+  bool chat = false;
+};
+
+// usage: prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details.cached_tokens.
+nlohmann::json usage_json(const serve::RequestResult& r);
+// The whole response; texts[i] is completion i's text, already valid UTF-8.
+nlohmann::json response_json(const ResponseMeta& m, const serve::RequestResult& r,
+                             const std::vector<std::string>& texts);
+// One stream chunk for choice `index`: text (delta.content for chat; with role on the first
+// chat chunk) and a finish reason on the last one.
+nlohmann::json chunk_json(const ResponseMeta& m, int32_t index, std::string_view text,
+                          bool first, std::optional<serve::Finish> finish);
+// The usage chunk sent last when stream_options.include_usage: empty choices.
+nlohmann::json usage_chunk_json(const ResponseMeta& m, const serve::RequestResult& r);
+
+}  // namespace kvcache::server

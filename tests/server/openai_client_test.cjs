@@ -1,0 +1,56 @@
+// The official `openai` npm client against `kvcache serve`: models, a streamed chat completion
+// (role first, content deltas, one finish_reason, the usage chunk), the same answer unstreamed,
+// a text completion with usage, and the client's typed errors for 400 and 401.
+// Usage: node openai_client_test.cjs NPM_DIR BASE_URL API_KEY
+"use strict";
+const { createRequire } = require("node:module");
+const assert = require("node:assert/strict");
+const [npmDir, baseURL, apiKey] = process.argv.slice(2);
+const requireNpm = createRequire(npmDir + "/package.json");
+const { OpenAI } = requireNpm("openai");
+
+async function main() {
+  const client = new OpenAI({ baseURL: baseURL + "/v1", apiKey, maxRetries: 0, timeout: 30000 });
+  const models = await client.models.list();
+  assert.deepEqual(models.data.map((m) => m.id), ["tiny"]);
+
+  const messages = [{ role: "system", content: "Be brief." }, { role: "user", content: "Hello there" }];
+  const stream = await client.chat.completions.create({
+    model: "tiny", messages, max_tokens: 16, stream: true, stream_options: { include_usage: true },
+  });
+  let text = "", finishes = [], usage = null, first = true;
+  for await (const chunk of stream) {
+    assert.equal(chunk.object, "chat.completion.chunk");
+    if (chunk.usage) usage = chunk.usage;
+    if (!chunk.choices.length) continue;
+    const c = chunk.choices[0];
+    if (first) assert.equal(c.delta.role, "assistant");
+    first = false;
+    text += c.delta.content || "";
+    if (c.finish_reason) finishes.push(c.finish_reason);
+  }
+  assert.equal(finishes.length, 1);
+  assert.ok(["stop", "length"].includes(finishes[0]));
+  assert.ok(usage && usage.completion_tokens >= 1 && usage.completion_tokens <= 16);
+  assert.equal(usage.total_tokens, usage.prompt_tokens + usage.completion_tokens);
+
+  const whole = await client.chat.completions.create({ model: "tiny", messages, max_tokens: 16 });
+  assert.equal(whole.choices[0].message.content, text);  // greedy: the same answer
+  assert.equal(whole.usage.prompt_tokens, usage.prompt_tokens);
+  assert.ok(whole.usage.prompt_tokens_details.cached_tokens > 0);  // the prefix was cached
+
+  const done = await client.completions.create({ model: "tiny", prompt: "And God said", max_tokens: 8 });
+  assert.equal(done.object, "text_completion");
+  assert.equal(done.usage.prompt_tokens, 12);
+  assert.ok(done.usage.completion_tokens >= 1 && done.usage.completion_tokens <= 8);
+
+  await assert.rejects(
+    client.chat.completions.create({ model: "tiny", messages, max_tokens: 0 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === "max_tokens");
+  const wrong = new OpenAI({ baseURL: baseURL + "/v1", apiKey: "wrong", maxRetries: 0 });
+  await assert.rejects(wrong.models.list(),
+    (e) => e instanceof OpenAI.AuthenticationError && e.status === 401);
+  console.log("openai client: PASS (" + JSON.stringify(text) + ")");
+}
+
+main().catch((e) => { console.error("FAIL:", e); process.exit(1); });

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Real clients against `kvcache serve` on a loopback port: the official `openai` npm package
+# (openai_client_test.cjs) or the chat page in headless Debian Chromium via playwright-core
+# (chat_page_test.cjs). Installs the pinned npm packages into NPM_DIR (a folder of the build)
+# and exits 77 (skipped) when npm, the registry or /usr/bin/chromium is not there.
+# Usage: serve_node_test.sh openai|page KVCACHE_BIN NPM_DIR ARTIFACT_DIR
+set -euo pipefail
+what=$1 bin=$2 npm_dir=$(realpath -m "$3") artifacts=$(realpath -m "$4")
+here=$(cd "$(dirname "$0")" && pwd)
+skip() { echo "SKIP: $*"; exit 77; }
+command -v node >/dev/null || skip "node is not installed"
+command -v npm >/dev/null || skip "npm is not installed"
+[ "$what" = page ] && { [ -x /usr/bin/chromium ] || skip "/usr/bin/chromium is not installed (scripts/setup.sh)"; }
+if ! "$bin" run --max-new-tokens 1 >/dev/null 2>&1; then skip "no embedded model"; fi
+packages=(openai@4.95.0 playwright-core@1.65.1)
+installed() {
+  node -e 'const [d, ...want] = process.argv.slice(1); for (const p of want) { const [n, v] = p.split(/@(?=[^@]*$)/);
+    if (require(d + "/node_modules/" + n + "/package.json").version !== v) process.exit(1); }' "$npm_dir" "${packages[@]}" 2>/dev/null
+}
+mkdir -p "$npm_dir"
+# Both tests may start at once (ctest -j): one installs while the other waits on the lock.
+exec 9> "$npm_dir.lock"
+flock -w 600 9 || skip "the npm folder stayed locked"
+if ! installed; then
+  # playwright-core downloads no browser; the environment variable makes sure of it.
+  PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 timeout 300 npm install --prefix "$npm_dir" --no-audit \
+    --no-fund --no-save "${packages[@]}" > "$npm_dir/install.log" 2>&1 \
+    || skip "npm install ${packages[*]} failed (no registry?): $(tail -2 "$npm_dir/install.log")"
+fi
+flock -u 9
+
+tmp=$(mktemp -d)
+pid=
+cleanup() { [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+"$bin" serve --host 127.0.0.1 --port 0 --api-key sekret 2> "$tmp/err" &
+pid=$!
+for _ in $(seq 100); do
+  grep -q '^listening on http://' "$tmp/err" && break
+  kill -0 "$pid" 2>/dev/null || { cat "$tmp/err"; exit 1; }
+  sleep 0.1
+done
+url=$(grep -o '^listening on http://127.0.0.1:[0-9]*' "$tmp/err" | sed 's/^listening on //')
+[ -n "$url" ] || { echo "FAIL: no 'listening on' line"; exit 1; }
+mkdir -p "$artifacts"
+case $what in
+  openai) timeout 120 node "$here/openai_client_test.cjs" "$npm_dir" "$url" sekret ;;
+  page) timeout 120 node "$here/chat_page_test.cjs" "$npm_dir" "$url" sekret "$artifacts/chat_page.png" ;;
+  *) echo "unknown test $what"; exit 2 ;;
+esac
+kill -TERM "$pid"
+for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+rc=0
+wait "$pid" || rc=$?
+pid=
+[ "$rc" -eq 0 ] || { echo "FAIL: exit code $rc after SIGTERM"; exit 1; }

@@ -1,0 +1,186 @@
+// kvcache serve [MODEL]: the OpenAI-compatible HTTP server (src/server) over the batching
+// executor. Wires flags to the executor, the engine thread and the HTTP front, prints
+// "listening on http://HOST:PORT" and the cache summary on stderr, and stops on SIGINT or
+// SIGTERM: no new requests, every request in flight cancelled, exit 0.
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <ctime>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "commands.h"
+#include "cpu/thread_pool.h"
+#include "load_model.h"
+#include "program/cache_summary.h"
+#include "serve/executor.h"
+#include "server/engine_loop.h"
+#include "server/http_server.h"
+
+namespace kvcache::tools {
+namespace {
+
+struct ServeFlags {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int32_t max_sessions = 8;
+  int64_t max_session_tokens = 0;
+  std::string kv_dtype = "f32";
+  int32_t threads = 0;
+  std::string api_key;
+  std::string chat_template;
+  int64_t max_queue = 64;
+  int http_threads = 64;
+  size_t max_body_bytes = server::kDefaultMaxBodyBytes;
+  bool no_prefix_cache = false;
+};
+
+int fail(const std::string& msg) {
+  std::fprintf(stderr, "kvcache serve: %s\n", msg.c_str());
+  return 1;
+}
+
+void add_flags(CLI::App* cmd, ServeFlags& f) {
+  cmd->add_option("model", f.model, "GGUF model file (default: the embedded tiny model)");
+  cmd->add_option("--host", f.host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", f.port, "Port; 0 = any free port (printed)")
+      ->check(CLI::Range(0, 65535))->capture_default_str();
+  cmd->add_option("--max-sessions", f.max_sessions, "Sessions decoding at once")
+      ->check(CLI::Range(1, 128))->capture_default_str();
+  cmd->add_option("--max-session-tokens", f.max_session_tokens,
+                  "Prompt + generated tokens per session; 0 = min(max_context, 4096)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))->capture_default_str();
+  cmd->add_option("--kv-dtype", f.kv_dtype, "K/V storage type")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
+  cmd->add_option("--threads", f.threads, "Engine threads; 0 = default")
+      ->check(CLI::Range(0, 1024))->capture_default_str();
+  cmd->add_option("--api-key", f.api_key,
+                  "Require 'Authorization: Bearer KEY' on every endpoint but /health and the page /");
+  cmd->add_option("--chat-template", f.chat_template,
+                  "plain, chatml, llama3, gemma, mistral or phi3 (default: detected from the "
+                  "model's tokenizer.chat_template; plain without one)");
+  cmd->add_option("--max-queue", f.max_queue,
+                  "Requests waiting for a session beyond which new ones get 429")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
+  cmd->add_option("--http-threads", f.http_threads, "Connections served at once")
+      ->check(CLI::Range(1, 4096))->capture_default_str();
+  cmd->add_option("--max-body-bytes", f.max_body_bytes, "Largest request body (else 413)")
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 30))->capture_default_str();
+  cmd->add_flag("--no-prefix-cache", f.no_prefix_cache, "Prefill every prompt in full");
+}
+
+// The template from --chat-template or the model's own; nullopt (with a startup warning and
+// the message chat requests get) when neither names a known one.
+void pick_template(const ServeFlags& f, const LoadedModel& m, server::ServerOptions& o) {
+  Result<std::string> text = m.file->get_string("tokenizer.chat_template");
+  server::TemplateChoice c = server::choose_chat_template(
+      f.chat_template, text.ok() ? std::optional<std::string>(*text) : std::nullopt);
+  o.chat_template = c.tmpl;
+  o.chat_template_problem = c.problem;
+  if (!o.chat_template)
+    std::fprintf(stderr, "kvcache serve: warning: %s; chat requests will be refused\n",
+                 o.chat_template_problem.c_str());
+  else
+    std::fprintf(stderr, "kvcache serve: chat template %s\n",
+                 std::string(server::to_string(*o.chat_template)).c_str());
+}
+
+// SIGINT/SIGTERM write one byte to a pipe the watcher polls: a handler, not a blocked mask,
+// because libraries (OpenBLAS) start threads before main that would take the default action.
+int g_signal_pipe[2] = {-1, -1};
+
+extern "C" void on_stop_signal(int) {
+  const char b = 1;
+  [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &b, 1);
+}
+
+bool install_stop_handlers() {
+  if (pipe(g_signal_pipe) != 0) return false;
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  signal(SIGPIPE, SIG_IGN);  // a vanished client is a failed write, not a dead server
+  return sigaction(SIGINT, &sa, nullptr) == 0 && sigaction(SIGTERM, &sa, nullptr) == 0;
+}
+
+// Waits for a stop signal until `quit` is set.
+void watch_signals(std::atomic<bool>& quit, server::EngineLoop& loop, server::HttpServer& http) {
+  pollfd pfd{g_signal_pipe[0], POLLIN, 0};
+  while (!quit) {
+    if (poll(&pfd, 1, 200) > 0) {
+      std::fprintf(stderr, "kvcache serve: stopping\n");
+      loop.stop();  // cancels every request in flight; their streams end
+      http.stop();  // stops accepting; serve() returns
+      return;
+    }
+  }
+}
+
+int run_serve(const ServeFlags& f) {
+  if (!install_stop_handlers()) return fail("cannot install the SIGINT/SIGTERM handlers");
+  if (f.threads > 0) cpu::set_global_threads(f.threads);
+  Result<LoadedModel> m = load_model(f.model);
+  if (!m.ok()) return fail(m.status().message());
+  serve::ExecutorOptions eo;
+  eo.max_sessions = f.max_sessions;
+  eo.max_session_tokens = f.max_session_tokens;
+  eo.kv_dtype = parse_dtype(f.kv_dtype).value_or(DType::kF32);
+  eo.prefix_cache = !f.no_prefix_cache;
+  eo.eog_ids = m->eog_ids;
+  Result<std::unique_ptr<serve::Executor>> ex = serve::Executor::create(*m->model, &*m->tokenizer, eo);
+  if (!ex.ok()) return fail(ex.status().message());
+  ModelGeometry g = m->model->geometry();
+  g.cache = (*ex)->setup().geometry;
+  SummaryOptions so;
+  so.config = (*ex)->setup().config;
+  so.sessions = f.max_sessions;
+  so.session_tokens = (*ex)->max_session_tokens();
+  std::fprintf(stderr, "%s", cache_summary_text(g, so).c_str());
+
+  server::ServerOptions o;
+  o.host = f.host;
+  o.port = f.port;
+  o.api_key = f.api_key;
+  o.max_body_bytes = f.max_body_bytes;
+  o.http_threads = f.http_threads;
+  o.model_name = m->name;
+  pick_template(f, *m, o);
+  server::ServerModel sm;
+  sm.tokenizer = &*m->tokenizer;
+  sm.specials = server::SpecialTokens::from_gguf(m->file.get());
+  sm.limits = {m->model->hparams().vocab, f.max_sessions, (*ex)->max_session_tokens()};
+
+  server::EngineLoop loop(**ex, f.max_queue);
+  server::HttpServer http(loop, o, std::move(sm));
+  Result<int> port = http.bind();
+  if (!port.ok()) return fail(port.status().message());
+  loop.start();
+  std::fprintf(stderr, "listening on http://%s:%d\n", f.host.c_str(), *port);
+  std::fflush(stderr);
+  std::atomic<bool> quit{false};
+  std::thread watcher([&] { watch_signals(quit, loop, http); });
+  const bool served = http.serve();
+  quit = true;
+  watcher.join();
+  loop.stop();
+  if (!served) return fail("the listener failed");
+  std::fprintf(stderr, "kvcache serve: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+Runner add_serve(CLI::App& app) {
+  auto flags = std::make_shared<ServeFlags>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
+  add_flags(cmd, *flags);
+  return [flags] { return run_serve(*flags); };
+}
+
+}  // namespace kvcache::tools
