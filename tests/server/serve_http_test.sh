@@ -243,7 +243,7 @@ for _ in $(seq 50); do
   sleep 0.1
 done
 [ "$cancelled" = 1 ] || fail "the disconnected stream was not cancelled: $(grep completions_total "$tmp/body")"
-# An unstreamed request whose client leaves while it waits behind 16 long ones: the spaces
+# An unstreamed request whose client leaves while it waits behind 48 long ones: the spaces
 # sent while it waits fail, and it is cancelled too.
 $py - "$url" <<'PY' || fail "unstreamed disconnect"
 import http.client, json, socket, sys, threading, time, urllib.parse
@@ -254,7 +254,7 @@ def go():
     c.request("POST", "/v1/completions", long_body)
     r = c.getresponse()
     assert r.status == 200 and json.loads(r.read())["usage"]["completion_tokens"] == 250
-ts = [threading.Thread(target=go) for _ in range(16)]
+ts = [threading.Thread(target=go) for _ in range(48)]
 for t in ts: t.start()
 time.sleep(0.05)
 s = socket.create_connection((u.hostname, u.port))
