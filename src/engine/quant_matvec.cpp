@@ -231,7 +231,13 @@ void matvec_batch(const Weight& w, const float* x, float* y, int64_t t, bool acc
   // Chunks of about 64 KiB of weight rows stay in L2 while every activation row passes.
   const int64_t chunk = std::max<int64_t>(4, (int64_t{64} << 10) / std::max<int64_t>(1, w.row_bytes()));
   const std::vector<Q8Activations>& a = acts;  // the workers read the caller's thread_local
+  // F16/BF16: one pass over each weight row for every activation row.
+  const quant_detail::HalfBatchKernel hb =
+      isa == cpu::Isa::kAvx512 ? quant_detail::avx512_half_batch(w.type)
+      : isa == cpu::Isa::kAvx2 ? quant_detail::avx2_half_batch(w.type)
+                               : nullptr;
   auto run = [&](int64_t r0, int64_t r1) {
+    if (hb != nullptr) return hb(w, r0, r1, x, t, y + r0, w.rows, accumulate);
     for (int64_t c0 = r0; c0 < r1; c0 += chunk) {
       const int64_t c1 = std::min(r1, c0 + chunk);
       for (int64_t j = 0; j < t; ++j)

@@ -54,6 +54,12 @@ namespace quant_detail {
 using RowKernel = void (*)(const Weight& w, int64_t r0, int64_t r1, const Q8Activations& a,
                            const float* x, float* y, bool accumulate);
 RowKernel scalar_kernel(gguf::TensorType type);
+// F16/BF16 rows [r0, r1) against t activation rows: y[j * y_stride + r - r0], each bitwise what
+// the ISA's RowKernel gives row j alone; nullptr for other types or without the ISA.
+using HalfBatchKernel = void (*)(const Weight& w, int64_t r0, int64_t r1, const float* x,
+                                 int64_t t, float* y, int64_t y_stride, bool accumulate);
+HalfBatchKernel avx2_half_batch(gguf::TensorType type);
+HalfBatchKernel avx512_half_batch(gguf::TensorType type);
 RowKernel avx2_kernel(gguf::TensorType type);
 RowKernel avx512_kernel(gguf::TensorType type);
 }  // namespace quant_detail

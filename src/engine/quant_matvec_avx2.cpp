@@ -1,6 +1,7 @@
 // The AVX2+FMA+F16C build of the matrix-vector row kernels (quant_matvec_simd.inc): integer dot
 // products by maddubs/madd. Entered only through matvec's run-time dispatch. All headers are
 // included before the target pragma so nothing shared is compiled for AVX2.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -27,6 +28,9 @@ inline __m256i dot4(__m256i u8, __m256i s8) {
 }  // namespace
 
 quant_detail::RowKernel quant_detail::avx2_kernel(gguf::TensorType type) { return pick(type); }
+quant_detail::HalfBatchKernel quant_detail::avx2_half_batch(gguf::TensorType type) {
+  return pick_half_batch(type);
+}
 
 }  // namespace kvcache::engine
 
@@ -35,5 +39,6 @@ quant_detail::RowKernel quant_detail::avx2_kernel(gguf::TensorType type) { retur
 #else
 namespace kvcache::engine {
 quant_detail::RowKernel quant_detail::avx2_kernel(gguf::TensorType) { return nullptr; }
+quant_detail::HalfBatchKernel quant_detail::avx2_half_batch(gguf::TensorType) { return nullptr; }
 }  // namespace kvcache::engine
 #endif

@@ -7,6 +7,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -32,6 +33,9 @@ inline __m256i dot4(__m256i u8, __m256i s8) {
 }  // namespace
 
 quant_detail::RowKernel quant_detail::avx512_kernel(gguf::TensorType type) { return pick(type); }
+quant_detail::HalfBatchKernel quant_detail::avx512_half_batch(gguf::TensorType type) {
+  return pick_half_batch(type);
+}
 
 }  // namespace kvcache::engine
 
@@ -40,5 +44,6 @@ quant_detail::RowKernel quant_detail::avx512_kernel(gguf::TensorType type) { ret
 #else
 namespace kvcache::engine {
 quant_detail::RowKernel quant_detail::avx512_kernel(gguf::TensorType) { return nullptr; }
+quant_detail::HalfBatchKernel quant_detail::avx512_half_batch(gguf::TensorType) { return nullptr; }
 }  // namespace kvcache::engine
 #endif
