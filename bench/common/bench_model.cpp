@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -41,7 +42,7 @@ std::vector<uint8_t> random_f16(int64_t n, float scale, std::mt19937_64& rng) {
 
 }  // namespace
 
-std::string write_bench_model(int64_t max_context) {
+std::vector<uint8_t> bench_model_bytes(int64_t max_context) {
   gguf::GgufWriter w;
   w.set_string("general.architecture", "llama");
   w.set_uint32("llama.block_count", kLayers);
@@ -81,8 +82,17 @@ std::string write_bench_model(int64_t max_context) {
     mat(p + "ffn_down.weight", kD, kFf);
   }
   ones("output_norm.weight");
+  return w.bytes();
+}
+
+std::string write_bench_model(int64_t max_context) {
+  const std::vector<uint8_t> bytes = bench_model_bytes(max_context);
+  if (bytes.empty()) return {};
   const std::string path = "/tmp/kvcache_bench_model_" + std::to_string(getpid()) + ".gguf";
-  return w.write(path).ok() ? path : std::string();
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return {};
+  const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  return (std::fclose(f) == 0 && ok) ? path : std::string();
 }
 
 }  // namespace kvcache::bench

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace kvcache::bench {
 
@@ -14,8 +15,10 @@ struct BenchModel {
   static constexpr int kFf = 2048, kVocab = 32000, kChunk = 512;
 };
 
-// Writes the model with the given max_context to a fresh temporary path and returns it; empty
-// when writing failed. The caller removes the file.
+// The model's GGUF bytes with the given max_context (empty when building them failed).
+std::vector<uint8_t> bench_model_bytes(int64_t max_context);
+// Writes them to a fresh temporary path and returns it; empty when writing failed. The caller
+// removes the file.
 std::string write_bench_model(int64_t max_context);
 
 }  // namespace kvcache::bench

@@ -29,10 +29,9 @@
 #include "program/gguf_quant.h"
 #include "program/gguf_quantize.h"
 #include "program/model_geometry.h"
+#include "bench_model.h"
+#include "read_probe.h"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 namespace kvcache::engine {
 namespace {
@@ -40,59 +39,12 @@ namespace {
 using gguf::TensorType;
 using benchmark::Counter;
 
-// ---- read probe (the same stream as kvcache_attention_bench's) --------------------------
+// ---- read probe (bench/common, the same stream as every benchmark's) --------------------
 
-constexpr int64_t kProbeBytes = int64_t{768} << 20;
-
-#if defined(__x86_64__)
-__attribute__((target("avx2"))) float sum_avx2(const float* p, int64_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (int64_t i = 0; i + 32 <= n; i += 32) {
-    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
-    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
-    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
-    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
-  }
-  float out[8];
-  _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
-}
-#endif
-
-// Bytes per second an AVX2 sum streams with the global pool's threads (best of `passes`).
+using bench::kProbeBytes;
+// Bytes per second the probe streams with the global pool's thread count (best of `passes`).
 double measure_probe(int passes) {
-  static cpu::AlignedBytes buf = cpu::aligned_alloc_bytes(kProbeBytes);
-  static bool filled = false;
-  const int64_t n = kProbeBytes / 4;
-  auto* f = reinterpret_cast<float*>(buf.get());
-  if (!filled) {
-    for (int64_t i = 0; i < n; ++i) f[i] = static_cast<float>(i & 7);
-    filled = true;
-  }
-  cpu::ThreadPool& pool = cpu::global_pool();
-  const int threads = pool.size();
-  double best = 0;
-  volatile float sink = 0;
-  for (int pass = 0; pass < passes; ++pass) {
-    std::vector<float> part(threads);
-    const auto t0 = std::chrono::steady_clock::now();
-    pool.parallel_for(threads, [&](int64_t b, int64_t e) {
-      for (int64_t c = b; c < e; ++c) {
-        const int64_t lo = n * c / threads / 64 * 64, hi = n * (c + 1) / threads / 64 * 64;
-#if defined(__x86_64__)
-        part[c] = sum_avx2(f + lo, hi - lo);
-#else
-        float s = 0;
-        for (int64_t i = lo; i < hi; ++i) s += f[i];
-        part[c] = s;
-#endif
-      }
-    });
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    for (float x : part) sink = sink + x;
-    best = std::max(best, double(kProbeBytes) / s);
-  }
-  return best;
+  return bench::measure_probe(static_cast<int>(cpu::global_pool().size()), passes);
 }
 
 void report(benchmark::State& bs, double bytes_per_iter, double probe_before) {
@@ -166,51 +118,13 @@ void matvec_args(benchmark::internal::Benchmark* b) {
 
 // ---- the 100M model as F16, Q8_0 and Q4_K_M ---------------------------------------------
 
-constexpr int kD = 768, kLayers = 12, kHeads = 12, kKvHeads = 4, kHeadDim = 64, kFf = 2048;
-constexpr int kVocab = 32000, kCtx = 2048, kChunk = 512;
+using bench::BenchModel;
+constexpr int kLayers = BenchModel::kLayers, kKvHeads = BenchModel::kKvHeads;
+constexpr int kHeadDim = BenchModel::kHeadDim, kVocab = BenchModel::kVocab;
+constexpr int kCtx = 2048, kChunk = BenchModel::kChunk;
 
-std::vector<uint8_t> f16_model_bytes() {
-  gguf::GgufWriter w;
-  w.set_string("general.architecture", "llama");
-  w.set_uint32("llama.block_count", kLayers);
-  w.set_uint32("llama.embedding_length", kD);
-  w.set_uint32("llama.feed_forward_length", kFf);
-  w.set_uint32("llama.context_length", kCtx);
-  w.set_uint32("llama.attention.head_count", kHeads);
-  w.set_uint32("llama.attention.head_count_kv", kKvHeads);
-  ModelGeometry g;
-  for (int i = 0; i < kLayers; ++i) {
-    g.cache.layers.push_back({kKvHeads, kHeadDim, kHeadDim, 0});
-    g.layer_cache.push_back(i);
-  }
-  g.max_context = kCtx;
-  g.max_step_tokens = kChunk;
-  (void)write_model_geometry(g, w);
-  std::mt19937 rng(1);
-  auto mat = [&](const std::string& name, int64_t out, int64_t in) {
-    const float r = 1.7f / std::sqrt(float(in));
-    std::uniform_real_distribution<float> u(-r, r);
-    std::vector<float> v(static_cast<size_t>(out * in));
-    for (float& x : v) x = u(rng);
-    (void)w.add_tensor_f32(name, {in, out}, v, TensorType::kF16);
-  };
-  const std::vector<float> ones(kD, 1.0f);
-  mat("token_embd.weight", kVocab, kD);
-  for (int i = 0; i < kLayers; ++i) {
-    const std::string p = "blk." + std::to_string(i) + ".";
-    (void)w.add_tensor_f32(p + "attn_norm.weight", {kD}, ones);
-    (void)w.add_tensor_f32(p + "ffn_norm.weight", {kD}, ones);
-    mat(p + "attn_q.weight", kHeads * kHeadDim, kD);
-    mat(p + "attn_k.weight", kKvHeads * kHeadDim, kD);
-    mat(p + "attn_v.weight", kKvHeads * kHeadDim, kD);
-    mat(p + "attn_output.weight", kD, kHeads * kHeadDim);
-    mat(p + "ffn_gate.weight", kFf, kD);
-    mat(p + "ffn_up.weight", kFf, kD);
-    mat(p + "ffn_down.weight", kD, kFf);
-  }
-  (void)w.add_tensor_f32("output_norm.weight", {kD}, ones);
-  return w.bytes();
-}
+// The benchmark model of every engine/serve benchmark (bench/common/bench_model.h).
+std::vector<uint8_t> f16_model_bytes() { return bench::bench_model_bytes(kCtx); }
 
 struct Loaded {
   std::unique_ptr<Model> model;
