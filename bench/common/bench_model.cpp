@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <map>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -93,6 +94,32 @@ std::string write_bench_model(int64_t max_context) {
   if (f == nullptr) return {};
   const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
   return (std::fclose(f) == 0 && ok) ? path : std::string();
+}
+
+const LoadedBenchModel& load_bench_model(int64_t max_context) {
+  static std::map<int64_t, LoadedBenchModel> all;
+  auto it = all.find(max_context);
+  if (it != all.end()) return it->second;
+  LoadedBenchModel& l = all[max_context];
+  const std::string path = write_bench_model(max_context);
+  if (path.empty()) {
+    l.error = "writing the benchmark model failed";
+    return l;
+  }
+  Result<gguf::GgufFile> f = gguf::GgufFile::open(path);
+  std::remove(path.c_str());  // the file is mapped or copied: its name is no longer needed
+  if (!f.ok()) {
+    l.error = f.status().to_string();
+    return l;
+  }
+  l.file = std::make_unique<gguf::GgufFile>(std::move(*f));
+  Result<engine::Model> m = engine::Model::load(*l.file);
+  if (!m.ok()) {
+    l.error = m.status().to_string();
+    return l;
+  }
+  l.model = std::make_unique<engine::Model>(std::move(*m));
+  return l;
 }
 
 }  // namespace kvcache::bench

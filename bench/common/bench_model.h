@@ -5,8 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "engine/model.h"
+#include "program/gguf.h"
 
 namespace kvcache::bench {
 
@@ -20,5 +24,14 @@ std::vector<uint8_t> bench_model_bytes(int64_t max_context);
 // Writes them to a fresh temporary path and returns it; empty when writing failed. The caller
 // removes the file.
 std::string write_bench_model(int64_t max_context);
+
+// The model loaded from such a file (the file stays open beside it), once per max_context for
+// the process; `error` says why not.
+struct LoadedBenchModel {
+  std::unique_ptr<gguf::GgufFile> file;
+  std::unique_ptr<engine::Model> model;
+  std::string error;
+};
+const LoadedBenchModel& load_bench_model(int64_t max_context);
 
 }  // namespace kvcache::bench

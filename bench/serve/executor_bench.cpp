@@ -41,34 +41,21 @@ constexpr double kKvBytesPerToken = 2.0 * 2 * BenchModel::kLayers * BenchModel::
                                     BenchModel::kHeadDim;
 
 struct Loaded {
-  std::unique_ptr<gguf::GgufFile> file;
-  std::unique_ptr<engine::Model> model;
+  const engine::Model* model = nullptr;
   double weight_bytes = 0;  // matrix bytes read per step (f16; the tied output once)
   std::string error;
 };
 
-Loaded& loaded() {
-  static Loaded* l = [] {
-    auto* s = new Loaded();
-    const std::string path = bench::write_bench_model(kMaxContext);
-    auto f = path.empty() ? Result<gguf::GgufFile>(internal_error("writing the model failed"))
-                          : gguf::GgufFile::open(path);
-    if (!f.ok()) {
-      s->error = f.status().to_string();
-      return s;
-    }
-    s->file = std::make_unique<gguf::GgufFile>(std::move(*f));
-    auto m = engine::Model::load(*s->file);
-    std::remove(path.c_str());
-    if (!m.ok()) {
-      s->error = m.status().to_string();
-      return s;
-    }
-    s->model = std::make_unique<engine::Model>(std::move(*m));
-    s->weight_bytes = 2.0 * static_cast<double>(s->model->n_params());
+const Loaded& loaded() {
+  static const Loaded l = [] {
+    Loaded s;
+    const bench::LoadedBenchModel& b = bench::load_bench_model(kMaxContext);
+    s.error = b.error;
+    s.model = b.model.get();
+    if (s.model != nullptr) s.weight_bytes = 2.0 * static_cast<double>(s.model->n_params());
     return s;
   }();
-  return *l;
+  return l;
 }
 
 std::vector<int32_t> random_prompt(int64_t n, uint64_t seed) {

@@ -41,8 +41,7 @@ constexpr int32_t kNewTokens = 64, kPromptTokens = 16, kMaxSessions = 32;
 constexpr int64_t kSessionTokens = 256;
 
 struct Loaded {
-  std::unique_ptr<gguf::GgufFile> file;
-  std::unique_ptr<engine::Model> model;
+  const engine::Model* model = nullptr;
   std::optional<engine::Tokenizer> tokenizer;
   std::string error;
 };
@@ -50,21 +49,10 @@ struct Loaded {
 Loaded& loaded() {
   static Loaded* l = [] {
     auto* s = new Loaded();
-    const std::string path = bench::write_bench_model(kSessionTokens);
-    auto f = path.empty() ? Result<gguf::GgufFile>(internal_error("writing the model failed"))
-                          : gguf::GgufFile::open(path);
-    if (!f.ok()) {
-      s->error = f.status().to_string();
-      return s;
-    }
-    s->file = std::make_unique<gguf::GgufFile>(std::move(*f));
-    auto m = engine::Model::load(*s->file);
-    std::remove(path.c_str());
-    if (!m.ok()) {
-      s->error = m.status().to_string();
-      return s;
-    }
-    s->model = std::make_unique<engine::Model>(std::move(*m));
+    const bench::LoadedBenchModel& b = bench::load_bench_model(kSessionTokens);
+    s->error = b.error;
+    s->model = b.model.get();
+    if (s->model == nullptr) return s;
     std::vector<std::string> spellings;
     for (int i = 0; i < BenchModel::kVocab; ++i) {
       std::string sp = i < 256 ? engine::byte_to_unicode(static_cast<uint8_t>(i)) : "x";
