@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "program/fingerprint.h"
 #include "program/gguf_quant.h"
 
 namespace kvcache::engine {
@@ -305,6 +306,7 @@ Result<Model> Model::load(const GgufFile& f, const LoadOptions& options) {
   Model m;
   m.hp_ = std::move(*hp);
   m.geometry_ = std::move(*geo);
+  m.fingerprint_ = model_fingerprint(f);
   const HParams& h = m.hp_;
   if (static_cast<int32_t>(m.geometry_.layer_cache.size()) != h.n_layers)
     return invalid_argument("load model: kvcache.layer_cache has " +

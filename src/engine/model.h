@@ -83,6 +83,8 @@ class Model {
   // rope_freqs.weight: rope_dim/2 divisors of the pair frequencies; empty when absent.
   const std::vector<float>& rope_freqs() const { return rope_freqs_; }
   int64_t n_params() const;
+  // program/fingerprint.h of the file the model was loaded from (keys cached K/V by model).
+  uint64_t fingerprint() const { return fingerprint_; }
 
   Model(Model&&) noexcept = default;
   Model& operator=(Model&&) noexcept = default;
@@ -98,6 +100,7 @@ class Model {
   std::vector<float> output_norm_;
   std::vector<float> rope_freqs_;
   bool tied_ = false;
+  uint64_t fingerprint_ = 0;
 };
 
 // Reads the hyperparameters alone (no weights); vocab comes from token_embd's shape.
