@@ -52,6 +52,7 @@ std::vector<uint8_t> bench_model_bytes(int64_t max_context) {
   w.set_uint32("llama.context_length", static_cast<uint32_t>(max_context));
   w.set_uint32("llama.attention.head_count", kHeads);
   w.set_uint32("llama.attention.head_count_kv", kKvHeads);
+  w.set_float32("llama.attention.layer_norm_rms_epsilon", 1e-5f);  // required by other readers
   ModelGeometry g;
   for (int i = 0; i < kLayers; ++i) {
     g.cache.layers.push_back({kKvHeads, kHeadDim, kHeadDim, 0});
