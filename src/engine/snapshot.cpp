@@ -45,6 +45,7 @@ class Writer {
     std::memcpy(bytes_.data() + at, &v, sizeof(T));
   }
   void put_bytes(const void* p, size_t n) {
+    if (n == 0) return;
     const auto* b = static_cast<const uint8_t*>(p);
     bytes_.insert(bytes_.end(), b, b + n);
   }
@@ -147,6 +148,7 @@ class FileSource final : public Source {
   int64_t size() const override { return size_; }
   bool read(int64_t offset, void* dst, int64_t n) override {
     if (offset < 0 || n < 0 || offset + n > size_) return false;
+    if (n == 0) return true;
     if (offset != at_ && std::fseek(f_.get(), static_cast<long>(offset), SEEK_SET) != 0)
       return false;
     const size_t got = std::fread(dst, 1, static_cast<size_t>(n), f_.get());
@@ -220,7 +222,7 @@ Status parse_body(std::span<const uint8_t> body, Snapshot& s) {
                             " token ids, expected 0 <= positions <= tokens");
   if (n_tokens > c.left() / sizeof(int32_t)) return short_header("the token ids");
   s.tokens.resize(static_cast<size_t>(n_tokens));
-  std::memcpy(s.tokens.data(), c.here(), s.tokens.size() * sizeof(int32_t));
+  if (!s.tokens.empty()) std::memcpy(s.tokens.data(), c.here(), s.tokens.size() * sizeof(int32_t));
   c.skip(s.tokens.size() * sizeof(int32_t));
   for (size_t i = 0; i < s.tokens.size(); ++i)
     if (s.tokens[i] < 0)
@@ -376,7 +378,7 @@ std::vector<uint8_t> encode_snapshot(const Snapshot& s) {
   out.reserve(static_cast<size_t>(encoded_snapshot_bytes(s)));
   (void)write_all(s, [&](const void* p, size_t n) {
     const auto* b = static_cast<const uint8_t*>(p);
-    out.insert(out.end(), b, b + n);
+    if (n > 0) out.insert(out.end(), b, b + n);
     return true;
   }, nullptr);
   return out;
