@@ -1,9 +1,9 @@
 // kvcache run [MODEL]: load a model (default: the embedded tiny one), build the cache the
 // flags ask for, prefill the prompt in chunks and generate. --interactive reads prompts line
 // by line (/undo, /undo N, /reset, /save F, /quit); --save-session / --load-session keep a
-// conversation in a snapshot file (tools/session_file.h); --chat reads user messages and formats the
-// conversation with the chat template kvcache serve uses; --json prints one JSON object (per turn) on
-// stdout. Logs, the cache summary and timings go to stderr. See SPEC §8.
+// conversation in a snapshot file (tools/session_file.h); --chat reads user messages and
+// formats the conversation with the chat template kvcache serve uses; --json prints one JSON
+// object (per turn) on stdout. Logs, the cache summary and timings go to stderr. See SPEC §8.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>

@@ -282,7 +282,8 @@ Result<Snapshot> decode(Source& src, const SnapshotProgress& progress) {
     return data_loss("snapshot: " + str(size) + " bytes, truncated inside the header (" +
                      str(header_end) + " bytes)");
   std::vector<uint8_t> head(static_cast<size_t>(header_end));
-  if (!src.read(0, head.data(), header_end)) return data_loss("snapshot: reading the header failed");
+  if (!src.read(0, head.data(), header_end))
+    return data_loss("snapshot: reading the header failed");
   uint64_t stored = 0;
   std::memcpy(&stored, head.data() + header_end - kChecksumBytes, kChecksumBytes);
   if (XXH3_64bits(head.data(), static_cast<size_t>(header_end - kChecksumBytes)) != stored)
@@ -365,9 +366,12 @@ Result<Snapshot> capture_snapshot(const Cache& cache, int32_t seq, uint64_t fing
 }
 
 int64_t encoded_snapshot_bytes(const Snapshot& s) {
-  int64_t n = kPreambleBytes + 8 + 4 + 4 + kLayerGeometryBytes * static_cast<int64_t>(s.layers.size()) +
-              8 + 8 + 4 * static_cast<int64_t>(s.tokens.size()) +
-              kLayerRangeBytes * static_cast<int64_t>(s.layers.size()) + kChecksumBytes;
+  const auto layers = static_cast<int64_t>(s.layers.size());
+  // preamble, fingerprint, dtype, layer count, geometry, positions, token count, ids, ranges,
+  // header checksum; then per layer its K and V rows and their checksum
+  int64_t n = kPreambleBytes + 8 + 4 + 4 + kLayerGeometryBytes * layers + 8 + 8 +
+              4 * static_cast<int64_t>(s.tokens.size()) + kLayerRangeBytes * layers +
+              kChecksumBytes;
   for (const LayerRows& r : s.layers)
     n += static_cast<int64_t>(r.k.size() + r.v.size()) + kChecksumBytes;
   return n;
