@@ -51,6 +51,9 @@ expect 200 /v1/cache/save "{\"name\":\"genesis\",\"prompt\":\"$prompt\"}"
 [ "$(field 'j["object"]')" = "cache.prefix" ] || fail "object: $(cat "$tmp/body")"
 [ -s "$tmp/snaps/genesis.kvs" ] || fail "no genesis.kvs"
 [ "$(stat -c %s "$tmp/snaps/genesis.kvs")" = "$(field 'j["bytes"]')" ] || fail "bytes"
+system='{"role":"system","content":"You are a helpful assistant who answers briefly."}'
+expect 200 /v1/cache/save "{\"name\":\"sys\",\"messages\":[$system]}"
+sys_tokens=$(field 'j["tokens"]')
 for bad in '../evil' '.hidden' 'a/b' '' "$(printf 'x%.0s' $(seq 65))"; do
   expect 400 /v1/cache/save "{\"name\":\"$bad\",\"prompt\":\"x\"}"
   [ "$(field 'j["error"]["param"]')" = "name" ] || fail "name '$bad' not named"
@@ -72,6 +75,11 @@ got=$(field 'j["choices"][0]["text"]')
 want=$("$bin" run --prompt "$longer" --max-new-tokens 8 --json 2>/dev/null |
        $py -c 'import json,sys; print(json.load(sys.stdin)["text"])')
 [ "$got" = "$want" ] || fail "text after restore: '$got' vs run '$want'"
+# Saved messages are rendered without the assistant prompt: a chat going on from them hits.
+expect 200 /v1/cache/restore '{"name":"sys"}'
+expect 200 /v1/chat/completions "{\"messages\":[$system,{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":4}"
+[ "$(field 'j["usage"]["prompt_tokens_details"]["cached_tokens"]')" = "$sys_tokens" ] ||
+  fail "no prefix hit for the saved system message: $(cat "$tmp/body")"
 stop_server
 
 start_server c --snapshot-dir "$tmp/snaps" --kv-dtype f16
