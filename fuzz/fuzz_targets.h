@@ -15,6 +15,7 @@ int hf_config_one(const uint8_t* data, size_t size);    // hf_config_fuzz.cpp
 int safetensors_one(const uint8_t* data, size_t size);  // safetensors_fuzz.cpp
 int tokenizer_json_one(const uint8_t* data, size_t size);  // tokenizer_json_fuzz.cpp
 int op_test_one(const uint8_t* data, size_t size);      // op_test_fuzz.cpp
+int snapshot_one(const uint8_t* data, size_t size);     // snapshot_fuzz.cpp
 
 }  // namespace kvcache::fuzz
 

@@ -1,8 +1,9 @@
 // kvcache run [MODEL]: load a model (default: the embedded tiny one), build the cache the
 // flags ask for, prefill the prompt in chunks and generate. --interactive reads prompts line
-// by line (/undo, /undo N, /reset, /quit); --chat reads user messages and formats the
-// conversation with the chat template kvcache serve uses; --json prints one JSON object (per turn) on
-// stdout. Logs, the cache summary and timings go to stderr. See SPEC §8.
+// by line (/undo, /undo N, /reset, /save F, /quit); --save-session / --load-session keep a
+// conversation in a snapshot file (tools/session_file.h); --chat reads user messages and
+// formats the conversation with the chat template kvcache serve uses; --json prints one JSON
+// object (per turn) on stdout. Logs, the cache summary and timings go to stderr. See SPEC §8.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -32,6 +33,7 @@
 #include "program/gguf.h"
 #include "server/chat_template.h"
 #include "server/special_tokens.h"
+#include "session_file.h"
 
 namespace kvcache::tools {
 namespace {
@@ -41,6 +43,7 @@ using nlohmann::json;
 struct RunFlags {
   std::string model;
   std::string prompt = "In the beginning";
+  bool prompt_given = false;  // --prompt on the command line (a loaded session may go without)
   std::string prompt_ids;  // comma list of token ids; replaces --prompt
   bool prompt_ids_given = false;  // even when empty: an empty list is an error
   int32_t max_new_tokens = 64;
@@ -64,6 +67,8 @@ struct RunFlags {
   bool reference = false;
   bool ignore_eos = false;
   bool no_parse_special = false;
+  std::string save_session;  // snapshot file written after the run (tools/session_file.h)
+  std::string load_session;  // snapshot file restored before the first turn
 };
 
 // Everything a run needs, built from the flags.
@@ -119,7 +124,9 @@ std::optional<std::vector<int64_t>> parse_list(const std::string& text, const ch
 
 void add_flags(CLI::App* cmd, RunFlags& f) {
   cmd->add_option("model", f.model, "GGUF model file (default: the embedded tiny model)");
-  cmd->add_option("--prompt", f.prompt, "Prompt text")->capture_default_str();
+  cmd->add_option("--prompt", f.prompt, "Prompt text")
+      ->each([&f](const std::string&) { f.prompt_given = true; })
+      ->capture_default_str();
   cmd->add_option("--prompt-ids", f.prompt_ids, "Prompt as comma-separated token ids")
       ->each([&f](const std::string&) { f.prompt_ids_given = true; });
   cmd->add_option("--max-new-tokens", f.max_new_tokens, "Tokens to generate")
@@ -159,6 +166,11 @@ void add_flags(CLI::App* cmd, RunFlags& f) {
   cmd->add_flag("--ignore-eos", f.ignore_eos, "Keep generating past end-of-generation tokens");
   cmd->add_flag("--no-parse-special", f.no_parse_special,
                 "Encode control-token text in prompts as plain text");
+  cmd->add_option("--save-session", f.save_session,
+                  "Save the conversation (K/V and token ids) to this snapshot file at the end");
+  cmd->add_option("--load-session", f.load_session,
+                  "Continue the conversation saved in this snapshot file (same model, cache "
+                  "geometry and --kv-dtype; without --prompt the run just continues it)");
   cmd->add_option("--dump-logits", f.dump_logits,
                   "Write the prompt's logits [T, vocab] as float32 .npy and exit")
       ->group("");  // hidden: a testing aid
@@ -229,8 +241,8 @@ Result<std::vector<int32_t>> encode(const RunFlags& f, const Loaded& l, const st
 }
 
 Result<std::vector<int32_t>> prompt_tokens(const RunFlags& f, const Loaded& l,
-                                           const std::string& text) {
-  if (!f.prompt_ids_given) return encode(f, l, text, true);
+                                           const std::string& text, bool conversation_start) {
+  if (!f.prompt_ids_given) return encode(f, l, text, conversation_start);
   std::string err;
   auto ids = parse_list(f.prompt_ids, "--prompt-ids", err);
   if (!ids) return invalid_argument(err);
@@ -421,7 +433,13 @@ int interactive(const RunFlags& f, Loaded& l, engine::Session& session,
   while (std::getline(std::cin, line)) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line == "/quit") break;
-    if (!command(line, session) && !line.empty()) {
+    if (line == "/save" || line.rfind("/save ", 0) == 0) {
+      const size_t at = line.find_first_not_of(' ', 5);
+      Status s = at == std::string::npos
+                     ? invalid_argument("expected /save FILE")
+                     : save_session_file(line.substr(at), *l.model, *l.cache, session);
+      if (!s.ok()) std::fprintf(stderr, "save refused: %s\n", s.message().c_str());
+    } else if (!command(line, session) && !line.empty()) {
       Result<std::vector<int32_t>> ids = encode(f, l, line, session.pos() == 0);
       Status s = ids.ok() ? run_turn(f, l, session, sampler, *ids) : ids.status();
       if (!s.ok()) std::fprintf(stderr, "kvcache run: %s\n", s.message().c_str());
@@ -500,18 +518,36 @@ int run(const RunFlags& f) {
                static_cast<long long>(l.setup.step_tokens));
   engine::Sampler sampler(sc);
   engine::Session session(*l.eng, l.setup.step_tokens, l.seq);
+  const bool sessions = !f.save_session.empty() || !f.load_session.empty();
+  if (f.chat && sessions)
+    return fail("--save-session/--load-session: not with --chat (its messages are not saved)");
   if (f.chat) return chat(f, l, session, sampler);
-  if (f.interactive) return interactive(f, l, session, sampler);
-  Result<std::vector<int32_t>> prompt = prompt_tokens(f, l, f.prompt);
+  if (!f.load_session.empty()) {
+    if (s = load_session_file(f.load_session, *l.model, *l.cache, session); !s.ok())
+      return fail("--load-session: " + s.message());
+  }
+  auto save = [&]() {
+    if (f.save_session.empty()) return 0;
+    Status saved = save_session_file(f.save_session, *l.model, *l.cache, session);
+    return saved.ok() ? 0 : fail("--save-session: " + saved.message());
+  };
+  if (f.interactive) return interactive(f, l, session, sampler) == 0 ? save() : 1;
+  // A loaded session without --prompt/--prompt-ids continues from its held-back token.
+  const bool resumed = !session.conversation().empty();
+  Result<std::vector<int32_t>> prompt =
+      resumed && !f.prompt_given && !f.prompt_ids_given
+          ? Result<std::vector<int32_t>>(std::vector<int32_t>{})
+          : prompt_tokens(f, l, f.prompt, !resumed);
   if (!prompt.ok()) return fail(prompt.status().message());
-  if (prompt->empty()) return fail("--prompt: the prompt is empty, expected at least one token");
-  if (s = check_fits(l, 0, prompt->size()); !s.ok()) return fail(s.message());
+  if (prompt->empty() && !resumed)
+    return fail("--prompt: the prompt is empty, expected at least one token");
+  if (s = check_fits(l, session.pos(), prompt->size()); !s.ok()) return fail(s.message());
   if (!f.dump_logits.empty()) {
     s = dump_logits(f, l, *prompt);
     return s.ok() ? 0 : fail(s.message());
   }
   s = run_turn(f, l, session, sampler, *prompt);
-  return s.ok() ? 0 : fail(s.message());
+  return s.ok() ? save() : fail(s.message());
 }
 
 }  // namespace

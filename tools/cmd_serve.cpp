@@ -38,6 +38,7 @@ struct ServeFlags {
   int http_threads = 64;
   size_t max_body_bytes = server::kDefaultMaxBodyBytes;
   bool no_prefix_cache = false;
+  std::string snapshot_dir;  // saved prefixes (POST /v1/cache/save|restore); empty = off
 };
 
 int fail(const std::string& msg) {
@@ -72,6 +73,10 @@ void add_flags(CLI::App* cmd, ServeFlags& f) {
   cmd->add_option("--max-body-bytes", f.max_body_bytes, "Largest request body (else 413)")
       ->check(CLI::Range(size_t{1024}, size_t{1} << 30))->capture_default_str();
   cmd->add_flag("--no-prefix-cache", f.no_prefix_cache, "Prefill every prompt in full");
+  cmd->add_option("--snapshot-dir", f.snapshot_dir,
+                  "Folder of saved prefixes (POST /v1/cache/save and /v1/cache/restore); "
+                  "unset = those endpoints are off")
+      ->check(CLI::ExistingDirectory);
 }
 
 // The template from --chat-template or the model's own; nullopt (with a startup warning and
@@ -150,6 +155,7 @@ int run_serve(const ServeFlags& f) {
   o.max_body_bytes = f.max_body_bytes;
   o.http_threads = f.http_threads;
   o.model_name = m->name;
+  o.snapshot_dir = f.snapshot_dir;
   pick_template(f, *m, o);
   server::ServerModel sm;
   sm.tokenizer = &*m->tokenizer;

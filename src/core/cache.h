@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "core/geometry.h"
 #include "core/status.h"
@@ -42,6 +43,16 @@ class CacheCheckpoint {
   virtual int32_t seq() const = 0;
   virtual int64_t pos() const = 0;    // the position restore() returns to
   virtual int64_t bytes() const = 0;  // K/V bytes held
+};
+
+// K/V rows of one cache layer for positions [first, first + n), in the cache's kv_dtype exactly
+// as stored, position-major: k holds n x kv_heads x head_dim elements, v n x kv_heads x
+// value_dim (so k.size() == n * kv_heads * head_dim * dtype_size). A big buffer: move it.
+struct LayerRows {
+  int32_t layer = 0;   // cache layer index
+  int64_t first = 0;   // position of the first row
+  int64_t n = 0;       // rows; 0 when the layer holds none of the asked range
+  std::vector<uint8_t> k, v;
 };
 
 // Thread-safety: not thread-safe; one caller drives a cache (kernels may use threads inside).
@@ -83,6 +94,32 @@ class Cache {
   virtual Status restore(int32_t seq, const CacheCheckpoint& checkpoint) {
     (void)seq, (void)checkpoint;
     return unimplemented("restore: this cache has no rings to restore (use rewind)");
+  }
+
+  // Export / import of a sequence's K/V (snapshots, shared prefix blocks); run between steps.
+  // read_rows(): copies out what the cache still holds of seq's positions [from, to): one
+  // LayerRows per cache layer, in layer order, rows in logical position order. A full layer
+  // returns every position; a sliding layer may hold only a suffix (first > from; n = 0 when
+  // it holds none). NotFound: seq not live. InvalidArgument: from < 0 or from > to.
+  // OutOfRange: to > pos(seq). Cost: O((to - from) x layers) row copies.
+  virtual Result<std::vector<LayerRows>> read_rows(int32_t seq, int64_t from, int64_t to) const {
+    (void)seq, (void)from, (void)to;
+    return unimplemented("read_rows: this cache cannot export rows");
+  }
+  // write_rows(): appends positions [from, to) to seq, which must be at pos(seq) == from (0 on
+  // an empty or new sequence): claims cells as steps of those positions would (in chunks when
+  // the layout limits a step) and writes the given rows, exactly one LayerRows per cache layer
+  // (any order). A full layer needs rows for every position of [from, to); a sliding layer of
+  // window W needs at least [max(from, to - (W - 1)), to), what it still holds afterwards;
+  // rows outside what the layer keeps are ignored. Ends any open step. Refusals change
+  // nothing: NotFound (seq not live), InvalidArgument naming the layer and what is missing or
+  // mis-sized (also from != pos(seq), to < from), ResourceExhausted when a pool lacks room.
+  // A sequence-layout ring given only the last W - 1 rows is afterwards known to hold only
+  // those (rewind floor = to).
+  virtual Status write_rows(int32_t seq, int64_t from, int64_t to,
+                            std::span<const LayerRows> rows) {
+    (void)seq, (void)from, (void)to, (void)rows;
+    return unimplemented("write_rows: this cache cannot import rows");
   }
 
   // Admission: one id per token of the next forward (the sequence layout: all 0). Refused

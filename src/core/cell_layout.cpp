@@ -413,6 +413,10 @@ int32_t CellLayout::pool_of(int32_t layer) const {
 
 const CellPool& CellLayout::pool(int32_t pool) const { return s_->pools.at(pool).spec; }
 int64_t CellLayout::pool_free(int32_t pool) const { return s_->pools.at(pool).free(); }
+int64_t CellLayout::pool_room(int32_t pool) const {
+  const Pool& p = s_->pools.at(pool);
+  return p.free() + p.pending_free;
+}
 int64_t CellLayout::pool_used_end(int32_t pool) const {
   return s_->pools.at(pool).used_cells.last() + 1;
 }

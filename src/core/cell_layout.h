@@ -81,6 +81,7 @@ class CellLayout {
   int32_t pool_of(int32_t layer) const;           // -1 when the layer is out of range
   const CellPool& pool(int32_t pool) const;       // window, layers, cells (its maximum)
   int64_t pool_free(int32_t pool) const;          // free cells now
+  int64_t pool_room(int32_t pool) const;          // free + what the open step's end frees
   int64_t pool_used_end(int32_t pool) const;      // one past its highest occupied cell
   int64_t cell_pos(int32_t pool, int32_t cell) const;     // -1 when free
   int32_t cell_owners(int32_t pool, int32_t cell) const;  // 0 when free

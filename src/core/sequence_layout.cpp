@@ -41,6 +41,11 @@ int64_t SequenceLayout::slots(int32_t layer) const {
   return sequence_slots(geometry_.layers[layer], config_);
 }
 
+int64_t SequenceLayout::held_from(int32_t layer) const {
+  if (layer < 0 || layer >= n_layers() || !geometry_.layers[layer].sliding()) return 0;
+  return std::min(ring_low_[layer], length_);
+}
+
 bool SequenceLayout::can_extend(int64_t n) const {
   return n >= 0 && n <= step_limit_ && length_ + n <= config_.capacity;
 }

@@ -49,6 +49,9 @@ class SequenceLayout {
   int64_t capacity() const { return config_.capacity; }
   int64_t step_limit() const { return step_limit_; }  // widest step accepted
   int64_t slots(int32_t layer) const;                 // storage rows the layer needs at most
+  // Lowest position the layer still holds: 0 for a full layer; for a ring the oldest position
+  // no later step overwrote nor a restore() dropped (length() when it holds none).
+  int64_t held_from(int32_t layer) const;
   bool can_extend(int64_t n) const;                   // L + n <= capacity, n <= step_limit
   // Lowest length rewind() accepts besides 0: max(0, L - M) over sliding layers, 0 without them.
   // After a rewind the rings hold fewer positions, so the floor is also kept at or above

@@ -9,6 +9,7 @@
 
 #include "core/cell_layout.h"
 #include "cpu/cache_common.h"
+#include "cpu/cache_rows.h"
 #include "cpu/caches.h"
 
 namespace kvcache::cpu {
@@ -92,7 +93,91 @@ class CellCache final : public Cache {
 
   int64_t allocated_bytes() const override { return detail::pools_bytes(pools_); }
 
+  Result<std::vector<LayerRows>> read_rows(int32_t seq, int64_t from,
+                                           int64_t to) const override {
+    if (!layout_.live(seq))
+      return not_found("read_rows: sequence " + std::to_string(seq) + " is not live");
+    const int64_t end = layout_.pos(seq);
+    KVCACHE_RETURN_IF_ERROR(detail::check_read_range(seq, from, to, end));
+    std::vector<LayerRows> out;
+    out.reserve(pools_.size());
+    for (int32_t i = 0; i < layout_.n_layers(); ++i) {
+      const int32_t g = layout_.pool_of(i), w = geometry().layers[i].window;
+      std::span<const int32_t> held = layout_.held(seq, g);
+      const int64_t low = layout_.held_first_pos(seq, g);
+      // A sliding pool may still hold an ended step's older cells: report only the last W - 1.
+      const int64_t keep = w > 0 ? std::max(low, end - w + 1) : low;
+      const int64_t first = std::min(to, std::max(from, keep));
+      out.push_back(detail::make_rows(geometry(), config().kv_dtype, i, first, to - first));
+      for (int64_t p = first; p < to; ++p)
+        detail::row_out(pools_[i], held[static_cast<size_t>(p - low)], out.back(), p);
+    }
+    return out;
+  }
+
+  // Chunks through declare_step/place like a prefill. The room checks bound what any chunk
+  // claims: the full pool gives one cell per position; a Sliding(W) pool needs at most
+  // W - 1 + chunk cells of this sequence at once (older ones free as each chunk ends).
+  Status write_rows(int32_t seq, int64_t from, int64_t to,
+                    std::span<const LayerRows> rows) override {
+    if (!layout_.live(seq))
+      return not_found("write_rows: sequence " + std::to_string(seq) + " is not live");
+    KVCACHE_RETURN_IF_ERROR(detail::check_append(seq, from, to, layout_.pos(seq)));
+    const std::vector<int64_t> need = detail::needed_from(geometry(), from, to);
+    Result<std::vector<const LayerRows*>> by_layer =
+        detail::match_rows(geometry(), config().kv_dtype, rows, need, to);
+    if (!by_layer.ok()) return by_layer.status();
+    const int64_t total = to - from;
+    if (total == 0) return ok_status();
+    KVCACHE_RETURN_IF_ERROR(check_room(total));
+    for (int32_t i = 0; i < layout_.n_layers(); ++i) {
+      const int32_t g = layout_.pool_of(i), w = geometry().layers[i].window;
+      const int64_t claims = w > 0 ? std::min(total, w - 1 + kChunk) : total;
+      KVCACHE_RETURN_IF_ERROR(pools_[i].reserve(
+          std::min(layout_.pool(g).cells, layout_.pool_used_end(g) + claims)));
+    }
+    std::vector<int32_t> ids;
+    std::vector<int64_t> positions;
+    for (int64_t at = from; at < to;) {
+      const int64_t n = std::min({to - at, layout_.free_cells(), kChunk});
+      if (n <= 0) return internal_error("write_rows: no room left mid-append");
+      ids.assign(static_cast<size_t>(n), seq);
+      positions.resize(static_cast<size_t>(n));
+      for (int64_t t = 0; t < n; ++t) positions[t] = at + t;
+      KVCACHE_RETURN_IF_ERROR(layout_.declare_step(ids));
+      for (int32_t i = 0; i < layout_.n_layers(); ++i) {
+        Result<std::span<const int32_t>> cells = layout_.place(i, positions);
+        if (!cells.ok()) return internal_error("write_rows: " + cells.status().message());
+        for (int64_t p = std::max(at, need[i]); p < at + n; ++p)
+          detail::row_in(pools_[i], (*cells)[static_cast<size_t>(p - at)], *(*by_layer)[i], p);
+      }
+      at += n;
+    }
+    return ok_status();
+  }
+
  private:
+  static constexpr int64_t kChunk = 4096;  // positions per internal step of write_rows
+
+  // ResourceExhausted naming the pool when an append of `total` positions cannot fit.
+  Status check_room(int64_t total) const {
+    if (total > layout_.capacity())  // also bounds the chunks of an all-sliding geometry
+      return resource_exhausted("write_rows: " + std::to_string(total) +
+                                " positions exceed capacity " +
+                                std::to_string(layout_.capacity()));
+    for (int32_t g = 0; g < layout_.n_pools(); ++g) {
+      const CellPool& p = layout_.pool(g);
+      const int64_t room = layout_.pool_room(g);
+      if (total <= room || (p.window > 0 && room >= p.window)) continue;
+      return resource_exhausted(
+          "write_rows: " + std::to_string(total) + " positions, but the " +
+          (p.window > 0 ? "sliding(" + std::to_string(p.window) + ")" : std::string("full")) +
+          " pool has only " + std::to_string(room) + " of " + std::to_string(p.cells) +
+          " cells free" + (p.window > 0 ? " (an append needs W)" : ""));
+    }
+    return ok_status();
+  }
+
   Status check_step(const AttendArgs& a) const {
     return detail::check_declared(a, layout_.step_open(),
                                   static_cast<int64_t>(layout_.step_seq_ids().size()));

@@ -69,19 +69,27 @@ int64_t LayerPool::cell_bytes() const {
 }
 
 void LayerPool::copy_out(int64_t cell, std::byte* dst) const {
-  const int64_t es = dtype_size(dtype_), kb = layer_.head_dim * es, vb = layer_.value_dim * es;
-  for (int32_t h = 0; h < layer_.kv_heads; ++h, dst += kb)
-    std::memcpy(dst, k_.get() + (h * rows_ + cell) * kb, static_cast<size_t>(kb));
-  for (int32_t h = 0; h < layer_.kv_heads; ++h, dst += vb)
-    std::memcpy(dst, v_.get() + (h * rows_ + cell) * vb, static_cast<size_t>(vb));
+  copy_out(cell, dst, dst + layer_.kv_heads * layer_.head_dim * dtype_size(dtype_));
 }
 
 void LayerPool::copy_in(int64_t cell, const std::byte* src) {
+  copy_in(cell, src, src + layer_.kv_heads * layer_.head_dim * dtype_size(dtype_));
+}
+
+void LayerPool::copy_out(int64_t cell, std::byte* k_dst, std::byte* v_dst) const {
   const int64_t es = dtype_size(dtype_), kb = layer_.head_dim * es, vb = layer_.value_dim * es;
-  for (int32_t h = 0; h < layer_.kv_heads; ++h, src += kb)
-    std::memcpy(k_.get() + (h * rows_ + cell) * kb, src, static_cast<size_t>(kb));
-  for (int32_t h = 0; h < layer_.kv_heads; ++h, src += vb)
-    std::memcpy(v_.get() + (h * rows_ + cell) * vb, src, static_cast<size_t>(vb));
+  for (int32_t h = 0; h < layer_.kv_heads; ++h, k_dst += kb)
+    std::memcpy(k_dst, k_.get() + (h * rows_ + cell) * kb, static_cast<size_t>(kb));
+  for (int32_t h = 0; h < layer_.kv_heads; ++h, v_dst += vb)
+    std::memcpy(v_dst, v_.get() + (h * rows_ + cell) * vb, static_cast<size_t>(vb));
+}
+
+void LayerPool::copy_in(int64_t cell, const std::byte* k_src, const std::byte* v_src) {
+  const int64_t es = dtype_size(dtype_), kb = layer_.head_dim * es, vb = layer_.value_dim * es;
+  for (int32_t h = 0; h < layer_.kv_heads; ++h, k_src += kb)
+    std::memcpy(k_.get() + (h * rows_ + cell) * kb, k_src, static_cast<size_t>(kb));
+  for (int32_t h = 0; h < layer_.kv_heads; ++h, v_src += vb)
+    std::memcpy(v_.get() + (h * rows_ + cell) * vb, v_src, static_cast<size_t>(vb));
 }
 
 KvView LayerPool::view() const {

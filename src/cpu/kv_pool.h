@@ -58,6 +58,9 @@ class LayerPool {
   // Copies one cell's stored bytes out to / back in from `cell_bytes()` bytes. cell < rows().
   void copy_out(int64_t cell, std::byte* dst) const;
   void copy_in(int64_t cell, const std::byte* src);
+  // The same with K (kv_heads x head_dim elements) and V (kv_heads x value_dim) apart.
+  void copy_out(int64_t cell, std::byte* k_dst, std::byte* v_dst) const;
+  void copy_in(int64_t cell, const std::byte* k_src, const std::byte* v_src);
   KvView view() const;
 
  private:

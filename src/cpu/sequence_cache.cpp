@@ -6,6 +6,7 @@
 
 #include "core/sequence_layout.h"
 #include "cpu/cache_common.h"
+#include "cpu/cache_rows.h"
 #include "cpu/caches.h"
 
 namespace kvcache::cpu {
@@ -135,6 +136,62 @@ class SequenceCache final : public Cache {
         pool.copy_in(p % layout_.slots(i), cp->rows[i].data() + (p - lo) * cb);
     }
     return ok_status();
+  }
+
+  Result<std::vector<LayerRows>> read_rows(int32_t seq, int64_t from,
+                                           int64_t to) const override {
+    if (seq != 0) return not_found(unknown("read_rows", seq));
+    KVCACHE_RETURN_IF_ERROR(detail::check_read_range(seq, from, to, layout_.length()));
+    std::vector<LayerRows> out;
+    out.reserve(pools_.size());
+    for (int32_t i = 0; i < layout_.n_layers(); ++i) {
+      const int64_t first = std::min(to, std::max(from, layout_.held_from(i)));
+      out.push_back(detail::make_rows(geometry(), config().kv_dtype, i, first, to - first));
+      for (int64_t p = first; p < to; ++p)
+        detail::row_out(pools_[i], p % layout_.slots(i), out.back(), p);
+    }
+    return out;
+  }
+
+  // Chunks of at most step_limit() through declare_step/place, so the layout tracks the rings
+  // as a prefill would; every check runs before the first chunk, so no chunk can fail.
+  Status write_rows(int32_t seq, int64_t from, int64_t to,
+                    std::span<const LayerRows> rows) override {
+    if (seq != 0) return not_found(unknown("write_rows", seq));
+    KVCACHE_RETURN_IF_ERROR(detail::check_append(seq, from, to, layout_.length()));
+    if (to > layout_.capacity())
+      return resource_exhausted("write_rows: positions [" + std::to_string(from) + ", " +
+                                std::to_string(to) + ") exceed capacity " +
+                                std::to_string(layout_.capacity()));
+    const std::vector<int64_t> need = detail::needed_from(geometry(), from, to);
+    Result<std::vector<const LayerRows*>> by_layer =
+        detail::match_rows(geometry(), config().kv_dtype, rows, need, to);
+    if (!by_layer.ok()) return by_layer.status();
+    for (int32_t i = 0; i < layout_.n_layers(); ++i)
+      if (!geometry().layers[i].sliding()) KVCACHE_RETURN_IF_ERROR(pools_[i].reserve(to));
+    if (from == to) return ok_status();
+    // Per layer, the first position written: a ring keeps [to - slots, to) of the append, and
+    // when it is given less it is marked as holding only its last W - 1 (restore below).
+    std::vector<int64_t> write_from(pools_.size());
+    bool ring_short = false;
+    for (int32_t i = 0; i < layout_.n_layers(); ++i) {
+      const LayerRows* r = (*by_layer)[i];
+      const int64_t keep = std::max(from, to - layout_.slots(i));
+      write_from[i] = r == nullptr ? to : std::max(keep, r->first);
+      if (geometry().layers[i].sliding() && write_from[i] > keep) ring_short = true;
+    }
+    for (int64_t at = from; at < to;) {
+      const auto n = static_cast<int32_t>(std::min(to - at, layout_.step_limit()));
+      KVCACHE_RETURN_IF_ERROR(layout_.declare_step(n));
+      for (int32_t i = 0; i < layout_.n_layers(); ++i) {
+        Result<SequencePlan> plan = layout_.place(i);
+        if (!plan.ok()) return internal_error("write_rows: " + plan.status().message());
+        for (int64_t p = std::max(at, write_from[i]); p < at + n; ++p)
+          detail::row_in(pools_[i], p % plan->slots, *(*by_layer)[i], p);
+      }
+      at += n;
+    }
+    return ring_short ? layout_.restore(to) : layout_.rewind(to);  // ends the last step
   }
 
  private:

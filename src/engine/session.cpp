@@ -70,6 +70,7 @@ Status Session::prefill(std::span<const int32_t> tokens, Logits* last) {
     for (size_t i = 0; i < n; ++i) positions_[i] = p0 + static_cast<int64_t>(i);
     Batch b{tokens.subspan(done, n), ids_, positions_};
     KVCACHE_RETURN_IF_ERROR(engine_.forward(b, LogitsMode::kLast, logits_));
+    history_.insert(history_.end(), b.tokens.begin(), b.tokens.end());
     done += n;
   }
   if (last != nullptr) *last = logits_;
@@ -94,6 +95,7 @@ Result<TurnStats> Session::turn(std::span<const int32_t> prompt, int32_t max_new
   if (!s.ok()) {  // drop a partial prefill: back to the turn's start
     Status back = return_to(record);
     drop(record);
+    if (back.ok()) history_.resize(static_cast<size_t>(record.start_pos));
     if (!back.ok())
       return Status(s.code(), s.message() + " (and returning to the turn's start failed: " +
                                   back.message() + ")");
@@ -127,6 +129,7 @@ Result<TurnStats> Session::turn(std::span<const int32_t> prompt, int32_t max_new
     Batch b{std::span<const int32_t>(&tok, 1), ids_, positions_};
     s = engine_.forward(b, LogitsMode::kLast, logits_);
     if (!s.ok()) return s;
+    history_.push_back(tok);
     ++st.decode_tokens;
   }
   st.decode_seconds = seconds_since(t0);
@@ -147,6 +150,7 @@ Status Session::undo(int32_t n) {
                                 std::to_string(target.start_pos) + " (now at " +
                                 std::to_string(now) + "): " + s.message());
   pending_ = target.pending;
+  history_.resize(static_cast<size_t>(target.start_pos));
   for (size_t i = first; i < turns_.size(); ++i) drop(turns_[i]);
   turns_.resize(first);
   return ok_status();
@@ -156,7 +160,27 @@ Status Session::reset() {
   KVCACHE_RETURN_IF_ERROR(engine_.cache().rewind(seq_, 0));  // always works (SPEC §3, §4)
   for (Turn& t : turns_) drop(t);
   pending_.clear();
+  history_.clear();
   turns_.clear();
+  return ok_status();
+}
+
+std::vector<int32_t> Session::conversation() const {
+  std::vector<int32_t> all = history_;
+  all.insert(all.end(), pending_.begin(), pending_.end());
+  return all;
+}
+
+Status Session::resume(std::span<const int32_t> tokens) {
+  const int64_t held = pos();
+  if (static_cast<int64_t>(tokens.size()) < held)
+    return invalid_argument("session resume: " + std::to_string(tokens.size()) +
+                            " token ids for a sequence of " + std::to_string(held) +
+                            " positions, expected at least one per position");
+  for (Turn& t : turns_) drop(t);
+  turns_.clear();
+  history_.assign(tokens.begin(), tokens.begin() + held);
+  pending_.assign(tokens.begin() + held, tokens.end());
   return ok_status();
 }
 

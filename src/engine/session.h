@@ -61,6 +61,15 @@ class Session {
   // Empties the sequence and forgets all turns.
   Status reset();
 
+  // The conversation's ids: those of the cache's positions [0, pos()), then the pending ones
+  // (held back, fed first by the next turn). What a snapshot stores (engine/snapshot.h).
+  std::vector<int32_t> conversation() const;
+  // Adopts a sequence whose K/V were written from a snapshot: the cache's positions
+  // [0, pos()) hold tokens[0, pos()), and the rest of tokens become pending. Forgets every
+  // turn (undo cannot go behind a restore). InvalidArgument when tokens has fewer ids than
+  // the sequence has positions; nothing changes then.
+  Status resume(std::span<const int32_t> tokens);
+
   int64_t pos() const;
   size_t turns() const { return turns_.size(); }
   int32_t seq() const { return seq_; }
@@ -80,6 +89,7 @@ class Session {
   int64_t step_;
   int32_t seq_;
   std::vector<int32_t> pending_;
+  std::vector<int32_t> history_;  // the id of each cache position, [0, pos())
   std::vector<Turn> turns_;
   Logits logits_;
   std::vector<int32_t> ids_;

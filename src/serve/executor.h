@@ -26,6 +26,7 @@
 #include "engine/forward.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
+#include "engine/snapshot.h"
 #include "engine/tokenizer.h"
 #include "serve/prefix_index.h"
 
@@ -142,6 +143,22 @@ class Executor {
   // Drops every retained sequence (the pool's free cells return to what running sessions
   // leave).
   void clear_prefix_cache();
+
+  // Saved prefixes (executor_snapshot.cpp; docs/server.md). export_prefix(): the K/V of the
+  // longest prefix of `tokens` a sequence of the pool holds (a running session's fed tokens
+  // or a retained sequence, compared token by token) as a snapshot. With sliding-window
+  // layers only a sequence holding exactly that prefix qualifies (its pools hold the window
+  // before that prefix's end, not before a shorter one's). NotFound when none holds any.
+  Result<engine::Snapshot> export_prefix(std::span<const int32_t> tokens);
+  // import_prefix(): writes a snapshot into a new sequence retained under its first
+  // `positions` tokens (evicting older retained ones for room), so a request whose prompt
+  // starts with them (and goes on) is a prefix hit. Returns the tokens now held.
+  // FailedPrecondition: the prefix cache is off. InvalidArgument: another model, geometry or
+  // dtype (engine::check_snapshot) or longer than max_session_tokens. ResourceExhausted: no
+  // sequence id or cells even with nothing retained. A refusal leaves the running sessions
+  // and the pool's contents as they were (retained prefixes evicted while looking for room
+  // stay evicted).
+  Result<int64_t> import_prefix(const engine::Snapshot& snapshot);
 
   ExecutorStats stats() const;
   const engine::CacheSetup& setup() const { return setup_; }

@@ -98,6 +98,19 @@ void EngineLoop::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+Status EngineLoop::run_on_engine(std::function<Status(serve::Executor&)> fn) {
+  auto task = std::make_shared<Task>();
+  task->fn = std::move(fn);
+  std::future<Status> done = task->done.get_future();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopping_) return failed_precondition("the server is shutting down");
+    tasks_.push_back(task);
+    cv_.notify_all();
+  }
+  return done.get();
+}
+
 EngineSnapshot EngineLoop::snapshot() const {
   std::lock_guard<std::mutex> lk(snap_mu_);
   return snap_;
@@ -138,13 +151,17 @@ void EngineLoop::publish() {
 void EngineLoop::run() {
   for (;;) {
     std::vector<std::shared_ptr<RequestChannel>> inbox, cancels;
+    std::vector<std::shared_ptr<Task>> tasks;
     bool stopping = false;
     {
       std::unique_lock<std::mutex> lk(mu_);
       const bool busy = !ex_.idle();
-      cv_.wait(lk, [&] { return busy || stopping_ || !inbox_.empty() || !cancels_.empty(); });
+      cv_.wait(lk, [&] {
+        return busy || stopping_ || !inbox_.empty() || !cancels_.empty() || !tasks_.empty();
+      });
       inbox.swap(inbox_);
       cancels.swap(cancels_);
+      tasks.swap(tasks_);
       stopping = stopping_;
     }
     for (auto& ch : inbox) {
@@ -161,6 +178,8 @@ void EngineLoop::run() {
     }
     for (auto& ch : cancels)
       if (ch->id_ >= 0 && live_.count(ch->id_)) (void)ex_.close(ch->id_);
+    for (auto& t : tasks)
+      t->done.set_value(stopping ? failed_precondition("the server is shutting down") : t->fn(ex_));
     deliver_finished();
     if (stopping) {
       publish();

@@ -9,6 +9,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -105,6 +107,10 @@ class EngineLoop {
   void stop();
   bool stopping() const { return stopping_.load(); }
   EngineSnapshot snapshot() const;
+  // Runs fn on the engine thread between two steps and waits for its status (at most one
+  // step, then fn). FailedPrecondition once stopping. For executor verbs outside a request
+  // (saved prefixes: Executor::export_prefix / import_prefix).
+  Status run_on_engine(std::function<Status(serve::Executor&)> fn);
 
  private:
   void run();
@@ -120,6 +126,11 @@ class EngineLoop {
   mutable std::mutex mu_;  // guards the inbox and the published numbers below
   std::condition_variable cv_;
   std::vector<std::shared_ptr<RequestChannel>> inbox_, cancels_;
+  struct Task {
+    std::function<Status(serve::Executor&)> fn;
+    std::promise<Status> done;
+  };
+  std::vector<std::shared_ptr<Task>> tasks_;  // run_on_engine() calls waiting for their turn
   int64_t waiting_ = 0;    // executor's waiting sessions after the last step
 
   mutable std::mutex snap_mu_;

@@ -12,6 +12,7 @@
 #include <httplib.h>
 
 #include "server/metrics.h"
+#include "server/saved_prefixes.h"
 #include "server/utf8.h"
 
 namespace kvcache::server {
@@ -44,7 +45,7 @@ std::string sse(const json& j) {
 
 std::string endpoint_label(const std::string& path) {
   static const char* kKnown[] = {"/", "/health", "/metrics", "/v1/models", "/v1/completions",
-                                 "/v1/chat/completions"};
+                                 "/v1/chat/completions", "/v1/cache/save", "/v1/cache/restore"};
   for (const char* k : kKnown)
     if (path == k) return k;
   return "other";
@@ -79,7 +80,9 @@ struct HttpServer::Impl {
 
   void routes();
   bool authorized(const httplib::Request& req) const;
-  std::optional<ApiError> encode(ApiRequest& r, std::vector<int32_t>& prompt) const;
+  std::optional<ApiError> encode(ApiRequest& r, std::vector<int32_t>& prompt,
+                                 bool generation_prompt = true) const;
+  void saved_prefix(const httplib::Request& req, httplib::Response& res, bool save);
   void generate(const httplib::Request& req, httplib::Response& res, bool chat);
   void finish_whole(httplib::Response& res, const std::shared_ptr<RequestChannel>& ch,
                     const ResponseMeta& meta, std::optional<serve::RequestResult> result);
@@ -100,7 +103,8 @@ bool HttpServer::Impl::authorized(const httplib::Request& req) const {
   return diff == 0;
 }
 
-std::optional<ApiError> HttpServer::Impl::encode(ApiRequest& r, std::vector<int32_t>& prompt) const {
+std::optional<ApiError> HttpServer::Impl::encode(ApiRequest& r, std::vector<int32_t>& prompt,
+                                                 bool generation_prompt) const {
   if (!r.chat) {
     if (!r.prompt) {
       prompt = std::move(r.prompt_ids);
@@ -112,8 +116,7 @@ std::optional<ApiError> HttpServer::Impl::encode(ApiRequest& r, std::vector<int3
     return std::nullopt;
   }
   if (!opt.chat_template) return bad_field("messages", opt.chat_template_problem);
-  Result<RenderedChat> text = render_chat_spans(*opt.chat_template, r.messages,
-                                                /*add_generation_prompt=*/true,
+  Result<RenderedChat> text = render_chat_spans(*opt.chat_template, r.messages, generation_prompt,
                                                 default_chat_tokens(*opt.chat_template));
   if (!text.ok()) return bad_field("messages", text.status().message());
   Result<std::vector<int32_t>> ids = model.specials.encode(*model.tokenizer, text->text, text->content);
@@ -159,6 +162,38 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
   // `first` may already hold pieces and even the result: they are passed on, not dropped.
   if (!r.stream) return finish_whole(res, *ch, meta, std::move(first.result));
   start_stream(res, std::move(*ch), std::move(meta), n, r.include_usage, std::move(first));
+}
+
+// POST /v1/cache/save {"name", "prompt" | "messages"} and /v1/cache/restore {"name"}
+// (saved_prefixes.h). Saved messages are rendered without the assistant prompt, so a later
+// conversation that goes on from them starts with the same tokens.
+void HttpServer::Impl::saved_prefix(const httplib::Request& req, httplib::Response& res,
+                                    bool save) {
+  if (opt.snapshot_dir.empty())
+    return reply_error(res, status_error(404,
+                                         "saved prefixes are off (start kvcache serve with "
+                                         "--snapshot-dir DIR)",
+                                         "invalid_request_error", "not_found"));
+  const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded() || !body.is_object())
+    return reply_error(res, bad_field("", "the body is not a JSON object"));
+  const auto name = body.find("name");
+  if (name == body.end() || !name->is_string() || !valid_prefix_name(name->get<std::string>()))
+    return reply_error(res, bad_field("name", "'name' must be 1..64 characters of A-Z a-z 0-9 "
+                                              ". _ - not starting with '.'"));
+  PrefixReply r;
+  if (save) {
+    ApiRequest ar;
+    if (auto e = parse_request(req.body, body.contains("messages"), model.limits, ar))
+      return reply_error(res, *e);
+    std::vector<int32_t> prompt;
+    if (auto e = encode(ar, prompt, /*generation_prompt=*/false)) return reply_error(res, *e);
+    r = save_prefix(loop, opt.snapshot_dir, name->get<std::string>(), std::move(prompt));
+  } else {
+    r = restore_prefix(loop, opt.snapshot_dir, name->get<std::string>());
+  }
+  if (r.error) return reply_error(res, *r.error);
+  reply_json(res, 200, r.body.dump());
 }
 
 static std::string whole_body(const ResponseMeta& meta, const serve::RequestResult& r) {
@@ -313,6 +348,12 @@ void HttpServer::Impl::routes() {
   });
   svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     generate(req, res, /*chat=*/true);
+  });
+  svr.Post("/v1/cache/save", [this](const httplib::Request& req, httplib::Response& res) {
+    saved_prefix(req, res, /*save=*/true);
+  });
+  svr.Post("/v1/cache/restore", [this](const httplib::Request& req, httplib::Response& res) {
+    saved_prefix(req, res, /*save=*/false);
   });
   // Statuses the library sets itself (404, 413, 400 on a bad request line...) get a JSON body.
   svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {

@@ -29,6 +29,7 @@ struct ServerOptions {
   std::string model_name;                // /v1/models id
   std::optional<ChatTemplate> chat_template;  // nullopt = unknown: chat requests get a 400
   std::string chat_template_problem;     // the 400's message then (names --chat-template)
+  std::string snapshot_dir;              // saved prefixes (POST /v1/cache/*) here; empty = off
 };
 
 // What requests are encoded with (borrowed; must outlive the server).

@@ -34,6 +34,10 @@ class CacheDriver {
     for (auto& l : seqs_.at(seq).v) l.resize(pos);
   }
   void on_clear() { seqs_.clear(); }
+  // seq now holds what from_seq holds in `from`'s cache (rows copied by write_rows).
+  void on_import(int32_t seq, const CacheDriver& from, int32_t from_seq) {
+    seqs_[seq] = from.seqs_.at(from_seq);
+  }
   int64_t model_pos(int32_t seq) const {
     auto it = seqs_.find(seq);
     return it == seqs_.end() ? 0 : static_cast<int64_t>(it->second.k[0].size());

@@ -400,3 +400,75 @@ TEST(Executor, ARepeatedPromptHitsAfterGenerationMovedPastTheWindow) {
 
 }  // namespace
 }  // namespace kvcache::serve
+
+namespace kvcache::serve {
+namespace {
+
+// Saved prefixes: what one executor holds, exported as a snapshot and imported into another,
+// makes the next request there a prefix hit with the same greedy tokens as a run alone.
+TEST(ExecutorPrefixSnapshot, ExportedPrefixImportedElsewhereIsAPrefixHit) {
+  for (DType dt : {DType::kF32, DType::kF16}) {
+    ExecutorOptions o;
+    o.kv_dtype = dt;
+    auto a = testing::make(o);
+    const std::vector<int32_t> prompt = testing::ids("In the beginning God created the heaven");
+    GenerateParams p;
+    p.max_new_tokens = 0;  // prefill only: the finished sequence is retained
+    ASSERT_TRUE(a->submit(prompt, p).ok());
+    testing::drain(*a);
+    Result<engine::Snapshot> snap = a->export_prefix(prompt);
+    ASSERT_TRUE(snap.ok()) << snap.status().to_string();
+    EXPECT_EQ(snap->positions, static_cast<int64_t>(prompt.size()));
+    EXPECT_EQ(snap->tokens, prompt);
+    const std::vector<uint8_t> bytes = engine::encode_snapshot(*snap);
+    Result<engine::Snapshot> back = engine::decode_snapshot(bytes);
+    ASSERT_TRUE(back.ok());
+
+    auto b = testing::make(o);
+    Result<int64_t> held = b->import_prefix(*back);
+    ASSERT_TRUE(held.ok()) << held.status().to_string();
+    EXPECT_EQ(*held, static_cast<int64_t>(prompt.size()));
+    EXPECT_EQ(b->stats().retained, 1);
+    std::vector<int32_t> longer = prompt;
+    for (int32_t t : testing::ids(" and the earth.")) longer.push_back(t);
+    p.max_new_tokens = 12;
+    const int64_t id = *b->submit(longer, p);
+    auto results = testing::drain(*b);
+    EXPECT_EQ(results.at(id).cached_prompt_tokens, static_cast<int64_t>(prompt.size()));
+    if (dt == DType::kF32) {  // alone() runs f32 K/V
+      EXPECT_EQ(results.at(id).completions[0].tokens, testing::alone(longer, 12));
+    }
+    // The same request on `a` (its own prefix) samples the same tokens as on `b`.
+    const int64_t again = *a->submit(longer, p);
+    EXPECT_EQ(testing::drain(*a).at(again).completions[0].tokens,
+              results.at(id).completions[0].tokens);
+  }
+}
+
+TEST(ExecutorPrefixSnapshot, RefusalsNameTheReason) {
+  ExecutorOptions o;
+  auto a = testing::make(o);
+  EXPECT_EQ(a->export_prefix(testing::ids("nothing held")).status().code(), StatusCode::kNotFound);
+  const std::vector<int32_t> prompt = testing::ids("And God said, Let there be light");
+  GenerateParams p;
+  p.max_new_tokens = 0;
+  ASSERT_TRUE(a->submit(prompt, p).ok());
+  testing::drain(*a);
+  Result<engine::Snapshot> snap = a->export_prefix(prompt);
+  ASSERT_TRUE(snap.ok());
+  ExecutorOptions f16 = o;
+  f16.kv_dtype = DType::kF16;
+  auto other = testing::make(f16);
+  Result<int64_t> r = other->import_prefix(*snap);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("kv dtype f32, this cache stores f16"), std::string::npos);
+  EXPECT_EQ(other->stats().retained, 0);
+  EXPECT_EQ(other->cache().used_end(), 0);
+  ExecutorOptions off = o;
+  off.prefix_cache = false;
+  EXPECT_EQ(testing::make(off)->import_prefix(*snap).status().code(),
+            StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace kvcache::serve

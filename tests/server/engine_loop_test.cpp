@@ -115,6 +115,30 @@ TEST(EngineLoop, QueueLimitRefusesWithResourceExhausted) {
   EXPECT_EQ(third.status().message(), "2 requests are waiting (--max-queue 2)");
 }
 
+TEST(EngineLoop, RunOnEngineRunsBetweenStepsAndReturnsTheStatus) {
+  auto ex = make(serve::ExecutorOptions{});
+  ASSERT_TRUE(ex);
+  EngineLoop loop(*ex, 4);
+  loop.start();
+  const std::thread::id caller = std::this_thread::get_id();
+  std::thread::id ran_on;
+  Status st = loop.run_on_engine([&](serve::Executor& e) {
+    ran_on = std::this_thread::get_id();
+    return e.idle() ? not_found("idle") : ok_status();
+  });
+  EXPECT_EQ(st.code(), StatusCode::kNotFound);
+  EXPECT_EQ(st.message(), "idle");
+  EXPECT_NE(ran_on, caller);
+  loop.stop();
+  bool ran = false;
+  st = loop.run_on_engine([&](serve::Executor&) {
+    ran = true;
+    return ok_status();
+  });
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(ran);
+}
+
 TEST(EngineLoop, ExecutorRefusalArrivesOnTheChannel) {
   auto ex = make(serve::ExecutorOptions{});
   ASSERT_TRUE(ex);
