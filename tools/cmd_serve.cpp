@@ -38,6 +38,9 @@ struct ServeFlags {
   int http_threads = 64;
   size_t max_body_bytes = server::kDefaultMaxBodyBytes;
   bool no_prefix_cache = false;
+  int32_t block_tokens = serve::kDefaultBlockTokens;
+  std::string kv_store;
+  int32_t kv_store_wait_ms = 1000;
 };
 
 int fail(const std::string& msg) {
@@ -72,6 +75,13 @@ void add_flags(CLI::App* cmd, ServeFlags& f) {
   cmd->add_option("--max-body-bytes", f.max_body_bytes, "Largest request body (else 413)")
       ->check(CLI::Range(size_t{1024}, size_t{1} << 30))->capture_default_str();
   cmd->add_flag("--no-prefix-cache", f.no_prefix_cache, "Prefill every prompt in full");
+  cmd->add_option("--kv-block-tokens", f.block_tokens, "Prefix-index and store block in tokens")
+      ->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  cmd->add_option("--kv-store", f.kv_store,
+                  "Share prefix blocks with other replicas through redis://HOST:PORT[/DB]");
+  cmd->add_option("--kv-store-wait-ms", f.kv_store_wait_ms,
+                  "Longest wait of a request for the store's answer before it prefills")
+      ->check(CLI::Range(0, 60000))->capture_default_str();
 }
 
 // The template from --chat-template or the model's own; nullopt (with a startup warning and
@@ -132,6 +142,9 @@ int run_serve(const ServeFlags& f) {
   eo.max_session_tokens = f.max_session_tokens;
   eo.kv_dtype = parse_dtype(f.kv_dtype).value_or(DType::kF32);
   eo.prefix_cache = !f.no_prefix_cache;
+  eo.block_tokens = f.block_tokens;
+  eo.kv_store = f.kv_store;
+  eo.store_wait_ms = f.kv_store_wait_ms;
   eo.eog_ids = m->eog_ids;
   Result<std::unique_ptr<serve::Executor>> ex = serve::Executor::create(*m->model, &*m->tokenizer, eo);
   if (!ex.ok()) return fail(ex.status().message());

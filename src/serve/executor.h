@@ -8,6 +8,7 @@
 // It does not tokenize prompts, render chat templates or own threads: one caller drives it.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -27,6 +28,7 @@
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
+#include "serve/kv_store.h"
 #include "serve/prefix_index.h"
 
 namespace kvcache::serve {
@@ -45,6 +47,11 @@ struct ExecutorOptions {
   bool prefix_cache = true;             // share prompt prefixes; retain finished sequences
   int32_t block_tokens = kDefaultBlockTokens;
   std::vector<int32_t> eog_ids;         // end-of-generation token ids
+  // A prefix-block store shared with other replicas (executor_store.cpp): "" = none, else
+  // redis://HOST:PORT[/DB]. Needs prefix_cache. An admitted request waits for the store's
+  // answer at most store_wait_ms, then prefills what it has.
+  std::string kv_store;
+  int32_t store_wait_ms = 1000;         // >= 0
 };
 
 struct GenerateParams {
@@ -95,6 +102,11 @@ struct ExecutorStats {
   int32_t running = 0;                  // admitted sessions
   int32_t waiting = 0;                  // queued sessions
   int32_t retained = 0;                 // finished sequences kept for their prefix
+  // Shared store (all 0 without one):
+  int64_t store_hit_tokens = 0;         // prompt tokens written from store blocks (a part of
+                                        // prefix_hit_tokens)
+  int64_t store_timeouts = 0;           // admissions that stopped waiting for the store
+  StoreStats store;                     // the store thread's counters
 };
 
 // Thread-safety: not thread-safe; one thread owns an executor (the model must outlive it).
@@ -142,6 +154,10 @@ class Executor {
   // Drops every retained sequence (the pool's free cells return to what running sessions
   // leave).
   void clear_prefix_cache();
+
+  // Waits up to `timeout` until the shared store has written every block queued so far (a
+  // batch run calls it before exiting). True when done or when there is no store.
+  bool flush_store(std::chrono::milliseconds timeout);
 
   ExecutorStats stats() const;
   const engine::CacheSetup& setup() const { return setup_; }
@@ -193,6 +209,15 @@ class Executor {
   void sample(Session& s, std::span<const float> logits);
   void fork_children(Session& parent, std::span<const float> logits);
 
+  // The shared store (executor_store.cpp).
+  void store_begin(Session& s, bool first_admission);
+  void store_poll();
+  void store_idle_wait();
+  void store_import(Session& s, LookupAnswer& answer);
+  void store_forget(Session& s);
+  int64_t store_chunk_end(const Session& s) const;
+  void store_capture(Session& s);
+
   const engine::Model& model_;
   const engine::Tokenizer* tokenizer_;
   ExecutorOptions opt_;
@@ -203,6 +228,8 @@ class Executor {
   int64_t max_session_tokens_ = 0;
   int64_t budget_ = 0;
   bool sliding_ = false;  // some cache layer has a sliding window
+  int32_t min_window_ = 0;  // narrowest sliding window; 0 = none
+  std::unique_ptr<StoreWorker> store_;  // null without a store
 
   std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;   // unfinished
   std::unordered_map<int64_t, std::unique_ptr<Session>> sessions_;   // of unfinished requests
