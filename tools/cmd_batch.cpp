@@ -321,9 +321,10 @@ int run_batch(const BatchFlags& f) {
                    results.size(), e.stats().running, e.stats().waiting);
   }
   if (tty && !f.json) std::fprintf(stderr, "\n");
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Blocks still queued for the store are written before exit (so the counters are final).
   if (!e.flush_store(std::chrono::seconds(30)))
     std::fprintf(stderr, "kvcache batch: warning: blocks still queued for the store were dropped\n");
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const serve::ExecutorStats s = e.stats();
   const double dec = per_s(s.decode_tokens, s.decode_seconds);
   const double pre = per_s(s.prefill_tokens, s.prefill_seconds);

@@ -25,6 +25,7 @@ start_redis() {
   /usr/bin/redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
     --dir "$tmp" --loglevel warning > "$tmp/err.redis" 2>&1 &
   redis_pid=$!
+  disown "$redis_pid"  # killed on purpose below: no job-control notice
   for _ in $(seq 100); do
     $py -c 'import socket,sys; s=socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1); s.sendall(b"PING\r\n"); sys.exit(0 if s.recv(16).startswith(b"+PONG") else 1)' "$port" 2>/dev/null && return 0
     sleep 0.05
@@ -58,14 +59,22 @@ complete() {
 }
 metric() { curl -sS --max-time 10 "$1/metrics" | awk -v m="$2" '$1 == m {print $2}'; }
 cached() { $py -c 'import json,sys; print(json.load(open(sys.argv[1]))["usage"]["prompt_tokens_details"]["cached_tokens"])' "$1"; }
+# wait_puts URL N: until the replica's store thread has written N blocks (10 s at most).
+wait_puts() {
+  for _ in $(seq 100); do
+    [ "$(metric "$1" kvcache_store_puts_total)" -ge "$2" ] && return 0
+    sleep 0.1
+  done
+  fail "$1 wrote $(metric "$1" kvcache_store_puts_total) blocks, expected $2"
+}
 text() { $py -c 'import json,sys; print(json.load(open(sys.argv[1]))["choices"][0]["text"])' "$1"; }
 
 start_redis
-start_server a --kv-store "$store"
-start_server b --kv-store "$store"
+start_server a --kv-store "$store" --kv-store-wait-ms 20000
+start_server b --kv-store "$store" --kv-store-wait-ms 20000
 long="In the beginning God created the heaven and the earth. And the earth was without form, and void; and darkness was upon the face of the deep. And the Spirit"
 complete "$url_a" "$long" "$tmp/a.json"
-sleep 0.5  # replica A's store thread writes its blocks
+wait_puts "$url_a" 9
 complete "$url_b" "$long" "$tmp/b.json"
 [ "$(text "$tmp/a.json")" = "$(text "$tmp/b.json")" ] || fail "replicas differ: $(text "$tmp/a.json") / $(text "$tmp/b.json")"
 [ "$(cached "$tmp/a.json")" = 0 ] || fail "replica A had cached tokens"
@@ -78,7 +87,7 @@ complete "$url_b" "$long" "$tmp/b.json"
 
 # Redis dies: both replicas keep answering (recompute).
 kill -KILL "$redis_pid"
-wait "$redis_pid" 2>/dev/null || true
+for _ in $(seq 50); do kill -0 "$redis_pid" 2>/dev/null || break; sleep 0.1; done
 complete "$url_a" "$long And God said" "$tmp/a2.json"
 complete "$url_b" "The LORD is my shepherd; I shall not want. He maketh me to lie down in green pastures" "$tmp/b2.json"
 [ "$(metric "$url_b" kvcache_store_errors_total)" -ge 1 ] || fail "B counted no store error"
@@ -87,17 +96,19 @@ complete "$url_b" "The LORD is my shepherd; I shall not want. He maketh me to li
 start_redis
 sleep 0.7
 other="He restoreth my soul: he leadeth me in the paths of righteousness for his name's sake. Yea, though I walk through the valley of the shadow of death, I will fear no evil"
+puts_b=$(metric "$url_b" kvcache_store_puts_total)
 complete "$url_b" "$other" "$tmp/b3.json"
-sleep 0.5
+wait_puts "$url_b" $((puts_b + 10))  # 168 bytes: 10 full blocks
 complete "$url_a" "$other" "$tmp/a3.json"
-[ "$(cached "$tmp/a3.json")" -ge 144 ] || fail "A after the outage cached $(cached "$tmp/a3.json")"
+[ "$(cached "$tmp/a3.json")" = 160 ] || fail "A after the outage cached $(cached "$tmp/a3.json"), expected 160"
 [ "$(text "$tmp/a3.json")" = "$(text "$tmp/b3.json")" ] || fail "replicas differ after the outage"
 
 # kvcache batch: the --json store object, a hit on a second run.
 printf '{"prompt": "%s", "max_new_tokens": 8}\n' "$other" > "$tmp/p.jsonl"
-"$bin" batch --prompts-file "$tmp/p.jsonl" --kv-store "$store" --json 2> "$tmp/err.batch" > "$tmp/batch.json" \
-  || fail "batch: $(tail -2 "$tmp/err.batch")"
-"$bin" batch --prompts-file "$tmp/p.jsonl" --kv-store "redis://127.0.0.1:$port/1" --json \
+"$bin" batch --prompts-file "$tmp/p.jsonl" --kv-store "$store" --kv-store-wait-ms 20000 --json \
+  2> "$tmp/err.batch" > "$tmp/batch.json" || fail "batch: $(tail -2 "$tmp/err.batch")"
+"$bin" batch --prompts-file "$tmp/p.jsonl" --kv-store "redis://127.0.0.1:$port/1" \
+  --kv-store-wait-ms 20000 --json \
   2>> "$tmp/err.batch" > "$tmp/batch1.json" || fail "batch db 1"
 $py - "$tmp" <<'PY'
 import json, sys
@@ -107,7 +118,7 @@ s = j["store"]
 for k in ("hit_tokens", "hit_blocks", "lookups", "misses", "timeouts", "bytes_in", "bytes_out",
           "puts", "checksum_failures", "rejected_blocks", "errors"):
     assert k in s, k
-assert s["hit_tokens"] >= 144 and s["hit_blocks"] >= 9, s
+assert s["hit_tokens"] == 160 and s["hit_blocks"] == 10, s
 assert j["results"][0]["cached_prompt_tokens"] == s["hit_tokens"], j["results"][0]
 assert s["bytes_in"] > 0 and s["errors"] == 0 and s["checksum_failures"] == 0, s
 # Database 1 is another keyspace: nothing there yet.
