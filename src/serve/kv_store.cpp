@@ -7,6 +7,8 @@
 namespace kvcache::serve {
 namespace {
 
+constexpr int64_t kBatchBytes = int64_t{8} << 20;  // value bytes asked for in one MGET
+
 int64_t rows_bytes(const std::vector<BlockLayerRows>& layers) {
   int64_t n = 0;
   for (const BlockLayerRows& r : layers) n += static_cast<int64_t>(r.k.size() + r.v.size());
@@ -151,26 +153,35 @@ void StoreWorker::run() {
   }
 }
 
+// Fetches the run in batches of about kBatchBytes (one MGET each), so one reply stays bounded
+// and a miss stops the transfer early; validates each block in chain order.
 void StoreWorker::do_lookup(const LookupJob& job, LookupAnswer& out) {
-  std::vector<std::string> names;
-  for (uint64_t k : job.keys) names.push_back(block_store_key(k));
-  Result<std::vector<std::optional<std::string>>> got = store_->get(names);
+  const size_t b = static_cast<size_t>(format_.block_tokens);
+  const size_t batch = static_cast<size_t>(
+      std::max<int64_t>(1, kBatchBytes / std::max<int64_t>(1, format_.value_bytes())));
   StoreStats s;  // added under the lock at the end
   s.lookups = 1;
-  if (!got.ok()) {
-    s.errors = 1;
-  } else {
-    const size_t b = static_cast<size_t>(format_.block_tokens);
-    uint64_t parent = job.parent;
-    for (size_t i = 0; i < got->size(); ++i) {
-      if ((*got)[i]) s.bytes_in += static_cast<int64_t>((*got)[i]->size());
+  uint64_t parent = job.parent;
+  bool stop = false;
+  for (size_t at = 0; at < job.keys.size() && !stop; at += batch) {
+    std::vector<std::string> names;
+    for (size_t i = at; i < std::min(job.keys.size(), at + batch); ++i)
+      names.push_back(block_store_key(job.keys[i]));
+    Result<std::vector<std::optional<std::string>>> got = store_->get(names);
+    if (!got.ok()) {
+      s.errors = 1;
+      break;
     }
-    for (size_t i = 0; i < got->size(); ++i) {
-      const std::optional<std::string>& v = (*got)[i];
+    for (const std::optional<std::string>& v : *got)
+      if (v) s.bytes_in += static_cast<int64_t>(v->size());
+    for (size_t k = 0; k < got->size(); ++k) {
+      const std::optional<std::string>& v = (*got)[k];
       if (!v) {
         s.misses = 1;
+        stop = true;
         break;
       }
+      const size_t i = at + k;
       BlockId id;
       id.key = job.keys[i];
       id.parent = parent;
@@ -179,14 +190,15 @@ void StoreWorker::do_lookup(const LookupJob& job, LookupAnswer& out) {
       DecodedBlock d = decode_block(format_, id, *v);
       if (d.fault != BlockFault::kNone) {
         (d.fault == BlockFault::kChecksum ? s.checksum_failures : s.rejected_blocks) = 1;
-        if (!store_->remove(names[i]).ok()) s.errors = 1;
+        if (!store_->remove(names[k]).ok()) s.errors = 1;
+        stop = true;
         break;
       }
       out.blocks.push_back(std::move(d.layers));
       parent = job.keys[i];
     }
-    s.hit_blocks = static_cast<int64_t>(out.blocks.size());
   }
+  s.hit_blocks = static_cast<int64_t>(out.blocks.size());
   std::lock_guard<std::mutex> lk(mu_);
   stats_.lookups += s.lookups;
   stats_.errors += s.errors;

@@ -1,7 +1,8 @@
 // A throw-away Redis for the store tests: Debian's /usr/bin/redis-server started on a free
 // loopback port with its own temporary directory and no persistence (--save ''), stopped (and
 // its directory removed) by the destructor; stop()/start() simulate an outage on the same
-// port. Raw get/set/del through hiredis let tests corrupt blocks. Layer: tests.
+// port, pause()/resume() a hung one. Raw get/set through hiredis let tests corrupt blocks.
+// Layer: tests.
 #pragma once
 
 #include <hiredis.h>
@@ -43,9 +44,9 @@ class RedisServer {
     if (dir_.empty() || access(kRedisServer, X_OK) != 0) return false;
     for (int attempt = 0; attempt < 5; ++attempt) {
       if (port_ == 0 || attempt > 0) port_ = free_port();
+      const std::string port = std::to_string(port_);  // before fork: the child only execs
       pid_ = fork();
       if (pid_ == 0) {
-        const std::string port = std::to_string(port_);
         execl(kRedisServer, kRedisServer, "--port", port.c_str(), "--bind", "127.0.0.1",
               "--save", "", "--appendonly", "no", "--dir", dir_.c_str(), "--daemonize", "no",
               "--loglevel", "warning", static_cast<char*>(nullptr));
@@ -60,10 +61,18 @@ class RedisServer {
 
   void stop() {
     if (pid_ <= 0) return;
-    kill(pid_, SIGKILL);  // an outage, not a clean shutdown
+    kill(pid_, SIGKILL);  // works on a paused process too  // an outage, not a clean shutdown
     int status = 0;
     waitpid(pid_, &status, 0);
     pid_ = -1;
+  }
+
+  // A hung store: the process stops answering (connections still open) until resume().
+  void pause() {
+    if (pid_ > 0) kill(pid_, SIGSTOP);
+  }
+  void resume() {
+    if (pid_ > 0) kill(pid_, SIGCONT);
   }
 
   int port() const { return port_; }

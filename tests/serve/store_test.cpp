@@ -268,6 +268,27 @@ TEST(Store, ChunksStopWhereTheSlidingRowsOfABlockAreStillHeld) {
   EXPECT_EQ(run_one(**three, prompt).completions[0].tokens, r1.completions[0].tokens);
 }
 
+TEST(Store, AHungStoreCostsAtMostTheWaitThenTheRequestPrefills) {
+  RedisServer redis;
+  START_REDIS(redis);
+  auto one = make(store_options(redis));
+  const std::vector<int32_t> prompt = ids(kLong);
+  run_one(*one, prompt);  // the store holds the prompt's blocks
+  ExecutorOptions o = store_options(redis);
+  o.store_wait_ms = 100;
+  auto two = make(o);
+  redis.pause();  // the lookup's connection hangs (the command timeout is 2 s)
+  GenerateParams p;
+  p.max_new_tokens = kNew;
+  const int64_t id = *two->submit(prompt, p);
+  auto results = drain(*two);
+  redis.resume();
+  EXPECT_EQ(two->stats().store_timeouts, 1);
+  EXPECT_EQ(two->stats().store_hit_tokens, 0);
+  EXPECT_EQ(results.at(id).cached_prompt_tokens, 0);
+  EXPECT_EQ(results.at(id).completions[0].tokens, alone(prompt, kNew));
+}
+
 TEST(Store, AnUnreachableStoreNeverFailsARequest) {
   ExecutorOptions o;
   o.kv_store = "redis://127.0.0.1:1";  // nothing listens on port 1
