@@ -2,7 +2,9 @@
 // rebuilt here byte by byte from the document), and the block value format — round trip, and
 // every kind of damage refused with its fault: flipped, truncated, another key, other tokens,
 // another model.
+#include <chrono>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -187,6 +189,95 @@ TEST(BlockCodec, RowsOfTheWrongSizeAreNotEncoded) {
   Fixture fy;
   fy.id.tokens = three;
   EXPECT_EQ(encode_block(fy.f, fy.id, fy.rows).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A store in memory that records its calls (read after StoreWorker::flush()).
+class FakeStore final : public BlockStore {
+ public:
+  Result<std::vector<std::optional<std::string>>> get(
+      std::span<const std::string> keys) override {
+    batches.push_back(keys.size());
+    std::vector<std::optional<std::string>> out;
+    for (const std::string& k : keys) {
+      auto it = kv.find(k);
+      out.push_back(it == kv.end() ? std::nullopt : std::optional<std::string>(it->second));
+    }
+    return out;
+  }
+  Result<bool> put_if_absent(const std::string& key, std::string_view value) override {
+    return kv.emplace(key, std::string(value)).second;
+  }
+  Status remove(const std::string& key) override {
+    kv.erase(key);
+    return ok_status();
+  }
+  std::map<std::string, std::string> kv;
+  std::vector<size_t> batches;  // keys per get()
+};
+
+TEST(StoreWorker, FetchesInBoundedBatchesAndStopsAtTheFirstMiss) {
+  BlockFormat f;
+  f.geometry.layers = {{8, 128, 128, 0}};
+  f.dtype = DType::kF32;
+  f.block_tokens = 256;  // 256 rows x 8 KiB: 2 MiB a block, so 3 blocks per 8 MiB batch
+  f.ns = block_namespace(5, f.geometry, f.dtype, f.block_tokens);
+  f.fingerprint = 5;
+  auto fake = std::make_unique<FakeStore>();
+  FakeStore& store = *fake;
+  StoreWorker worker(std::move(fake), f);
+  std::vector<int32_t> tokens(7 * 256);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i % 1000);
+  const std::vector<uint64_t> keys = PrefixIndex(256, f.ns).keys(tokens);
+  for (int64_t i = 0; i < 7; ++i) {
+    PutJob p;
+    p.key = keys[static_cast<size_t>(i)];
+    p.parent = i == 0 ? 0 : keys[static_cast<size_t>(i - 1)];
+    p.index = i;
+    p.tokens.assign(tokens.begin() + i * 256, tokens.begin() + (i + 1) * 256);
+    p.layers.resize(1);
+    p.layers[0].k.assign(static_cast<size_t>(f.rows(0) * f.k_row_bytes(0)), static_cast<uint8_t>(i));
+    p.layers[0].v.assign(static_cast<size_t>(f.rows(0) * f.v_row_bytes(0)), 7);
+    worker.put(std::move(p));
+  }
+  // Lookups go before queued writes (a request may wait for one), so let the writes finish.
+  ASSERT_TRUE(worker.flush(std::chrono::steady_clock::now() + std::chrono::seconds(30)));
+  auto lookup = [&](int64_t ticket) {
+    LookupJob j;
+    j.ticket = ticket;
+    j.keys = keys;
+    j.tokens = tokens;
+    worker.lookup(std::move(j));
+    EXPECT_TRUE(worker.flush(std::chrono::steady_clock::now() + std::chrono::seconds(30)));
+    std::vector<LookupAnswer> a = worker.take_answers();
+    EXPECT_EQ(a.size(), 1u);
+    return a.empty() ? LookupAnswer{} : std::move(a[0]);
+  };
+  LookupAnswer a = lookup(1);
+  EXPECT_EQ(a.ticket, 1);
+  ASSERT_EQ(a.blocks.size(), 7u);
+  EXPECT_EQ(a.blocks[4][0].k.front(), 4);  // each block's own rows, in chain order
+  EXPECT_EQ(store.batches, (std::vector<size_t>{3, 3, 1}));
+  // Block 4 gone: the second batch finds the miss and the third is never asked for.
+  store.kv.erase(block_store_key(keys[4]));
+  store.batches.clear();
+  a = lookup(2);
+  EXPECT_EQ(a.blocks.size(), 4u);
+  EXPECT_EQ(store.batches, (std::vector<size_t>{3, 3}));
+  const StoreStats s = worker.stats();
+  EXPECT_EQ(s.puts, 7);
+  EXPECT_EQ(s.lookups, 2);
+  EXPECT_EQ(s.hit_blocks, 11);
+  EXPECT_EQ(s.misses, 1);
+  EXPECT_EQ(s.bytes_in, 12 * f.value_bytes());  // 7, then 3 + 2 (the miss is not a byte)
+  // A ticket forgotten before its answer is taken never comes back.
+  LookupJob j;
+  j.ticket = 3;
+  j.keys = keys;
+  j.tokens = tokens;
+  worker.lookup(std::move(j));
+  worker.forget(3);
+  worker.flush(std::chrono::steady_clock::now() + std::chrono::seconds(30));
+  EXPECT_TRUE(worker.take_answers().empty());
 }
 
 TEST(StoreUrl, ParsesHostPortAndDatabase) {
