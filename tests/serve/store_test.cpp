@@ -111,6 +111,16 @@ TEST_P(TwoReplicas, APromptPrefilledOnOneIsAStoreHitOnTheOther) {
   EXPECT_EQ(r3.cached_prompt_tokens, (149 / b) * b);
   EXPECT_EQ(r3.completions[0].tokens, r1.completions[0].tokens);
   EXPECT_EQ(r1.completions[0].tokens, alone(prompt, kNew));
+  // A replica holding the first 70 tokens locally (one full block of 64 or four of 16, then
+  // 6 more) clones those and imports the rest from the store, starting inside a block.
+  auto four = make(store_options(redis, b));
+  const std::vector<int32_t> head(prompt.begin(), prompt.begin() + 70);
+  run_one(*four, head, 1);
+  const int64_t before = four->stats().store_hit_tokens;
+  const RequestResult r4 = run_one(*four, prompt);
+  EXPECT_EQ(r4.cached_prompt_tokens, (149 / b) * b);
+  EXPECT_EQ(four->stats().store_hit_tokens - before, (149 / b) * b - 70);
+  EXPECT_EQ(r4.completions[0].tokens, r1.completions[0].tokens);
 }
 
 // 16: blocks shorter than the sliding window (32); 64: longer than it (31 rows kept).
