@@ -42,6 +42,8 @@ struct BatchFlags {
   int64_t initial_capacity = 0;
   int64_t step_tokens = 0;
   int32_t block_tokens = serve::kDefaultBlockTokens;
+  std::string kv_store;
+  int32_t kv_store_wait_ms = 1000;
   int32_t threads = 0;
   double temperature = 0.0;
   int32_t top_k = 0;
@@ -89,6 +91,11 @@ void add_flags(CLI::App* cmd, BatchFlags& f) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))->capture_default_str();
   cmd->add_option("--kv-block-tokens", f.block_tokens, "Prefix-index block in tokens")
       ->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  cmd->add_option("--kv-store", f.kv_store,
+                  "Share prefix blocks with other replicas through redis://HOST:PORT[/DB]");
+  cmd->add_option("--kv-store-wait-ms", f.kv_store_wait_ms,
+                  "Longest wait of a request for the store's answer before it prefills")
+      ->check(CLI::Range(0, 60000))->capture_default_str();
   cmd->add_option("--threads", f.threads, "Threads; 0 = default")
       ->check(CLI::Range(0, 1024))->capture_default_str();
   cmd->add_option("--temperature", f.temperature, "Default sampling temperature; 0 = greedy")
@@ -240,6 +247,24 @@ json result_json(const serve::RequestResult& r, size_t index) {
   return j;
 }
 
+json store_json(const serve::ExecutorStats& s) {
+  json j;
+  j["hit_tokens"] = s.store_hit_tokens;
+  j["hit_blocks"] = s.store.hit_blocks;
+  j["lookups"] = s.store.lookups;
+  j["misses"] = s.store.misses;
+  j["timeouts"] = s.store_timeouts;
+  j["bytes_in"] = s.store.bytes_in;
+  j["bytes_out"] = s.store.bytes_out;
+  j["puts"] = s.store.puts;
+  j["puts_existing"] = s.store.puts_existing;
+  j["puts_dropped"] = s.store.puts_dropped;
+  j["checksum_failures"] = s.store.checksum_failures;
+  j["rejected_blocks"] = s.store.rejected_blocks;
+  j["errors"] = s.store.errors;
+  return j;
+}
+
 int run_batch(const BatchFlags& f) {
   if (f.threads > 0) cpu::set_global_threads(f.threads);
   Result<LoadedModel> m = load_model(f.model);
@@ -255,6 +280,8 @@ int run_batch(const BatchFlags& f) {
   o.step_tokens = f.step_tokens;
   o.prefix_cache = !f.no_prefix_cache;
   o.block_tokens = f.block_tokens;
+  o.kv_store = f.kv_store;
+  o.store_wait_ms = f.kv_store_wait_ms;
   o.eog_ids = m->eog_ids;
   Result<std::unique_ptr<serve::Executor>> ex = serve::Executor::create(*m->model, &*m->tokenizer, o);
   if (!ex.ok()) return fail(ex.status().message());
@@ -295,6 +322,9 @@ int run_batch(const BatchFlags& f) {
   }
   if (tty && !f.json) std::fprintf(stderr, "\n");
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Blocks still queued for the store are written before exit (so the counters are final).
+  if (!e.flush_store(std::chrono::seconds(30)))
+    std::fprintf(stderr, "kvcache batch: warning: blocks still queued for the store were dropped\n");
   const serve::ExecutorStats s = e.stats();
   const double dec = per_s(s.decode_tokens, s.decode_seconds);
   const double pre = per_s(s.prefill_tokens, s.prefill_seconds);
@@ -314,6 +344,7 @@ int run_batch(const BatchFlags& f) {
     j["seconds"] = wall;
     j["threads"] = cpu::global_pool().size();
     j["cache"] = cache_summary_json(g, so);
+    if (!f.kv_store.empty()) j["store"] = store_json(s);
     std::printf("%s\n", j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
   }
   std::fprintf(stderr,
@@ -326,6 +357,18 @@ int run_batch(const BatchFlags& f) {
                static_cast<long long>(s.prefix_hit_tokens),
                static_cast<long long>(s.prefix_miss_tokens),
                static_cast<long long>(s.preemptions), static_cast<long long>(s.evictions));
+  if (!f.kv_store.empty())
+    std::fprintf(stderr,
+                 "kvcache batch: store %lld hit tokens (%lld blocks), %lld misses, %lld blocks "
+                 "written, %lld bytes in, %lld out, %lld checksum failures, %lld rejected, %lld "
+                 "errors, %lld timeouts\n",
+                 static_cast<long long>(s.store_hit_tokens),
+                 static_cast<long long>(s.store.hit_blocks), static_cast<long long>(s.store.misses),
+                 static_cast<long long>(s.store.puts), static_cast<long long>(s.store.bytes_in),
+                 static_cast<long long>(s.store.bytes_out),
+                 static_cast<long long>(s.store.checksum_failures),
+                 static_cast<long long>(s.store.rejected_blocks),
+                 static_cast<long long>(s.store.errors), static_cast<long long>(s.store_timeouts));
   return 0;
 }
 

@@ -39,6 +39,9 @@ struct ServeFlags {
   size_t max_body_bytes = server::kDefaultMaxBodyBytes;
   bool no_prefix_cache = false;
   std::string snapshot_dir;  // saved prefixes (POST /v1/cache/save|restore); empty = off
+  int32_t block_tokens = serve::kDefaultBlockTokens;
+  std::string kv_store;
+  int32_t kv_store_wait_ms = 1000;
 };
 
 int fail(const std::string& msg) {
@@ -77,6 +80,13 @@ void add_flags(CLI::App* cmd, ServeFlags& f) {
                   "Folder of saved prefixes (POST /v1/cache/save and /v1/cache/restore); "
                   "unset = those endpoints are off")
       ->check(CLI::ExistingDirectory);
+  cmd->add_option("--kv-block-tokens", f.block_tokens, "Prefix-index and store block in tokens")
+      ->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  cmd->add_option("--kv-store", f.kv_store,
+                  "Share prefix blocks with other replicas through redis://HOST:PORT[/DB]");
+  cmd->add_option("--kv-store-wait-ms", f.kv_store_wait_ms,
+                  "Longest wait of a request for the store's answer before it prefills")
+      ->check(CLI::Range(0, 60000))->capture_default_str();
 }
 
 // The template from --chat-template or the model's own; nullopt (with a startup warning and
@@ -137,6 +147,9 @@ int run_serve(const ServeFlags& f) {
   eo.max_session_tokens = f.max_session_tokens;
   eo.kv_dtype = parse_dtype(f.kv_dtype).value_or(DType::kF32);
   eo.prefix_cache = !f.no_prefix_cache;
+  eo.block_tokens = f.block_tokens;
+  eo.kv_store = f.kv_store;
+  eo.store_wait_ms = f.kv_store_wait_ms;
   eo.eog_ids = m->eog_ids;
   Result<std::unique_ptr<serve::Executor>> ex = serve::Executor::create(*m->model, &*m->tokenizer, eo);
   if (!ex.ok()) return fail(ex.status().message());

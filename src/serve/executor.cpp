@@ -43,6 +43,17 @@ Result<std::unique_ptr<Executor>> Executor::create(const engine::Model& model,
     return invalid_argument("executor: block_tokens = " + str(o.block_tokens) + ", expected > 0");
   if (o.step_tokens < 0)
     return invalid_argument("executor: step_tokens = " + str(o.step_tokens) + ", expected >= 0");
+  if (o.store_wait_ms < 0)
+    return invalid_argument("executor: store_wait_ms = " + str(o.store_wait_ms) +
+                            ", expected >= 0");
+  std::optional<StoreAddress> store_at;
+  if (!o.kv_store.empty()) {
+    if (!o.prefix_cache)
+      return invalid_argument("executor: a kv store needs the prefix cache (it is off)");
+    Result<StoreAddress> a = parse_store_url(o.kv_store);
+    if (!a.ok()) return a.status();
+    store_at = *a;
+  }
   int64_t max_context = model.geometry().max_context;
   if (max_context <= 0) max_context = model.hparams().context_length;
   int64_t per_session = o.max_session_tokens;
@@ -86,8 +97,25 @@ Result<std::unique_ptr<Executor>> Executor::create(const engine::Model& model,
   ex->cache_ = std::move(*cache);
   ex->engine_ = std::move(*eng);
   ex->max_session_tokens_ = per_session;
+  // Local and store keys are one chain: seeded with the model, geometry, dtype and block size.
+  ex->index_ = PrefixIndex(o.block_tokens, block_namespace(model.fingerprint(), ex->setup_.geometry,
+                                                           ex->setup_.config.kv_dtype,
+                                                           o.block_tokens));
   ex->budget_ = std::max<int64_t>(ex->setup_.step_tokens, o.max_sessions);
-  for (const LayerGeometry& l : ex->setup_.geometry.layers) ex->sliding_ |= l.sliding();
+  for (const LayerGeometry& l : ex->setup_.geometry.layers) {
+    if (!l.sliding()) continue;
+    ex->sliding_ = true;
+    ex->min_window_ = ex->min_window_ == 0 ? l.window : std::min(ex->min_window_, l.window);
+  }
+  if (store_at) {
+    BlockFormat f;
+    f.ns = ex->index_.seed();
+    f.fingerprint = model.fingerprint();
+    f.geometry = ex->setup_.geometry;
+    f.dtype = ex->setup_.config.kv_dtype;
+    f.block_tokens = o.block_tokens;
+    ex->store_ = std::make_unique<StoreWorker>(make_redis_store(*store_at), std::move(f));
+  }
   return ex;
 }
 
@@ -295,13 +323,17 @@ bool Executor::admit(Session& s) {
                      [](const auto& a, const auto& b) { return a.first > b.first; });
     for (const auto& [n, src] : found) {
       if (admit_from(s, src, n, /*fallback=*/false)) {
+        const bool first = !s.counted;
         count_prefix(s, s.fed);
+        store_begin(s, first);
         return true;
       }
     }
   }
   if (!admit_from(s, -1, 0)) return false;
+  const bool first = !s.counted;
   count_prefix(s, s.fed);
+  store_begin(s, first);
   return true;
 }
 
@@ -375,6 +407,7 @@ void Executor::clear_prefix_cache() {
 
 void Executor::retire(Session& s, bool keep) {
   if (s.seq < 0) return;
+  store_forget(s);
   seq_session_.erase(s.seq);
   running_.erase(std::remove(running_.begin(), running_.end(), s.id), running_.end());
   if (keep && opt_.prefix_cache && s.fed > 0) {
@@ -487,6 +520,7 @@ ExecutorStats Executor::stats() const {
   s.running = static_cast<int32_t>(running_.size());
   s.waiting = static_cast<int32_t>(waiting_.size());
   s.retained = static_cast<int32_t>(retained_.size());
+  if (store_) s.store = store_->stats();
   return s;
 }
 

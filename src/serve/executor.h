@@ -4,10 +4,13 @@
 // Engine::forward over the mixed batch and samples the rows that need it. Requests queue when
 // no session is free; prompts that start with tokens the pool already holds clone that prefix
 // (no bytes copied); under pool pressure retained prefixes are evicted least-recently-used
-// first, then the youngest running session is preempted and requeued for recompute.
-// It does not tokenize prompts, render chat templates or own threads: one caller drives it.
+// first, then the youngest running session is preempted and requeued for recompute. With a
+// shared store (kv_store) prompt blocks are also fetched from and written to Redis by a store
+// thread it owns (executor_store.cpp); otherwise one caller drives it and nothing else runs.
+// It does not tokenize prompts or render chat templates.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -28,6 +31,7 @@
 #include "engine/sampler.h"
 #include "engine/snapshot.h"
 #include "engine/tokenizer.h"
+#include "serve/kv_store.h"
 #include "serve/prefix_index.h"
 
 namespace kvcache::serve {
@@ -46,6 +50,11 @@ struct ExecutorOptions {
   bool prefix_cache = true;             // share prompt prefixes; retain finished sequences
   int32_t block_tokens = kDefaultBlockTokens;
   std::vector<int32_t> eog_ids;         // end-of-generation token ids
+  // A prefix-block store shared with other replicas (executor_store.cpp): "" = none, else
+  // redis://HOST:PORT[/DB]. Needs prefix_cache. An admitted request waits for the store's
+  // answer at most store_wait_ms, then prefills what it has.
+  std::string kv_store;
+  int32_t store_wait_ms = 1000;         // >= 0
 };
 
 struct GenerateParams {
@@ -96,6 +105,11 @@ struct ExecutorStats {
   int32_t running = 0;                  // admitted sessions
   int32_t waiting = 0;                  // queued sessions
   int32_t retained = 0;                 // finished sequences kept for their prefix
+  // Shared store (all 0 without one):
+  int64_t store_hit_tokens = 0;         // prompt tokens written from store blocks (a part of
+                                        // prefix_hit_tokens)
+  int64_t store_timeouts = 0;           // admissions that stopped waiting for the store
+  StoreStats store;                     // the store thread's counters
 };
 
 // Thread-safety: not thread-safe; one thread owns an executor (the model must outlive it).
@@ -159,6 +173,9 @@ class Executor {
   // and the pool's contents as they were (retained prefixes evicted while looking for room
   // stay evicted).
   Result<int64_t> import_prefix(const engine::Snapshot& snapshot);
+  // Waits up to `timeout` until the shared store has written every block queued so far (a
+  // batch run calls it before exiting). True when done or when there is no store.
+  bool flush_store(std::chrono::milliseconds timeout);
 
   ExecutorStats stats() const;
   const engine::CacheSetup& setup() const { return setup_; }
@@ -210,6 +227,15 @@ class Executor {
   void sample(Session& s, std::span<const float> logits);
   void fork_children(Session& parent, std::span<const float> logits);
 
+  // The shared store (executor_store.cpp).
+  void store_begin(Session& s, bool first_admission);
+  void store_poll();
+  void store_idle_wait();
+  void store_import(Session& s, LookupAnswer& answer);
+  void store_forget(Session& s);
+  int64_t store_chunk_end(const Session& s) const;
+  void store_capture(Session& s);
+
   const engine::Model& model_;
   const engine::Tokenizer* tokenizer_;
   ExecutorOptions opt_;
@@ -220,6 +246,8 @@ class Executor {
   int64_t max_session_tokens_ = 0;
   int64_t budget_ = 0;
   bool sliding_ = false;  // some cache layer has a sliding window
+  int32_t min_window_ = 0;  // narrowest sliding window; 0 = none
+  std::unique_ptr<StoreWorker> store_;  // null without a store
 
   std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;   // unfinished
   std::unordered_map<int64_t, std::unique_ptr<Session>> sessions_;   // of unfinished requests

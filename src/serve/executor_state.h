@@ -2,6 +2,7 @@
 // (n completions of one prompt). Layer: serve; internal to executor*.cpp.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -26,6 +27,12 @@ struct Executor::Session {
   size_t streamed = 0;           // bytes of the completion's text already streamed
   bool counted = false;          // prefix hit/miss counted (at the first admission only)
   bool done = false;
+  // Shared store: waiting for a lookup's answer (not stepped meanwhile) until the deadline.
+  bool store_wait = false;
+  bool store_counts = false;     // an import counts as a prefix hit (first admission only)
+  std::chrono::steady_clock::time_point store_deadline;
+  int64_t store_next = -1;       // next prompt block to write to the store; -1 = none
+  uint64_t store_parent = 0;     // key of block store_next - 1
 
   int64_t generated() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
   int64_t remaining() const { return static_cast<int64_t>(tokens.size()) - fed; }

@@ -31,6 +31,7 @@ std::vector<Executor::Planned> Executor::plan_step() {
   int64_t left = budget_;
   for (int64_t sid : running_) {
     const Session& s = *sessions_.at(sid);
+    if (s.store_wait) continue;  // its prefix may still come from the store
     if (s.remaining() == 1) {
       plan.push_back({sid, 1});
       --left;
@@ -44,6 +45,7 @@ std::vector<Executor::Planned> Executor::plan_step() {
     const Session& s = *sessions_.at(prefill[(start + k) % prefill.size()]);
     int64_t n = std::min({s.remaining(), setup_.step_tokens, left});
     if (wants_snapshot(s)) n = std::min(n, s.prompt_len - 1 - s.fed);  // stop before the end
+    n = std::min(n, store_chunk_end(s) - s.fed);  // sliding rows of a block still held
     plan.push_back({s.id, n});
     left -= n;
   }
@@ -88,12 +90,17 @@ bool Executor::fit_step(std::vector<Planned>& plan) {
 
 Status Executor::step() {
   admit_waiting();
+  store_poll();
   if (running_.empty()) {
     if (!waiting_.empty()) finish(*sessions_.at(waiting_.front()), Finish::kCacheFull);
     return ok_status();
   }
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Planned> plan = plan_step();
+  if (plan.empty()) {  // every running session waits for the store
+    store_idle_wait();
+    return ok_status();
+  }
   if (!fit_step(plan)) return ok_status();
   batch_tokens_.clear();
   batch_seqs_.clear();
@@ -127,6 +134,7 @@ Status Executor::step() {
     if (opt_.prefix_cache)
       index_.add(s.seq, std::span<const int32_t>(s.tokens).first(static_cast<size_t>(s.fed)));
     if (snapshot && s.fed == s.prompt_len - 1) snapshot_prompt(s);
+    store_capture(s);
   }
   // Rows belong to the last token of each sequence in the batch; sample those that reached the
   // end of their tokens (a prefill chunk that stops short samples nothing).

@@ -3,10 +3,42 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 
 #include <xxhash.h>
 
 namespace kvcache::serve {
+namespace {
+
+void put_u32(std::vector<uint8_t>& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+void put_u64(std::vector<uint8_t>& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+void put_str(std::vector<uint8_t>& out, std::string_view s) {
+  put_u64(out, s.size());
+  out.insert(out.end(), s.begin(), s.end());
+}
+
+}  // namespace
+
+uint64_t block_namespace(uint64_t fingerprint, const CacheGeometry& geometry, DType kv_dtype,
+                         int32_t block_tokens) {
+  std::vector<uint8_t> rec;
+  put_str(rec, "kvcache.blocks.v1");
+  put_u64(rec, fingerprint);
+  put_u32(rec, static_cast<uint32_t>(block_tokens));
+  put_str(rec, to_string(kv_dtype));
+  put_u32(rec, static_cast<uint32_t>(geometry.layers.size()));
+  for (const LayerGeometry& l : geometry.layers) {
+    put_u32(rec, static_cast<uint32_t>(l.kv_heads));
+    put_u32(rec, static_cast<uint32_t>(l.head_dim));
+    put_u32(rec, static_cast<uint32_t>(l.value_dim));
+    put_u32(rec, static_cast<uint32_t>(l.window));
+  }
+  return XXH3_64bits(rec.data(), rec.size());
+}
 
 uint64_t block_key(uint64_t seed, uint64_t parent, std::span<const int32_t> block) {
   // Bytes hashed: parent (8, little-endian) then each id (4, little-endian); the hosts we

@@ -11,7 +11,17 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/geometry.h"
+
 namespace kvcache::serve {
+
+// The namespace of a model's block keys (docs/executor.md, "Block keys"): XXH3-64 (seed 0) over
+// str("kvcache.blocks.v1"), u64 fingerprint, u32 block_tokens, str(dtype name), u32 cache layer
+// count and per cache layer u32 kv_heads, head_dim, value_dim, window — all little-endian, a
+// str being a u64 byte length then the bytes. It seeds block_key(): keys of another model,
+// geometry, kv dtype or block size never meet.
+uint64_t block_namespace(uint64_t fingerprint, const CacheGeometry& geometry, DType kv_dtype,
+                         int32_t block_tokens);
 
 // Key of a block: XXH3-64 over (parent key, the block's token ids as little-endian int32),
 // seeded with `seed`; the first block's parent key is 0.
@@ -25,6 +35,7 @@ class PrefixIndex {
   explicit PrefixIndex(int32_t block_tokens, uint64_t seed = 0);
 
   int32_t block_tokens() const { return block_; }
+  uint64_t seed() const { return seed_; }
   // Chained keys of the full blocks of `tokens` (tokens.size() / B of them).
   std::vector<uint64_t> keys(std::span<const int32_t> tokens) const;
 

@@ -21,6 +21,34 @@ std::string number(double v) {
   return buf;
 }
 
+// The shared prefix-block store (all 0 without --kv-store).
+void store_metrics(std::string& out, const serve::ExecutorStats& s) {
+  metric(out, "kvcache_store_hit_tokens_total", "counter",
+         "Prompt tokens written into cells from store blocks instead of prefilled.",
+         s.store_hit_tokens);
+  metric(out, "kvcache_store_hit_blocks_total", "counter", "Store blocks fetched and accepted.",
+         s.store.hit_blocks);
+  metric(out, "kvcache_store_lookups_total", "counter", "Runs of block keys asked of the store.",
+         s.store.lookups);
+  metric(out, "kvcache_store_misses_total", "counter", "Lookups that stopped at a missing block.",
+         s.store.misses);
+  metric(out, "kvcache_store_timeouts_total", "counter",
+         "Requests that stopped waiting for the store and prefilled.", s.store_timeouts);
+  metric(out, "kvcache_store_bytes_in_total", "counter", "Block bytes received from the store.",
+         s.store.bytes_in);
+  metric(out, "kvcache_store_bytes_out_total", "counter", "Block bytes sent to the store.",
+         s.store.bytes_out);
+  metric(out, "kvcache_store_puts_total", "counter", "Blocks written to the store.", s.store.puts);
+  metric(out, "kvcache_store_puts_dropped_total", "counter",
+         "Blocks not written because the write queue was full.", s.store.puts_dropped);
+  metric(out, "kvcache_store_checksum_failures_total", "counter",
+         "Store values refused for their size, magic or checksum.", s.store.checksum_failures);
+  metric(out, "kvcache_store_rejected_blocks_total", "counter",
+         "Intact store values refused: another key, model or tokens.", s.store.rejected_blocks);
+  metric(out, "kvcache_store_errors_total", "counter",
+         "Store calls that failed (unreachable, error replies).", s.store.errors);
+}
+
 }  // namespace
 
 void RequestCounters::add(std::string_view endpoint, int status) {
@@ -61,6 +89,7 @@ std::string metrics_text(const EngineSnapshot& s, const RequestCounters::Counts&
   metric(out, "kvcache_evictions_total", "counter", "Retained prefixes dropped for room.",
          s.stats.evictions);
   metric(out, "kvcache_step_failures_total", "counter", "Engine steps that failed.", s.step_failures);
+  store_metrics(out, s.stats);
   metric(out, "kvcache_sessions_running", "gauge", "Sessions admitted and decoding.", s.stats.running);
   metric(out, "kvcache_sessions_waiting", "gauge", "Sessions queued for admission.",
          s.stats.waiting + s.queued);
