@@ -63,7 +63,44 @@ EngineLoop::EngineLoop(serve::Executor& executor, int64_t max_queue)
 
 EngineLoop::~EngineLoop() { stop(); }
 
-void EngineLoop::start() { thread_ = std::thread([this] { run(); }); }
+// A call() waiting for the engine thread; `done` under the loop's mutex.
+struct EngineLoop::Task {
+  std::function<void(serve::Executor&)> fn;
+  bool done = false;
+  std::condition_variable cv;
+};
+
+void EngineLoop::start() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    started_ = true;
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+Status EngineLoop::call(std::function<void(serve::Executor&)> fn) {
+  auto task = std::make_shared<Task>();
+  task->fn = std::move(fn);
+  std::unique_lock<std::mutex> lk(mu_);
+  if (stopping_ || !started_) return failed_precondition("the engine is not running");
+  tasks_.push_back(task);
+  cv_.notify_all();
+  // Every task pushed before stopping_ is set is run by the engine's last turn, so this ends.
+  task->cv.wait(lk, [&] { return task->done; });
+  return ok_status();
+}
+
+void EngineLoop::run_tasks(std::vector<std::shared_ptr<Task>>& tasks) {
+  if (tasks.empty()) return;
+  for (auto& t : tasks) t->fn(ex_);
+  deliver_finished();
+  publish();
+  std::lock_guard<std::mutex> lk(mu_);
+  for (auto& t : tasks) {
+    t->done = true;
+    t->cv.notify_all();
+  }
+}
 
 Result<std::shared_ptr<RequestChannel>> EngineLoop::submit(std::vector<int32_t> prompt,
                                                            const serve::GenerateParams& params,
@@ -138,13 +175,17 @@ void EngineLoop::publish() {
 void EngineLoop::run() {
   for (;;) {
     std::vector<std::shared_ptr<RequestChannel>> inbox, cancels;
+    std::vector<std::shared_ptr<Task>> tasks;
     bool stopping = false;
     {
       std::unique_lock<std::mutex> lk(mu_);
       const bool busy = !ex_.idle();
-      cv_.wait(lk, [&] { return busy || stopping_ || !inbox_.empty() || !cancels_.empty(); });
+      cv_.wait(lk, [&] {
+        return busy || stopping_ || !inbox_.empty() || !cancels_.empty() || !tasks_.empty();
+      });
       inbox.swap(inbox_);
       cancels.swap(cancels_);
+      tasks.swap(tasks_);
       stopping = stopping_;
     }
     for (auto& ch : inbox) {
@@ -162,6 +203,7 @@ void EngineLoop::run() {
     for (auto& ch : cancels)
       if (ch->id_ >= 0 && live_.count(ch->id_)) (void)ex_.close(ch->id_);
     deliver_finished();
+    run_tasks(tasks);
     if (stopping) {
       publish();
       return;

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -105,9 +106,15 @@ class EngineLoop {
   void stop();
   bool stopping() const { return stopping_.load(); }
   EngineSnapshot snapshot() const;
+  // Runs `fn` on the engine thread between two steps (the executor is the engine's only then),
+  // waits for it and publishes a fresh snapshot. FailedPrecondition once stopping or before
+  // start(). Used for whole-executor actions such as clearing the prefix cache.
+  Status call(std::function<void(serve::Executor&)> fn);
 
  private:
+  struct Task;
   void run();
+  void run_tasks(std::vector<std::shared_ptr<Task>>& tasks);
   void deliver_finished();
   void publish();
 
@@ -120,6 +127,8 @@ class EngineLoop {
   mutable std::mutex mu_;  // guards the inbox and the published numbers below
   std::condition_variable cv_;
   std::vector<std::shared_ptr<RequestChannel>> inbox_, cancels_;
+  std::vector<std::shared_ptr<Task>> tasks_;  // call()s waiting for the engine's next turn
+  bool started_ = false;
   int64_t waiting_ = 0;    // executor's waiting sessions after the last step
 
   mutable std::mutex snap_mu_;

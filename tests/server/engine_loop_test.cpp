@@ -152,5 +152,35 @@ TEST(EngineLoop, StopCancelsInFlightAndRefusesNewWork) {
   EXPECT_EQ(late.status().code(), StatusCode::kFailedPrecondition);
 }
 
+TEST(EngineLoop, CallRunsOnTheEngineThreadBetweenStepsAndClearsTheRetainedPrefixes) {
+  serve::ExecutorOptions o;
+  o.max_sessions = 2;
+  auto ex = make(o);
+  ASSERT_TRUE(ex);
+  EngineLoop loop(*ex, 8);
+  EXPECT_EQ(loop.call([](serve::Executor&) {}).code(), StatusCode::kFailedPrecondition);
+  loop.start();
+  auto ch = loop.submit(ids("In the beginning"), greedy(6), /*stream=*/false);
+  ASSERT_TRUE(ch.ok());
+  ASSERT_TRUE(collect(**ch).result);
+  std::thread::id ran_on;
+  int32_t retained = -1;
+  int64_t free_after = -1;
+  ASSERT_TRUE(loop.call([&](serve::Executor& e) {
+                    ran_on = std::this_thread::get_id();
+                    retained = e.stats().retained;
+                    e.clear_prefix_cache();
+                    free_after = e.cache().free_cells();
+                  }).ok());
+  EXPECT_NE(ran_on, std::this_thread::get_id());
+  EXPECT_EQ(retained, 1);  // the finished request was kept for its prefix
+  const EngineSnapshot s = loop.snapshot();  // published by call() before it returned
+  EXPECT_EQ(s.stats.retained, 0);
+  EXPECT_EQ(s.free_cells, s.capacity);
+  EXPECT_EQ(free_after, s.capacity);
+  loop.stop();
+  EXPECT_EQ(loop.call([](serve::Executor&) {}).code(), StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace kvcache::server
