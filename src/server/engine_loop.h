@@ -108,7 +108,8 @@ class EngineLoop {
   EngineSnapshot snapshot() const;
   // Runs `fn` on the engine thread between two steps (the executor is the engine's only then),
   // waits for it and publishes a fresh snapshot. FailedPrecondition once stopping or before
-  // start(). Used for whole-executor actions such as clearing the prefix cache.
+  // start(). Used for whole-executor actions such as clearing the prefix cache. Never call it
+  // from the engine thread (e.g. inside `fn`): it would wait for itself.
   Status call(std::function<void(serve::Executor&)> fn);
 
  private:
