@@ -181,13 +181,25 @@ def refused():
     return [c, s]
 
 
+def max_seqs_pool():
+    # max_seqs = 2 bounds the ids and sizes the sliding(3) pool: 2 * (3 - 1) + max_write 2 = 6.
+    c = CaseWriter("cell_max_seqs_sliding_pool", "cell", [layer(1, 8), layer(1, 8, w=3)],
+                   {"capacity": 16, "kv_dtype": "f32", "max_write": 2, "max_seqs": 2}, [2, 1])
+    c.step(verbs=[{"op": "seq_new"}] * 3, seq_ids=[0, 0, 0, 1, 1, 1], layers=[0, 1])  # 3rd: null
+    c.step(seq_ids=[0, 1], layers=[0, 1])  # the sliding pool holds 2 + 2, 2 cells free
+    c.step(seq_ids=[0, 0, 1], layers=[0, 1], advance=False)  # 3 > 2 sliding cells free: refused
+    c.step(verbs=[{"op": "seq_rm", "seq": 1}, {"op": "seq_new"}], seq_ids=[0, 0, 1],
+           layers=[0, 1])
+    return c
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.join(here, "..", "examples", "op_test"))
     args = ap.parse_args()
     cases = [seq_wrap_rewind(), cell_forks(), gqa_value_dim(), softcap_shared(), *dtypes(),
-             *refused()]
+             *refused(), max_seqs_pool()]
     for c in cases:
         c.write(args.out)
     print(f"wrote {len(cases)} cases to {os.path.normpath(args.out)}")

@@ -115,16 +115,18 @@ class CellModel:
     Per-window pools (SPEC §15): a Sliding(W) pool holds, per sequence between steps, only its
     cells at positions >= max(0, len - W + 1), so its use is derived from these lists (a
     sliding pool's cells correspond one-to-one to the full cells of the same tokens); it holds
-    min(capacity, MAX_SEQS * (W - 1) + M) cells (M = max_write or W). A clone or rewind that
+    min(capacity, max_seqs * (W - 1) + M) cells (M = max_write or W; max_seqs from the config,
+    MAX_SEQS when unset, also bounds the live ids). A clone or rewind that
     needs positions a sliding pool has freed is refused. The full pool exists only when some
     layer is full."""
 
     def __init__(self, case):
         self.geo, self.cap = case["geometry"], case["config"]["capacity"]
         mw = case["config"].get("max_write")
+        self.max_seqs = case["config"].get("max_seqs") or MAX_SEQS
         self.windows = sorted({g.get("window", 0) for g in self.geo} - {0})
         self.has_full = any(g.get("window", 0) == 0 for g in self.geo)
-        self.pool_cap = {w: min(self.cap, MAX_SEQS * (w - 1) + (mw or w)) for w in self.windows}
+        self.pool_cap = {w: min(self.cap, self.max_seqs * (w - 1) + (mw or w)) for w in self.windows}
         self.clear()
 
     @staticmethod
@@ -144,7 +146,7 @@ class CellModel:
         return True
 
     def new_id(self):
-        for i in range(MAX_SEQS):
+        for i in range(self.max_seqs):
             if i not in self.seqs:
                 return i
         return None

@@ -59,6 +59,7 @@ struct RunFlags {
   std::string windows;
   int32_t threads = 0;
   bool interactive = false;
+  int32_t undo_turns = engine::kDefaultUndoTurns;
   bool chat = false;
   std::string system;
   std::string chat_template;
@@ -156,6 +157,10 @@ void add_flags(CLI::App* cmd, RunFlags& f) {
       ->check(CLI::Range(0, 1024))->capture_default_str();
   cmd->add_flag("--interactive", f.interactive,
                 "Read prompts from stdin line by line (/undo [N], /reset, /quit)");
+  cmd->add_option("--undo-turns", f.undo_turns,
+                  "With --interactive/--chat: turns whose start is saved for /undo past a "
+                  "sliding window (older turns' saved start is released)")
+      ->check(CLI::Range(0, 1 << 16))->capture_default_str();
   cmd->add_flag("--chat", f.chat,
                 "Chat: each stdin line is a user message, formatted with the chat template "
                 "(as kvcache serve does)");
@@ -326,6 +331,24 @@ Status dump_logits(const RunFlags& f, Loaded& l, const std::vector<int32_t>& tok
 
 double per_s(int64_t n, double s) { return s > 0.0 ? static_cast<double>(n) / s : 0.0; }
 
+// What --undo-turns costs at most: one saved turn start is W - 1 positions of every sliding
+// layer (the summary's checkpoint_bytes) — copied in the sequence layout, pinned by a fork in
+// the cell layout.
+std::string undo_summary(const Loaded& l, int32_t turns) {
+  const int64_t per_turn = summary_json(l).value("checkpoint_bytes", int64_t{0});
+  const std::string n = std::to_string(turns);
+  if (per_turn <= 0)
+    return "undo: no sliding window looks back; every turn is undone by a rewind (nothing saved)\n";
+  const std::string most = human_bytes(per_turn * turns);
+  if (l.setup.kind == kCellKind)
+    return "undo history: the last " + n + " turn(s) keep their start (--undo-turns): a fork " +
+           "each, pinning up to " + human_bytes(per_turn) + " of sliding-pool cells and a " +
+           "sequence id (at most " + most + "); older turns undo only while the pools hold them\n";
+  return "undo history: the last " + n + " turn(s) keep their start (--undo-turns): a copy of " +
+         human_bytes(per_turn) + " each (at most " + most + "); older turns undo only while " +
+         "the rings hold them\n";
+}
+
 // Refuses, before any work, a prompt the cache cannot hold after the `pos` positions the
 // conversation already has; names the lengths and the flag that raises the budget.
 Status check_fits(const Loaded& l, int64_t pos, size_t prompt) {
@@ -378,6 +401,9 @@ Status run_turn(const RunFlags& f, Loaded& l, engine::Session& session, engine::
     j["cache_kind"] = l.setup.kind;
     j["threads"] = cpu::global_pool().size();
     j["cache"] = summary_json(l);
+    const engine::UndoCost undo = session.undo_cost();
+    j["undo"] = {{"turns", session.turns()}, {"turns_kept", undo.turns_kept},
+                 {"checkpoint_bytes", undo.checkpoint_bytes}, {"forks", undo.forks}};
     std::printf("%s\n", j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
   } else {
     std::printf("\n");
@@ -422,7 +448,8 @@ bool command(const std::string& line, engine::Session& session) {
     std::fprintf(stderr, "undo: back to position %lld (%zu turn(s) left)\n",
                  static_cast<long long>(session.pos()), session.turns());
   else
-    std::fprintf(stderr, "undo refused: %s\n", s.message().c_str());
+    std::fprintf(stderr, "undo refused: %s%s\n", s.message().c_str(),
+                 s.code() == StatusCode::kOutOfRange ? " -- raise --undo-turns to keep more" : "");
   return true;
 }
 
@@ -518,6 +545,8 @@ int run(const RunFlags& f) {
                static_cast<long long>(l.setup.step_tokens));
   engine::Sampler sampler(sc);
   engine::Session session(*l.eng, l.setup.step_tokens, l.seq);
+  if (s = session.set_undo_turns(f.undo_turns); !s.ok()) return fail(s.message());
+  if (f.interactive || f.chat) std::fprintf(stderr, "%s", undo_summary(l, f.undo_turns).c_str());
   const bool sessions = !f.save_session.empty() || !f.load_session.empty();
   if (f.chat && sessions)
     return fail("--save-session/--load-session: not with --chat (its messages are not saved)");

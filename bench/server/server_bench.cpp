@@ -5,7 +5,12 @@
 //     its on_token hook), then as streaming /v1/completions requests to an in-process server
 //     on a loopback port (tokens timed as SSE chunks arrive).
 // Counters: tokens_per_s and req_per_s of each path, http_over_executor (throughput ratio),
-// ttft_p50/p99_ms and itl_p50/p99_ms (time to first token, inter-token latency) of each.
+// ttft_p50/p99_ms and itl_p50/p99_ms (time to first token, inter-token latency) of each,
+// steps (engine steps each path took) and cpu_ms_per_token (process CPU time per token; the
+// HTTP path's without its in-process clients' threads, which are timed apart as
+// http_client_cpu_ms_per_token) with http_cpu_over_executor, their ratio, which a shared
+// machine's load disturbs far less than wall time. Five repetitions, the two paths' order
+// alternating between them; compare the medians.
 // The model's tokens get synthetic spellings ("x123") so every token is one streamed chunk.
 #include <benchmark/benchmark.h>
 
@@ -19,6 +24,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <time.h>
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -82,9 +89,18 @@ Result<std::unique_ptr<serve::Executor>> make_executor() {
   return serve::Executor::create(*loaded().model, &*loaded().tokenizer, o);
 }
 
+double cpu_seconds(clockid_t clock = CLOCK_PROCESS_CPUTIME_ID) {
+  timespec t{};
+  clock_gettime(clock, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
 // Token arrival times per request.
 struct Figures {
   double seconds = 0;
+  double cpu_seconds = 0;   // process CPU time of the run (HTTP: minus its clients' threads)
+  double client_cpu_seconds = 0;  // HTTP: CPU time of the in-process client threads
+  int64_t steps = 0;        // engine steps
   std::vector<Clock::time_point> start;
   std::vector<std::vector<Clock::time_point>> arrivals;
   int64_t tokens() const {
@@ -115,6 +131,8 @@ void report(benchmark::State& st, const std::string& tag, const Figures& f, int 
   st.counters[tag + "ttft_p99_ms"] = percentile(ttft, 0.99);
   st.counters[tag + "itl_p50_ms"] = percentile(itl, 0.5);
   st.counters[tag + "itl_p99_ms"] = percentile(itl, 0.99);
+  st.counters[tag + "steps"] = static_cast<double>(f.steps);
+  st.counters[tag + "cpu_ms_per_token"] = 1e3 * f.cpu_seconds / static_cast<double>(f.tokens());
 }
 
 serve::GenerateParams params() {
@@ -134,6 +152,7 @@ bool run_direct(int clients, Figures& f) {
     f.arrivals[index.at(e.request)].push_back(Clock::now());
   });
   const auto t0 = Clock::now();
+  const double c0 = cpu_seconds();
   for (int c = 0; c < clients; ++c) {
     auto id = (*ex)->submit(prompt(c), params());
     if (!id.ok()) return false;
@@ -141,6 +160,8 @@ bool run_direct(int clients, Figures& f) {
   }
   if (!(*ex)->run().ok()) return false;
   f.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  f.cpu_seconds = cpu_seconds() - c0;
+  f.steps = (*ex)->stats().steps;
   return true;
 }
 
@@ -162,7 +183,9 @@ bool run_http(int clients, Figures& f) {
   f.start.assign(static_cast<size_t>(clients), Clock::now());
   f.arrivals.assign(static_cast<size_t>(clients), {});
   std::vector<std::thread> threads;
+  std::vector<double> client_cpu(static_cast<size_t>(clients), 0.0);
   const auto t0 = Clock::now();
+  const double c0 = cpu_seconds();
   for (int c = 0; c < clients; ++c)
     threads.emplace_back([&, c] {
       httplib::Client cli("127.0.0.1", *port);
@@ -184,10 +207,15 @@ bool run_http(int clients, Figures& f) {
         return true;
       };
       (void)cli.send(req);
+      client_cpu[static_cast<size_t>(c)] = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
     });
   for (auto& t : threads) t.join();
   f.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  f.client_cpu_seconds = 0;
+  for (double x : client_cpu) f.client_cpu_seconds += x;
+  f.cpu_seconds = cpu_seconds() - c0 - f.client_cpu_seconds;
   loop.stop();
+  f.steps = loop.snapshot().stats.steps;
   http.stop();
   server.join();
   return true;
@@ -200,8 +228,12 @@ void BM_HttpVsExecutor(benchmark::State& st) {
   }
   const int clients = static_cast<int>(st.range(0));
   Figures direct, http;
+  static int turn = 0;  // alternates which path runs first, so a drifting load favours neither
   for (auto _ : st) {
-    if (!run_direct(clients, direct) || !run_http(clients, http)) {
+    const bool http_first = (turn++ % 2) == 1;
+    const bool ok = http_first ? run_http(clients, http) && run_direct(clients, direct)
+                               : run_direct(clients, direct) && run_http(clients, http);
+    if (!ok) {
       st.SkipWithError("a run failed");
       return;
     }
@@ -210,10 +242,15 @@ void BM_HttpVsExecutor(benchmark::State& st) {
   report(st, "http_", http, clients);
   st.counters["http_over_executor"] = (static_cast<double>(http.tokens()) / http.seconds) /
                                       (static_cast<double>(direct.tokens()) / direct.seconds);
+  st.counters["http_cpu_over_executor"] =
+      (http.cpu_seconds / static_cast<double>(http.tokens())) /
+      (direct.cpu_seconds / static_cast<double>(direct.tokens()));
+  st.counters["http_client_cpu_ms_per_token"] =
+      1e3 * http.client_cpu_seconds / static_cast<double>(http.tokens());
   st.counters["http_tokens"] = static_cast<double>(http.tokens());
 }
-BENCHMARK(BM_HttpVsExecutor)->Arg(1)->Arg(8)->Arg(32)->Iterations(1)->UseRealTime()
-    ->Unit(benchmark::kSecond);
+BENCHMARK(BM_HttpVsExecutor)->Arg(1)->Arg(8)->Arg(32)->Iterations(1)->Repetitions(5)
+    ->UseRealTime()->Unit(benchmark::kSecond);
 
 }  // namespace
 }  // namespace kvcache::server

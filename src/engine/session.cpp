@@ -56,6 +56,39 @@ Status Session::return_to(Turn& t) {
 void Session::drop(Turn& t) {
   if (t.fork >= 0) (void)engine_.cache().seq_rm(t.fork);
   t.fork = -1;
+  t.checkpoint.reset();
+}
+
+void Session::trim_undo() {
+  int32_t keep = undo_turns_;
+  for (auto t = turns_.rbegin(); t != turns_.rend(); ++t) {
+    if (t->checkpoint == nullptr && t->fork < 0) continue;
+    if (keep > 0) {
+      --keep;
+      continue;
+    }
+    drop(*t);
+    t->released = true;
+  }
+}
+
+Status Session::set_undo_turns(int32_t n) {
+  if (n < 0)
+    return invalid_argument("session: undo_turns = " + std::to_string(n) + ", expected >= 0");
+  undo_turns_ = n;
+  trim_undo();
+  return ok_status();
+}
+
+UndoCost Session::undo_cost() const {
+  UndoCost c;
+  for (const Turn& t : turns_) {
+    if (t.checkpoint == nullptr && t.fork < 0) continue;
+    ++c.turns_kept;
+    if (t.checkpoint != nullptr) c.checkpoint_bytes += t.checkpoint->bytes();
+    if (t.fork >= 0) ++c.forks;
+  }
+  return c;
 }
 
 int64_t Session::pos() const { return engine_.cache().pos(seq_); }
@@ -104,6 +137,7 @@ Result<TurnStats> Session::turn(std::span<const int32_t> prompt, int32_t max_new
   st.prefill_seconds = seconds_since(t0);
   st.prefill_tokens = static_cast<int64_t>(feed.size());
   turns_.push_back(std::move(record));
+  trim_undo();
   pending_.clear();
   t0 = std::chrono::steady_clock::now();
   for (int32_t k = 0; k < max_new_tokens; ++k) {
@@ -148,7 +182,12 @@ Status Session::undo(int32_t n) {
   if (!s.ok())
     return Status(s.code(), "undo " + std::to_string(n) + ": cannot return to position " +
                                 std::to_string(target.start_pos) + " (now at " +
-                                std::to_string(now) + "): " + s.message());
+                                std::to_string(now) + "): " + s.message() +
+                                (target.released
+                                     ? "; that turn's saved start was released (the session "
+                                       "keeps it for the last " + std::to_string(undo_turns_) +
+                                       " turn(s))"
+                                     : ""));
   pending_ = target.pending;
   history_.resize(static_cast<size_t>(target.start_pos));
   for (size_t i = first; i < turns_.size(); ++i) drop(turns_[i]);

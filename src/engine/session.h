@@ -3,7 +3,9 @@
 // Past sliding windows: at each turn's start the session saves what a return needs — in the
 // sequence layout a checkpoint of the rings' last W - 1 positions (a copy of those bytes), in
 // the cell layout a fork of the sequence (it pins W - 1 cells per sliding pool, no bytes are
-// copied) — so undo and a refused turn return exactly to the turn's start.
+// copied) — so undo and a refused turn return exactly to the turn's start. Only the last
+// undo_turns() turns keep that state (older turns' is released, so a long conversation does
+// not grow it without bound); an older turn is still undone when the cache holds its start.
 // The last sampled token of a turn is held back and fed at the start of the next turn, so a
 // turn costs exactly one forward per generated token.
 #pragma once
@@ -32,6 +34,17 @@ struct TurnStats {
                                     // (not in `generated`; fed at the next turn's start)
 };
 
+// Turns that keep their saved start by default (Session::set_undo_turns).
+inline constexpr int32_t kDefaultUndoTurns = 8;
+
+// What the undo history holds now (Session::undo_cost).
+struct UndoCost {
+  int32_t turns_kept = 0;        // turns whose saved start is held
+  int64_t checkpoint_bytes = 0;  // sequence layout: K/V bytes of the held checkpoints
+  int32_t forks = 0;             // cell layout: forks held (each a sequence id pinning up to
+                                 // W - 1 cells per sliding pool; no bytes copied)
+};
+
 // Not thread-safe. Borrows the engine; `seq` must be live in its cache (sequence layout: 0).
 class Session {
  public:
@@ -54,10 +67,17 @@ class Session {
                          const std::function<bool(int32_t)>& is_eog = nullptr);
 
   // Returns the cache to the start of the n-th last turn. FailedPrecondition when fewer turns
-  // exist; OutOfRange when the cache no longer holds that position and nothing was saved for
-  // it (a sliding ring moved past it). A refusal changes nothing. In the cell layout the
+  // exist; OutOfRange when the cache no longer holds that position and nothing is saved for
+  // it (a sliding ring moved past it, and the turn is older than the last undo_turns() or its
+  // save found no free sequence id). A refusal changes nothing. In the cell layout the
   // sequence id may change (the turn's fork takes over): read seq() again.
   Status undo(int32_t n = 1);
+  // How many of the newest turns keep their saved start (>= 0; InvalidArgument otherwise).
+  // Lowering it releases the older turns' state now. 0 keeps none once a turn's prefill is in
+  // (a refused turn still returns exactly to its start).
+  Status set_undo_turns(int32_t n);
+  int32_t undo_turns() const { return undo_turns_; }
+  UndoCost undo_cost() const;
   // Empties the sequence and forgets all turns.
   Status reset();
 
@@ -81,16 +101,19 @@ class Session {
     std::vector<int32_t> pending;  // held-back tokens at the turn's start
     std::shared_ptr<const CacheCheckpoint> checkpoint;  // sequence layout with rings
     int32_t fork = -1;  // cell layout with sliding pools: the sequence at the turn's start
+    bool released = false;  // its saved state was dropped (older than the last undo_turns_)
   };
   Status save(Turn& t);             // the checkpoint or fork of a turn's start
   Status return_to(Turn& t);        // back to the turn's start (consumes its fork)
-  void drop(Turn& t);               // releases the turn's fork
+  void drop(Turn& t);               // releases the turn's fork and checkpoint
+  void trim_undo();                 // releases all but the newest undo_turns_ turns' state
   Engine& engine_;
   int64_t step_;
   int32_t seq_;
   std::vector<int32_t> pending_;
   std::vector<int32_t> history_;  // the id of each cache position, [0, pos())
   std::vector<Turn> turns_;
+  int32_t undo_turns_ = kDefaultUndoTurns;
   Logits logits_;
   std::vector<int32_t> ids_;
   std::vector<int64_t> positions_;

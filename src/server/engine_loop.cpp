@@ -63,7 +63,45 @@ EngineLoop::EngineLoop(serve::Executor& executor, int64_t max_queue)
 
 EngineLoop::~EngineLoop() { stop(); }
 
-void EngineLoop::start() { thread_ = std::thread([this] { run(); }); }
+// A call() waiting for the engine thread; `done` under the loop's mutex.
+struct EngineLoop::Task {
+  std::function<Status(serve::Executor&)> fn;
+  Status status;
+  bool done = false;
+  std::condition_variable cv;
+};
+
+void EngineLoop::start() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    started_ = true;
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+Status EngineLoop::call(std::function<Status(serve::Executor&)> fn) {
+  auto task = std::make_shared<Task>();
+  task->fn = std::move(fn);
+  std::unique_lock<std::mutex> lk(mu_);
+  if (stopping_ || !started_) return failed_precondition("the engine is not running");
+  tasks_.push_back(task);
+  cv_.notify_all();
+  // Every task pushed before stopping_ is set is run by the engine's last turn, so this ends.
+  task->cv.wait(lk, [&] { return task->done; });
+  return task->status;
+}
+
+void EngineLoop::run_tasks(std::vector<std::shared_ptr<Task>>& tasks) {
+  if (tasks.empty()) return;
+  for (auto& t : tasks) t->status = t->fn(ex_);
+  deliver_finished();
+  publish();
+  std::lock_guard<std::mutex> lk(mu_);
+  for (auto& t : tasks) {
+    t->done = true;
+    t->cv.notify_all();
+  }
+}
 
 Result<std::shared_ptr<RequestChannel>> EngineLoop::submit(std::vector<int32_t> prompt,
                                                            const serve::GenerateParams& params,
@@ -96,19 +134,6 @@ void EngineLoop::stop() {
     cv_.notify_all();
   }
   if (thread_.joinable()) thread_.join();
-}
-
-Status EngineLoop::run_on_engine(std::function<Status(serve::Executor&)> fn) {
-  auto task = std::make_shared<Task>();
-  task->fn = std::move(fn);
-  std::future<Status> done = task->done.get_future();
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (stopping_) return failed_precondition("the server is shutting down");
-    tasks_.push_back(task);
-    cv_.notify_all();
-  }
-  return done.get();
 }
 
 EngineSnapshot EngineLoop::snapshot() const {
@@ -178,9 +203,8 @@ void EngineLoop::run() {
     }
     for (auto& ch : cancels)
       if (ch->id_ >= 0 && live_.count(ch->id_)) (void)ex_.close(ch->id_);
-    for (auto& t : tasks)
-      t->done.set_value(stopping ? failed_precondition("the server is shutting down") : t->fn(ex_));
     deliver_finished();
+    run_tasks(tasks);
     if (stopping) {
       publish();
       return;

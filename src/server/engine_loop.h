@@ -10,7 +10,6 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -107,13 +106,17 @@ class EngineLoop {
   void stop();
   bool stopping() const { return stopping_.load(); }
   EngineSnapshot snapshot() const;
-  // Runs fn on the engine thread between two steps and waits for its status (at most one
-  // step, then fn). FailedPrecondition once stopping. For executor verbs outside a request
-  // (saved prefixes: Executor::export_prefix / import_prefix).
-  Status run_on_engine(std::function<Status(serve::Executor&)> fn);
+  // Runs `fn` on the engine thread between two steps (the executor is the engine's only then),
+  // waits for it, publishes a fresh snapshot and returns fn's status. FailedPrecondition (fn
+  // not run) once stopping or before start(). For whole-executor actions outside a request:
+  // clearing the prefix cache, saving and restoring prefixes. Never call it from the engine
+  // thread (e.g. inside `fn`): it would wait for itself.
+  Status call(std::function<Status(serve::Executor&)> fn);
 
  private:
+  struct Task;
   void run();
+  void run_tasks(std::vector<std::shared_ptr<Task>>& tasks);
   void deliver_finished();
   void publish();
 
@@ -126,11 +129,8 @@ class EngineLoop {
   mutable std::mutex mu_;  // guards the inbox and the published numbers below
   std::condition_variable cv_;
   std::vector<std::shared_ptr<RequestChannel>> inbox_, cancels_;
-  struct Task {
-    std::function<Status(serve::Executor&)> fn;
-    std::promise<Status> done;
-  };
-  std::vector<std::shared_ptr<Task>> tasks_;  // run_on_engine() calls waiting for their turn
+  std::vector<std::shared_ptr<Task>> tasks_;  // call()s waiting for the engine's next turn
+  bool started_ = false;
   int64_t waiting_ = 0;    // executor's waiting sessions after the last step
 
   mutable std::mutex snap_mu_;

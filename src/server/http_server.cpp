@@ -45,7 +45,8 @@ std::string sse(const json& j) {
 
 std::string endpoint_label(const std::string& path) {
   static const char* kKnown[] = {"/", "/health", "/metrics", "/v1/models", "/v1/completions",
-                                 "/v1/chat/completions", "/v1/cache/save", "/v1/cache/restore"};
+                                 "/v1/chat/completions", "/v1/cache/save", "/v1/cache/restore",
+                                 "/v1/cache/clear"};
   for (const char* k : kKnown)
     if (path == k) return k;
   return "other";
@@ -79,6 +80,7 @@ struct HttpServer::Impl {
       : loop(l), opt(std::move(o)), model(std::move(m)) {}
 
   void routes();
+  void clear_prefix_cache(httplib::Response& res);
   bool authorized(const httplib::Request& req) const;
   std::optional<ApiError> encode(ApiRequest& r, std::vector<int32_t>& prompt,
                                  bool generation_prompt = true) const;
@@ -312,6 +314,25 @@ void HttpServer::Impl::start_stream(httplib::Response& res, std::shared_ptr<Requ
       });
 }
 
+// Drops every retained prefix on the engine thread (between steps; running requests keep
+// their cells) and reports what that freed.
+void HttpServer::Impl::clear_prefix_cache(httplib::Response& res) {
+  int64_t sequences = 0, free_before = 0, free_after = 0;
+  Status st = loop.call([&](serve::Executor& ex) {
+    sequences = ex.stats().retained;
+    free_before = ex.cache().free_cells();
+    ex.clear_prefix_cache();
+    free_after = ex.cache().free_cells();
+    return ok_status();
+  });
+  if (!st.ok())
+    return reply_error(res, status_error(503, st.message(), "server_error", "unavailable"));
+  reply_json(res, 200,
+             json{{"object", "cache.clear"}, {"cleared_sequences", sequences},
+                  {"freed_cells", free_after - free_before}, {"free_cells", free_after}}
+                 .dump());
+}
+
 void HttpServer::Impl::routes() {
   svr.set_socket_options([this](int fd) {
     const int one = 1;
@@ -354,6 +375,9 @@ void HttpServer::Impl::routes() {
   });
   svr.Post("/v1/cache/restore", [this](const httplib::Request& req, httplib::Response& res) {
     saved_prefix(req, res, /*save=*/false);
+  });
+  svr.Post("/v1/cache/clear", [this](const httplib::Request&, httplib::Response& res) {
+    clear_prefix_cache(res);
   });
   // Statuses the library sets itself (404, 413, 400 on a bad request line...) get a JSON body.
   svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {

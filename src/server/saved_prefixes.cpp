@@ -58,7 +58,7 @@ PrefixReply save_prefix(EngineLoop& loop, const std::string& dir, const std::str
     return fail(503, "save: " + s.message(), "unavailable", "server_error");
   }
   engine::Snapshot snap;
-  Status st = loop.run_on_engine([&](serve::Executor& ex) {
+  Status st = loop.call([&](serve::Executor& ex) {
     Result<engine::Snapshot> s = ex.export_prefix(prompt);
     if (!s.ok()) return s.status();
     snap = std::move(*s);
@@ -83,7 +83,7 @@ PrefixReply restore_prefix(EngineLoop& loop, const std::string& dir, const std::
     return fail(400, "restore: " + snap.status().message(), "invalid_snapshot");
   }
   Result<int64_t> held = int64_t{0};
-  Status st = loop.run_on_engine([&](serve::Executor& ex) {
+  Status st = loop.call([&](serve::Executor& ex) {
     held = ex.import_prefix(*snap);
     return held.status();
   });

@@ -109,6 +109,36 @@ TEST_F(OpTestCases, RefusedStepIsAResultNotAnError) {
   EXPECT_FALSE(fs::exists(dir_ / "out" / "s0_l0.npy"));
 }
 
+TEST_F(OpTestCases, MaxSeqsBoundsTheCellLayoutsIdsAndIsRefusedElsewhere) {
+  std::string cell = replaced(good_case(), "\"sequence\"", "\"cell\"");
+  cell = replaced(cell, "[{\"op\": \"clear\"}]", "[{\"op\": \"seq_new\"}, {\"op\": \"seq_new\"}]");
+  cell = replaced(cell, "\"layers\": [{", "\"seq_ids\": [0, 0], \"layers\": [{");
+  // max_seqs = 1: the second seq_new is refused (null) and the step on sequence 0 runs.
+  ASSERT_TRUE(run(replaced(cell, "\"f16\"", "\"f16\", \"max_seqs\": 1")).ok());
+  std::ifstream r(dir_ / "out" / "result.json");
+  std::string text((std::istreambuf_iterator<char>(r)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"verbs\": [\n        0,\n        null\n      ]"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"ok\": true"), std::string::npos) << text;
+  // Unset, the default bound (kDefaultCellSeqs) gives the second id.
+  ASSERT_TRUE(run(cell).ok());
+  std::ifstream r2(dir_ / "out" / "result.json");
+  text.assign((std::istreambuf_iterator<char>(r2)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"verbs\": [\n        0,\n        1\n      ]"), std::string::npos) << text;
+
+  fs::remove_all(dir_ / "out");
+  Status zero = run(replaced(cell, "\"f16\"", "\"f16\", \"max_seqs\": 0"));
+  EXPECT_EQ(zero.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(zero.message().find("max_seqs = 0, expected >= 1 when set"), std::string::npos)
+      << zero.to_string();
+  Status wide = run(replaced(cell, "\"f16\"", "\"f16\", \"max_seqs\": 4294967296"));
+  EXPECT_NE(wide.message().find("must be an integer in ["), std::string::npos) << wide.to_string();
+  Status seq = run(replaced(good_case(), "\"f16\"", "\"f16\", \"max_seqs\": 2"));
+  EXPECT_EQ(seq.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(seq.message().find("\"max_seqs\" applies to the cell kind only"), std::string::npos)
+      << seq.to_string();
+  EXPECT_FALSE(fs::exists(dir_ / "out" / "result.json"));
+}
+
 TEST_F(OpTestCases, CaseFilesMustBeRegularFilesInsideTheCaseDirectory) {
   struct Setup {
     std::string what, needle;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `kvcache run` end to end on the embedded model: --json fields, greedy output identical
-# across layouts / chunk sizes / threads, --windows handling, interactive /undo and /reset,
+# across layouts / chunk sizes / threads, --windows handling, interactive /undo and /reset
+# (bounded by --undo-turns, its cost in the summary and in --json),
 # and flag errors that name the flag. Usage: run_cli_test.sh KVCACHE_BIN
 set -euo pipefail
 bin=$1
@@ -72,4 +73,24 @@ for kind in sequence cell; do
   grep -q "kvcache run: the prompt is .* tokens after the conversation.s 3, but the cache holds 24 positions; raise --capacity" "$tmp/err" || { cat "$tmp/err"; fail "refused turn $kind"; }
   cmp -s "$tmp/got" "$tmp/want" || fail "a refused turn changed the conversation ($kind)"
 done
+# --undo-turns 1: only the newest turn keeps its start; an older one past the rings is refused
+# naming the flag and changes nothing; the kept one and the one at position 0 still undo.
+expect_error "--undo-turns" --undo-turns -1
+for kind in sequence cell; do
+  printf 'ab\n%s\n%s\n/undo 2\n/undo\n/undo 2\n/quit\n' "$long" "$long" |
+    turns --cache $kind --windows 4 --undo-turns 1 >"$tmp/got"
+  grep -q "^undo history: the last 1 turn(s) keep their start (--undo-turns)" "$tmp/err" ||
+    { cat "$tmp/err"; fail "undo summary $kind"; }
+  grep -q "undo refused: undo 2: cannot return to position 3 .*that turn's saved start was released (the session keeps it for the last 1 turn(s)) -- raise --undo-turns" "$tmp/err" ||
+    { cat "$tmp/err"; fail "released undo $kind"; }
+  second=$(sed -n 2p "$tmp/got" | awk '{print $NF}')
+  grep -q "undo: back to position $second (2 turn(s) left)" "$tmp/err" || { cat "$tmp/err"; fail "kept undo $kind"; }
+  grep -q "undo: back to position 0 (0 turn(s) left)" "$tmp/err" || { cat "$tmp/err"; fail "undo to 0 $kind"; }
+done
+printf 'ab\n%s\n%s\n/quit\n' "$long" "$long" | "$bin" run --interactive --json --max-new-tokens 2 \
+  --windows 4 --undo-turns 1 2>"$tmp/err" |
+  /usr/bin/python3 -c 'import sys, json
+u = [json.loads(l)["undo"] for l in sys.stdin]
+assert [x["turns"] for x in u] == [1, 2, 3] and all(x["turns_kept"] == 1 for x in u), u
+assert u[2]["checkpoint_bytes"] > 0 and u[2]["forks"] == 0, u' || fail "run --json undo cost"
 echo "run CLI: all checks passed"

@@ -154,6 +154,59 @@ TEST(Session, UndoPastTheRingReturnsExactlyInBothLayouts) {
   }
 }
 
+TEST(Session, UndoTurnsBoundsTheSavedStartsAndAnOlderUndoIsRefusedNamingTheBound) {
+  Model model = tiny_model(TinySpec{});
+  const std::vector<int32_t> a = some_tokens(3, 260, 1), big = some_tokens(10, 260, 2),
+                             c = some_tokens(10, 260, 3);
+  for (const char* kind : {"sequence", "cell"}) {
+    const bool cell = std::string(kind) == "cell";
+    CacheOptions o;
+    o.kind = kind;
+    o.capacity = 128;
+    o.windows = {4};  // every cache layer Sliding(4): a saved start is 3 positions per layer
+    Built b = build(model, o);
+    Session session(*b.engine, b.setup.step_tokens, b.seq);
+    EXPECT_EQ(session.undo_turns(), kDefaultUndoTurns);
+    EXPECT_EQ(session.set_undo_turns(-1).code(), StatusCode::kInvalidArgument);
+    ASSERT_TRUE(session.set_undo_turns(1).ok());
+    int64_t per_cell = 0;
+    for (const LayerGeometry& l : b.engine->cache().geometry().layers)
+      per_cell += *bytes_per_cell(l, DType::kF32);
+    Sampler sampler(SamplerConfig{});
+    ASSERT_TRUE(session.turn(a, 2, sampler).ok());    // starts at 0
+    ASSERT_TRUE(session.turn(big, 3, sampler).ok());  // starts at 4
+    ASSERT_TRUE(session.turn(c, 3, sampler).ok());    // starts at 17 (4 + 1 + 10 + 2)
+    EXPECT_EQ(session.pos(), 30);                     // 17 + 1 + 10 + 2
+    // Only the newest turn holds its start: 3 positions of every layer, copied or forked.
+    UndoCost cost = session.undo_cost();
+    EXPECT_EQ(cost.turns_kept, 1) << kind;
+    EXPECT_EQ(cost.checkpoint_bytes, cell ? 0 : 3 * per_cell) << kind;
+    EXPECT_EQ(cost.forks, cell ? 1 : 0) << kind;
+    // Turn 2's start (4) was released and the rings moved past it: refused, nothing changes.
+    Status old = session.undo(2);
+    EXPECT_EQ(old.code(), StatusCode::kOutOfRange) << kind << ": " << old.to_string();
+    EXPECT_NE(old.message().find("undo 2: cannot return to position 4 (now at 30)"),
+              std::string::npos) << old.message();
+    EXPECT_NE(old.message().find("saved start was released (the session keeps it for the last "
+                                 "1 turn(s))"), std::string::npos) << old.message();
+    EXPECT_EQ(session.pos(), 30);
+    EXPECT_EQ(session.turns(), 3u);
+    // The kept turn undoes exactly; turn 1 (start 0) still undoes: a rewind to 0 needs nothing.
+    ASSERT_TRUE(session.undo(1).ok()) << kind;
+    EXPECT_EQ(session.pos(), 17);
+    EXPECT_EQ(session.undo_cost().turns_kept, 0);
+    ASSERT_TRUE(session.undo(2).ok()) << kind;
+    EXPECT_EQ(session.pos(), 0);
+    // Lowering the bound releases at once; the default keeps the last 8 of 10 turns.
+    ASSERT_TRUE(session.set_undo_turns(kDefaultUndoTurns).ok());
+    for (int i = 0; i < 10; ++i) ASSERT_TRUE(session.turn(some_tokens(2, 260, 40 + i), 1, sampler).ok());
+    EXPECT_EQ(session.undo_cost().turns_kept, 8) << kind;
+    ASSERT_TRUE(session.set_undo_turns(0).ok());
+    EXPECT_EQ(session.undo_cost().turns_kept, 0) << kind;
+    EXPECT_EQ(session.undo_cost().forks, 0) << kind;
+  }
+}
+
 TEST(Session, ARefusedTurnLeavesTheConversationAsItWasInBothLayouts) {
   Model model = tiny_model(TinySpec{});
   const std::vector<int32_t> a = some_tokens(3, 260, 1), huge = some_tokens(30, 260, 2),

@@ -115,14 +115,14 @@ TEST(EngineLoop, QueueLimitRefusesWithResourceExhausted) {
   EXPECT_EQ(third.status().message(), "2 requests are waiting (--max-queue 2)");
 }
 
-TEST(EngineLoop, RunOnEngineRunsBetweenStepsAndReturnsTheStatus) {
+TEST(EngineLoop, CallRunsBetweenStepsAndReturnsTheStatus) {
   auto ex = make(serve::ExecutorOptions{});
   ASSERT_TRUE(ex);
   EngineLoop loop(*ex, 4);
   loop.start();
   const std::thread::id caller = std::this_thread::get_id();
   std::thread::id ran_on;
-  Status st = loop.run_on_engine([&](serve::Executor& e) {
+  Status st = loop.call([&](serve::Executor& e) {
     ran_on = std::this_thread::get_id();
     return e.idle() ? not_found("idle") : ok_status();
   });
@@ -131,7 +131,7 @@ TEST(EngineLoop, RunOnEngineRunsBetweenStepsAndReturnsTheStatus) {
   EXPECT_NE(ran_on, caller);
   loop.stop();
   bool ran = false;
-  st = loop.run_on_engine([&](serve::Executor&) {
+  st = loop.call([&](serve::Executor&) {
     ran = true;
     return ok_status();
   });
@@ -174,6 +174,37 @@ TEST(EngineLoop, StopCancelsInFlightAndRefusesNewWork) {
   Result<std::shared_ptr<RequestChannel>> late = loop.submit(ids("late"), greedy(4), false);
   ASSERT_FALSE(late.ok());
   EXPECT_EQ(late.status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(EngineLoop, CallRunsOnTheEngineThreadBetweenStepsAndClearsTheRetainedPrefixes) {
+  serve::ExecutorOptions o;
+  o.max_sessions = 2;
+  auto ex = make(o);
+  ASSERT_TRUE(ex);
+  EngineLoop loop(*ex, 8);
+  EXPECT_EQ(loop.call([](serve::Executor&) { return ok_status(); }).code(), StatusCode::kFailedPrecondition);
+  loop.start();
+  auto ch = loop.submit(ids("In the beginning"), greedy(6), /*stream=*/false);
+  ASSERT_TRUE(ch.ok());
+  ASSERT_TRUE(collect(**ch).result);
+  std::thread::id ran_on;
+  int32_t retained = -1;
+  int64_t free_after = -1;
+  ASSERT_TRUE(loop.call([&](serve::Executor& e) {
+                    ran_on = std::this_thread::get_id();
+                    retained = e.stats().retained;
+                    e.clear_prefix_cache();
+                    free_after = e.cache().free_cells();
+                    return ok_status();
+                  }).ok());
+  EXPECT_NE(ran_on, std::this_thread::get_id());
+  EXPECT_EQ(retained, 1);  // the finished request was kept for its prefix
+  const EngineSnapshot s = loop.snapshot();  // published by call() before it returned
+  EXPECT_EQ(s.stats.retained, 0);
+  EXPECT_EQ(s.free_cells, s.capacity);
+  EXPECT_EQ(free_after, s.capacity);
+  loop.stop();
+  EXPECT_EQ(loop.call([](serve::Executor&) { return ok_status(); }).code(), StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `kvcache serve` end to end on the embedded model over loopback: every endpoint with curl
 # (status codes, JSON fields, SSE framing and [DONE], OpenAI-style errors naming the field,
-# 401/404/413/429), greedy output equal to `kvcache run`, prefix-cache hits in usage, 32
+# 401/404/413/429), greedy output equal to `kvcache run`, prefix-cache hits in usage and
+# clearing them (POST /v1/cache/clear, key-protected), 32
 # concurrent streaming clients with no cell leak, a client that disconnects mid-stream, and
 # SIGTERM -> exit 0 within a few seconds. Usage: serve_http_test.sh KVCACHE_BIN
 set -euo pipefail
@@ -282,6 +283,23 @@ done
 grep -q '^kvcache_requests_total{endpoint="/v1/completions",status="413"} 3$' "$tmp/body" || fail "413 count"
 hits=$(grep '^kvcache_prefix_cache_hit_tokens_total ' "$tmp/body" | cut -d' ' -f2)
 [ "$hits" -ge 48 ] || fail "prefix hits $hits"
+# Clearing the prefix cache: the retained sequences go and, with nothing running, every cell
+# is free; a second clear finds nothing.
+grep -q '^kvcache_sequences_retained 0$' "$tmp/body" && fail "nothing retained before the clear"
+expect 200 POST /v1/cache/clear "{}"
+jcheck "j['object']=='cache.clear' and j['cleared_sequences']>=1 and j['freed_cells']>0"
+expect 200 GET /metrics
+grep -q '^kvcache_sequences_retained 0$' "$tmp/body" || fail "retained after clear: $(grep retained "$tmp/body")"
+grep -q '^kvcache_cache_cells_used 0$' "$tmp/body" || fail "cells used after clear: $(grep cells_used "$tmp/body")"
+expect 200 POST /v1/cache/clear "{}"
+jcheck "j['cleared_sequences']==0 and j['freed_cells']==0"
+counted=0  # the count is taken after the response went out: look again briefly
+for _ in $(seq 50); do
+  req GET /metrics > /dev/null
+  grep -q '^kvcache_requests_total{endpoint="/v1/cache/clear",status="200"} 2$' "$tmp/body" && { counted=1; break; }
+  sleep 0.1
+done
+[ "$counted" = 1 ] || fail "clear count: $(grep cache/clear "$tmp/body")"
 stop_server
 grep -q 'kvcache serve: stopped' "$tmp/err.one" || fail "no stop line"
 
@@ -294,6 +312,9 @@ expect 401 GET /metrics "" -H 'Authorization: Bearer wrong'
 expect 401 POST /v1/completions '{"prompt": "a"}'
 expect 200 GET /v1/models "" -H 'Authorization: Bearer sekret'
 expect 200 GET /   # the static page needs no key; the calls it makes do
+expect 401 POST /v1/cache/clear "{}"
+expect 200 POST /v1/cache/clear "{}" -H 'Authorization: Bearer sekret'
+jcheck "j['cleared_sequences']==0"
 $py - "$url" "$bin" <<'PY' || fail "concurrent clients"
 import http.client, json, subprocess, sys, threading, urllib.parse
 u = urllib.parse.urlparse(sys.argv[1])

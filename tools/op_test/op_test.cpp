@@ -257,6 +257,11 @@ Status parse_header(const json& j, Case& c) {
       cfg.contains("initial_capacity") ? int_of<int64_t>(cfg["initial_capacity"], "initial_capacity") : 0;
   if (cfg.contains("max_write") && !cfg["max_write"].is_null())
     c.config.max_write = int_of<int32_t>(cfg["max_write"], "max_write");
+  if (cfg.contains("max_seqs") && !cfg["max_seqs"].is_null()) {
+    // Only the cell layout has sequence ids; a bound the sequence layout would ignore is refused.
+    if (c.kind != kCellKind) return at.bad("\"max_seqs\" applies to the cell kind only");
+    c.config.max_seqs = int_of<int32_t>(cfg["max_seqs"], "max_seqs");
+  }
   KVCACHE_RETURN_IF_ERROR(validate(c.geometry, c.config, "op-test: case.json"));
   const json& qh = j.at("q_heads");
   if (!qh.is_array() || qh.size() != c.geometry.layers.size())
