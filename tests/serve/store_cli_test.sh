@@ -18,7 +18,19 @@ fail() { echo "FAIL: $*" >&2; for f in "$tmp"/err.*; do echo "--- $f" >&2; tail 
 [ -x /usr/bin/redis-server ] || fail "needs Debian's redis-server (scripts/setup.sh)"
 if ! "$bin" run --max-new-tokens 1 >/dev/null 2>&1; then echo "SKIP: no embedded model"; exit 0; fi
 py=/usr/bin/python3
-port=$($py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# A free port below the ephemeral range (32768+), so that while Redis is down for the outage
+# no other process's port-0 bind can take it before the restart.
+port=$($py -c '
+import random, socket
+for _ in range(200):
+    p = random.randint(20000, 32000)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p)); print(p); break
+    except OSError:
+        pass
+    finally:
+        s.close()')
 store="redis://127.0.0.1:$port"
 
 start_redis() {
@@ -27,6 +39,7 @@ start_redis() {
   redis_pid=$!
   disown "$redis_pid"  # killed on purpose below: no job-control notice
   for _ in $(seq 300); do
+    kill -0 "$redis_pid" 2>/dev/null || fail "redis-server exited (port $port taken?)"
     $py -c 'import socket,sys; s=socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1); s.sendall(b"PING\r\n"); sys.exit(0 if s.recv(16).startswith(b"+PONG") else 1)' "$port" 2>/dev/null && return 0
     sleep 0.05
   done
