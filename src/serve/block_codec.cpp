@@ -77,6 +77,12 @@ int64_t BlockFormat::payload_bytes() const {
   return n;
 }
 
+int64_t BlockFormat::layer_offset(int32_t layer) const {
+  int64_t at = static_cast<int64_t>(kBlockHeaderBytes) + 4 * int64_t{block_tokens};
+  for (int32_t l = 0; l < layer; ++l) at += rows(l) * (k_row_bytes(l) + v_row_bytes(l));
+  return at;
+}
+
 int64_t BlockFormat::value_bytes() const {
   return static_cast<int64_t>(kBlockHeaderBytes) + 4 * int64_t{block_tokens} + payload_bytes();
 }
@@ -126,7 +132,8 @@ Result<std::string> encode_block(const BlockFormat& f, const BlockId& id,
   return out;
 }
 
-DecodedBlock decode_block(const BlockFormat& f, const BlockId& id, std::string_view v) {
+DecodedBlock decode_block(const BlockFormat& f, const BlockId& id, std::string_view v,
+                          bool copy_rows) {
   const int64_t want = f.value_bytes();
   if (v.size() < kBlockHeaderBytes)
     return refuse(BlockFault::kChecksum, std::to_string(v.size()) + " bytes, shorter than the " +
@@ -169,6 +176,7 @@ DecodedBlock decode_block(const BlockFormat& f, const BlockId& id, std::string_v
     if (static_cast<int32_t>(get(v, at, 4)) != id.tokens[i])
       return refuse(BlockFault::kMismatch, "token " + std::to_string(i) + " differs");
   DecodedBlock d;
+  if (!copy_rows) return d;
   d.layers.resize(f.geometry.layers.size());
   for (int32_t l = 0; l < static_cast<int32_t>(d.layers.size()); ++l) {
     BlockLayerRows& r = d.layers[static_cast<size_t>(l)];

@@ -36,6 +36,7 @@ struct BlockFormat {
   int64_t k_row_bytes(int32_t layer) const;  // kv_heads × head_dim × dtype size
   int64_t v_row_bytes(int32_t layer) const;  // kv_heads × value_dim × dtype size
   int64_t payload_bytes() const;             // sum over layers of rows × (k + v row bytes)
+  int64_t layer_offset(int32_t layer) const; // where the layer's K rows start in a value
   int64_t value_bytes() const;               // header + checksum + ids + payload
 };
 
@@ -69,8 +70,10 @@ struct DecodedBlock {
 
 // Validates everything before returning rows: size, magic, version (a hint names both), the
 // checksum (kChecksum), then key, parent, namespace, fingerprint, index, block size, dtype,
-// layer count, payload size and token ids against `format` and `id` (kMismatch).
-DecodedBlock decode_block(const BlockFormat& format, const BlockId& id, std::string_view value);
+// layer count, payload size and token ids against `format` and `id` (kMismatch). With
+// copy_rows false an accepted block's layers stay empty (read them at layer_offset()).
+DecodedBlock decode_block(const BlockFormat& format, const BlockId& id, std::string_view value,
+                          bool copy_rows = true);
 
 // The store key of a block: "kvcache:blk:" then the key as 16 lowercase hex digits.
 std::string block_store_key(uint64_t key);

@@ -36,6 +36,7 @@ void Executor::store_begin(Session& s, bool first_admission) {
   LookupJob job;
   job.ticket = s.id;
   job.first_index = s.store_next;
+  job.from = s.fed;
   job.parent = s.store_parent;
   job.keys.assign(keys.begin() + s.store_next, keys.end());
   job.tokens.assign(want.begin() + s.store_next * b,
@@ -96,41 +97,20 @@ int64_t Executor::store_chunk_end(const Session& s) const {
   return std::max(s.store_next * b + min_window_ - 1, (s.store_next + 1) * b);
 }
 
-// Writes the answer's blocks after what the session holds: positions [fed, end of the last
-// block). Per cache layer the rows come from the blocks: every position on a full layer, the
-// last W - 1 on a sliding one. No room or a refused write: nothing is imported (it prefills).
+// Writes the answer's rows after what the session holds: positions [fed, end of the last
+// block), assembled by the store thread. No room or a refused write: nothing is imported (it
+// prefills).
 void Executor::store_import(Session& s, LookupAnswer& a) {
-  if (a.blocks.empty()) return;
-  const BlockFormat& f = store_->format();
-  const int64_t b = f.block_tokens;
-  const int64_t first = s.store_next;  // block index of a.blocks[0]
-  const int64_t from = s.fed, to = (first + static_cast<int64_t>(a.blocks.size())) * b;
-  if (to <= from || !make_room(to - from)) return;
-  std::vector<LayerRows> rows(f.geometry.layers.size());
-  for (int32_t l = 0; l < static_cast<int32_t>(rows.size()); ++l) {
-    const int32_t w = f.geometry.layers[static_cast<size_t>(l)].window;
-    const int64_t lo = w > 0 ? std::max(from, to - (w - 1)) : from;
-    const auto kb = static_cast<size_t>(f.k_row_bytes(l));
-    const auto vb = static_cast<size_t>(f.v_row_bytes(l));
-    LayerRows& r = rows[static_cast<size_t>(l)];
-    r.first = lo;
-    r.layer = l;
-    r.n = to - lo;
-    r.k.resize(static_cast<size_t>(r.n) * kb);
-    r.v.resize(static_cast<size_t>(r.n) * vb);
-    for (int64_t p = lo; p < to; ++p) {
-      const int64_t blk = p / b;
-      const BlockLayerRows& src = a.blocks[static_cast<size_t>(blk - first)][static_cast<size_t>(l)];
-      const auto row = static_cast<size_t>(p - f.rows_first(l, blk));  // >= 0: p >= to - (W-1)
-      std::copy_n(src.k.begin() + row * kb, kb, r.k.begin() + (p - lo) * kb);
-      std::copy_n(src.v.begin() + row * vb, vb, r.v.begin() + (p - lo) * vb);
-    }
-  }
-  if (!cache_->write_rows(s.seq, from, to, rows).ok()) return;
+  if (a.blocks == 0 || a.from != s.fed || a.to <= s.fed) return;
+  const int64_t b = index_.block_tokens();
+  const int64_t from = s.fed, to = a.to;
+  if (!make_room(to - from)) return;
+  if (!cache_->write_rows(s.seq, from, to, a.rows).ok()) return;
   s.fed = to;
   s.store_next = to / b;
-  s.store_parent = index_.keys(std::span<const int32_t>(s.tokens).first(static_cast<size_t>(to))).back();
-  index_.add(s.seq, std::span<const int32_t>(s.tokens).first(static_cast<size_t>(to)));
+  const std::span<const int32_t> held = std::span<const int32_t>(s.tokens).first(static_cast<size_t>(to));
+  s.store_parent = index_.keys(held).back();
+  index_.add(s.seq, held);
   const int64_t n = to - from;
   stats_.store_hit_tokens += n;
   if (s.store_counts) {

@@ -163,6 +163,7 @@ void StoreWorker::do_lookup(const LookupJob& job, LookupAnswer& out) {
   s.lookups = 1;
   uint64_t parent = job.parent;
   bool stop = false;
+  std::vector<std::string> run;  // the accepted values, in chain order
   for (size_t at = 0; at < job.keys.size() && !stop; at += batch) {
     std::vector<std::string> names;
     for (size_t i = at; i < std::min(job.keys.size(), at + batch); ++i)
@@ -187,18 +188,19 @@ void StoreWorker::do_lookup(const LookupJob& job, LookupAnswer& out) {
       id.parent = parent;
       id.index = job.first_index + static_cast<int64_t>(i);
       id.tokens = std::span<const int32_t>(job.tokens).subspan(i * b, b);
-      DecodedBlock d = decode_block(format_, id, *v);
+      DecodedBlock d = decode_block(format_, id, *v, /*copy_rows=*/false);
       if (d.fault != BlockFault::kNone) {
         (d.fault == BlockFault::kChecksum ? s.checksum_failures : s.rejected_blocks) = 1;
         if (!store_->remove(names[k]).ok()) s.errors = 1;
         stop = true;
         break;
       }
-      out.blocks.push_back(std::move(d.layers));
+      run.push_back(std::move(*(*got)[k]));
       parent = job.keys[i];
     }
   }
-  s.hit_blocks = static_cast<int64_t>(out.blocks.size());
+  s.hit_blocks = static_cast<int64_t>(run.size());
+  if (!run.empty()) assemble(job, run, out);
   std::lock_guard<std::mutex> lk(mu_);
   stats_.lookups += s.lookups;
   stats_.errors += s.errors;
@@ -207,6 +209,39 @@ void StoreWorker::do_lookup(const LookupJob& job, LookupAnswer& out) {
   stats_.checksum_failures += s.checksum_failures;
   stats_.rejected_blocks += s.rejected_blocks;
   stats_.hit_blocks += s.hit_blocks;
+}
+
+// Per cache layer the rows of [from, to) the importer needs (all on a full layer, the last
+// W - 1 on a sliding one), one contiguous copy per block and layer out of the values.
+void StoreWorker::assemble(const LookupJob& job, const std::vector<std::string>& run,
+                           LookupAnswer& out) const {
+  const BlockFormat& f = format_;
+  const int64_t b = f.block_tokens, first = job.first_index;
+  out.blocks = static_cast<int64_t>(run.size());
+  out.from = job.from;
+  out.to = (first + out.blocks) * b;
+  for (int32_t l = 0; l < static_cast<int32_t>(f.geometry.layers.size()); ++l) {
+    const int32_t w = f.geometry.layers[static_cast<size_t>(l)].window;
+    const int64_t lo = w > 0 ? std::max(out.from, out.to - (w - 1)) : out.from;
+    const int64_t kb = f.k_row_bytes(l), vb = f.v_row_bytes(l);
+    LayerRows r;
+    r.layer = l;
+    r.first = lo;
+    r.n = out.to - lo;
+    r.k.reserve(static_cast<size_t>(r.n * kb));
+    r.v.reserve(static_cast<size_t>(r.n * vb));
+    for (int64_t blk = lo / b; r.n > 0 && blk < out.to / b; ++blk) {
+      // Rows [p0, p1) of this block; the block keeps rows from rows_first() <= p0 on.
+      const int64_t p0 = std::max(lo, blk * b), p1 = (blk + 1) * b;
+      const std::string& v = run[static_cast<size_t>(blk - first)];
+      const int64_t row = p0 - f.rows_first(l, blk);
+      const char* k = v.data() + f.layer_offset(l) + row * kb;
+      const char* vv = v.data() + f.layer_offset(l) + f.rows(l) * kb + row * vb;
+      r.k.insert(r.k.end(), k, k + (p1 - p0) * kb);
+      r.v.insert(r.v.end(), vv, vv + (p1 - p0) * vb);
+    }
+    out.rows.push_back(std::move(r));
+  }
 }
 
 void StoreWorker::do_put(PutJob& job) {

@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/cache.h"
 #include "core/status.h"
 #include "serve/block_codec.h"
 
@@ -73,18 +74,25 @@ struct StoreStats {
   int64_t errors = 0;             // store calls that failed (unreachable, error replies)
 };
 
-// A run of consecutive blocks to fetch: keys[i] is block first_index + i.
+// A run of consecutive blocks to fetch: keys[i] is block first_index + i. The asker holds
+// positions [0, from), from in block first_index.
 struct LookupJob {
   int64_t ticket = -1;
   int64_t first_index = 0;
+  int64_t from = 0;
   uint64_t parent = 0;            // key of block first_index - 1 (0 for block 0)
   std::vector<uint64_t> keys;
   std::vector<int32_t> tokens;    // keys.size() × B ids
 };
 
+// The accepted leading run, ready for Cache::write_rows(seq, from, to, rows): per cache layer
+// the rows of [from, to) (a sliding layer: only the last W - 1 of them). Assembled on the
+// store thread, so the engine thread only writes them.
 struct LookupAnswer {
   int64_t ticket = -1;
-  std::vector<std::vector<BlockLayerRows>> blocks;  // the accepted leading run
+  int64_t blocks = 0;  // accepted blocks; 0 = nothing to import
+  int64_t from = 0, to = 0;
+  std::vector<LayerRows> rows;
 };
 
 struct PutJob {
@@ -120,6 +128,7 @@ class StoreWorker {
  private:
   void run();
   void do_lookup(const LookupJob& job, LookupAnswer& out);
+  void assemble(const LookupJob& job, const std::vector<std::string>& run, LookupAnswer& out) const;
   void do_put(PutJob& job);
 
   std::unique_ptr<BlockStore> store_;

@@ -254,14 +254,23 @@ TEST(StoreWorker, FetchesInBoundedBatchesAndStopsAtTheFirstMiss) {
   };
   LookupAnswer a = lookup(1);
   EXPECT_EQ(a.ticket, 1);
-  ASSERT_EQ(a.blocks.size(), 7u);
-  EXPECT_EQ(a.blocks[4][0].k.front(), 4);  // each block's own rows, in chain order
+  EXPECT_EQ(a.blocks, 7);
+  EXPECT_EQ(a.from, 0);
+  EXPECT_EQ(a.to, 7 * 256);
+  ASSERT_EQ(a.rows.size(), 1u);
+  EXPECT_EQ(a.rows[0].first, 0);
+  ASSERT_EQ(a.rows[0].n, 7 * 256);  // ready for write_rows: one run of rows per layer
+  const size_t kb = static_cast<size_t>(f.k_row_bytes(0));
+  for (size_t blk = 0; blk < 7; ++blk)  // each block's own rows, in chain order
+    EXPECT_EQ(a.rows[0].k.at(blk * 256 * kb), blk);
+  EXPECT_EQ(a.rows[0].v.size(), a.rows[0].k.size());
   EXPECT_EQ(store.batches, (std::vector<size_t>{3, 3, 1}));
   // Block 4 gone: the second batch finds the miss and the third is never asked for.
   store.kv.erase(block_store_key(keys[4]));
   store.batches.clear();
   a = lookup(2);
-  EXPECT_EQ(a.blocks.size(), 4u);
+  EXPECT_EQ(a.blocks, 4);
+  EXPECT_EQ(a.to, 4 * 256);
   EXPECT_EQ(store.batches, (std::vector<size_t>{3, 3}));
   const StoreStats s = worker.stats();
   EXPECT_EQ(s.puts, 7);

@@ -14,6 +14,8 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <ctime>
+#include <random>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -106,19 +108,22 @@ class RedisServer {
   }
 
  private:
+  // A free port below the ephemeral range (32768+): while Redis is stopped for an outage no
+  // other process's port-0 bind can take it before the restart.
   static int free_port() {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = 0;
-    socklen_t len = sizeof a;
-    int port = 0;
-    if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-      port = ntohs(a.sin_port);
-    close(fd);
-    return port;
+    static std::mt19937 rng(static_cast<uint32_t>(getpid()) ^ static_cast<uint32_t>(time(nullptr)));
+    for (int attempt = 0; attempt < 200; ++attempt) {
+      const int port = 20000 + static_cast<int>(rng() % 12000);
+      const int fd = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      a.sin_port = htons(static_cast<uint16_t>(port));
+      const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+      close(fd);
+      if (ok) return port;
+    }
+    return 0;
   }
 
   redisReply* command(const std::vector<std::string>& args) {

@@ -18,7 +18,19 @@ fail() { echo "FAIL: $*" >&2; for f in "$tmp"/err.*; do echo "--- $f" >&2; tail 
 [ -x /usr/bin/redis-server ] || fail "needs Debian's redis-server (scripts/setup.sh)"
 if ! "$bin" run --max-new-tokens 1 >/dev/null 2>&1; then echo "SKIP: no embedded model"; exit 0; fi
 py=/usr/bin/python3
-port=$($py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# A free port below the ephemeral range (32768+), so that while Redis is down for the outage
+# no other process's port-0 bind can take it before the restart.
+port=$($py -c '
+import random, socket
+for _ in range(200):
+    p = random.randint(20000, 32000)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p)); print(p); break
+    except OSError:
+        pass
+    finally:
+        s.close()')
 store="redis://127.0.0.1:$port"
 
 start_redis() {
@@ -26,7 +38,8 @@ start_redis() {
     --dir "$tmp" --loglevel warning > "$tmp/err.redis" 2>&1 &
   redis_pid=$!
   disown "$redis_pid"  # killed on purpose below: no job-control notice
-  for _ in $(seq 100); do
+  for _ in $(seq 300); do
+    kill -0 "$redis_pid" 2>/dev/null || fail "redis-server exited (port $port taken?)"
     $py -c 'import socket,sys; s=socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1); s.sendall(b"PING\r\n"); sys.exit(0 if s.recv(16).startswith(b"+PONG") else 1)' "$port" 2>/dev/null && return 0
     sleep 0.05
   done
@@ -39,7 +52,7 @@ start_server() {
   shift
   "$bin" serve --host 127.0.0.1 --port 0 "$@" 2> "$tmp/err.$name" &
   pids+=("$!")
-  for _ in $(seq 100); do
+  for _ in $(seq 300); do
     grep -q '^listening on http://' "$tmp/err.$name" && break
     sleep 0.1
   done
@@ -59,9 +72,9 @@ complete() {
 }
 metric() { curl -sS --max-time 10 "$1/metrics" | awk -v m="$2" '$1 == m {print $2}'; }
 cached() { $py -c 'import json,sys; print(json.load(open(sys.argv[1]))["usage"]["prompt_tokens_details"]["cached_tokens"])' "$1"; }
-# wait_puts URL N: until the replica's store thread has written N blocks (10 s at most).
+# wait_puts URL N: until the replica's store thread has written N blocks (30 s at most).
 wait_puts() {
-  for _ in $(seq 100); do
+  for _ in $(seq 300); do
     [ "$(metric "$1" kvcache_store_puts_total)" -ge "$2" ] && return 0
     sleep 0.1
   done
