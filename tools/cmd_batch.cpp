@@ -20,7 +20,8 @@
 
 #include "commands.h"
 #include "cpu/thread_pool.h"
-#include "load_model.h"
+#include "engine/runtime.h"
+#include "flag_names.h"
 #include "program/cache_summary.h"
 #include "serve/executor.h"
 
@@ -138,8 +139,8 @@ Status read_number(const json& obj, const char* key, T lo, T hi, T& out, const s
   return ok_status();
 }
 
-Status read_prompt(const json& obj, const LoadedModel& m, std::vector<int32_t>& out,
-                   const std::string& at) {
+Status read_prompt(const json& obj, const engine::LoadedModel& m,
+                   std::vector<int32_t>& out, const std::string& at) {
   const bool text = obj.contains("prompt"), ids = obj.contains("prompt_ids");
   if (text == ids) return invalid_argument(at + ": expected exactly one of \"prompt\", \"prompt_ids\"");
   if (text) {
@@ -162,8 +163,8 @@ Status read_prompt(const json& obj, const LoadedModel& m, std::vector<int32_t>& 
   return ok_status();
 }
 
-Status read_request(const json& obj, const BatchFlags& f, const LoadedModel& m, Input& in,
-                    const std::string& at) {
+Status read_request(const json& obj, const BatchFlags& f, const engine::LoadedModel& m,
+                    Input& in, const std::string& at) {
   if (!obj.is_object()) return invalid_argument(at + ": expected a JSON object");
   static const char* kKeys[] = {"prompt", "prompt_ids", "max_new_tokens", "temperature", "top_k",
                                 "top_p", "seed", "n", "stop"};
@@ -202,7 +203,7 @@ Status read_request(const json& obj, const BatchFlags& f, const LoadedModel& m, 
   return ok_status();
 }
 
-Result<std::vector<Input>> read_inputs(const BatchFlags& f, const LoadedModel& m) {
+Result<std::vector<Input>> read_inputs(const BatchFlags& f, const engine::LoadedModel& m) {
   Result<std::string> text = read_prompts_file(f.prompts_file);
   if (!text.ok()) return text.status();
   std::vector<Input> inputs;
@@ -242,7 +243,7 @@ json result_json(const serve::RequestResult& r, size_t index) {
 
 int run_batch(const BatchFlags& f) {
   if (f.threads > 0) cpu::set_global_threads(f.threads);
-  Result<LoadedModel> m = load_model(f.model);
+  Result<engine::LoadedModel> m = engine::load_model(engine::ModelSource::file(f.model));
   if (!m.ok()) return fail(m.status().message());
   Result<std::vector<Input>> inputs = read_inputs(f, *m);
   if (!inputs.ok()) return fail(inputs.status().message());
@@ -257,7 +258,7 @@ int run_batch(const BatchFlags& f) {
   o.block_tokens = f.block_tokens;
   o.eog_ids = m->eog_ids;
   Result<std::unique_ptr<serve::Executor>> ex = serve::Executor::create(*m->model, &*m->tokenizer, o);
-  if (!ex.ok()) return fail(ex.status().message());
+  if (!ex.ok()) return fail(flag_message(ex.status(), {kExecutorFieldFlags}));
   serve::Executor& e = **ex;
   ModelGeometry g = m->model->geometry();
   g.cache = e.setup().geometry;

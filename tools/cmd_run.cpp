@@ -18,16 +18,13 @@
 #include "commands.h"
 #include "core/cache.h"
 #include "cpu/thread_pool.h"
-#include "engine/cache_setup.h"
-#include "engine/embedded_model.h"
-#include "engine/forward.h"
 #include "engine/kernels.h"
-#include "engine/model.h"
 #include "engine/reference.h"
+#include "engine/runtime.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
-#include "engine/tokenizer.h"
 #include "engine/utf8.h"
+#include "flag_names.h"
 #include "program/cache_summary.h"
 #include "program/gguf.h"
 #include "server/chat_template.h"
@@ -67,29 +64,11 @@ struct RunFlags {
 };
 
 // Everything a run needs, built from the flags.
-struct Loaded {
-  std::unique_ptr<gguf::GgufFile> file;
-  std::unique_ptr<engine::Model> model;
-  std::optional<engine::Tokenizer> tokenizer;
-  engine::CacheSetup setup;
-  std::shared_ptr<Cache> cache;
-  std::unique_ptr<engine::Engine> eng;
-  int32_t seq = 0;
-};
+using Loaded = engine::Runtime;
 
 int fail(const std::string& msg) {
   std::fprintf(stderr, "kvcache run: %s\n", msg.c_str());
   return 1;
-}
-
-// A library error naming a field, with the field's flag put first.
-std::string flag_message(const Status& s) {
-  static const std::pair<const char*, const char*> kFlags[] = {
-      {"temperature", "--temperature"}, {"top_k", "--top-k"}, {"top_p", "--top-p"}};
-  for (const auto& [field, flag] : kFlags)
-    if (s.message().find(std::string(" ") + field + " =") != std::string::npos)
-      return std::string(flag) + ": " + s.message();
-  return s.message();
 }
 
 // "1,2,3" -> ints; nullopt (with `err` set) on a malformed entry.
@@ -166,25 +145,8 @@ void add_flags(CLI::App* cmd, RunFlags& f) {
       ->group("");
 }
 
+// The model and the cache the flags ask for.
 Status load(const RunFlags& f, Loaded& l) {
-  std::span<const uint8_t> bytes = engine::embedded_model();
-  if (f.model.empty() && bytes.empty())
-    return not_found("no MODEL given and this build embeds no default model "
-                     "(models/tiny.gguf was absent when cmake ran)");
-  Result<gguf::GgufFile> file =
-      f.model.empty() ? gguf::GgufFile::parse(bytes) : gguf::GgufFile::open(f.model);
-  if (!file.ok()) return file.status();
-  l.file = std::make_unique<gguf::GgufFile>(std::move(*file));
-  Result<engine::Model> model = engine::Model::load(*l.file);
-  if (!model.ok()) return model.status();
-  l.model = std::make_unique<engine::Model>(std::move(*model));
-  Result<engine::Tokenizer> tok = engine::Tokenizer::from_gguf(*l.file, l.model->hparams().vocab);
-  if (!tok.ok()) return tok.status();
-  l.tokenizer = std::move(*tok);
-  return ok_status();
-}
-
-Status setup_cache(const RunFlags& f, Loaded& l) {
   engine::CacheOptions o;
   o.kind = f.cache;
   if (f.capacity > 0) o.capacity = f.capacity;
@@ -202,20 +164,7 @@ Status setup_cache(const RunFlags& f, Loaded& l) {
       o.windows.push_back(static_cast<int32_t>(v));
     }
   }
-  Result<engine::CacheSetup> s = engine::plan_cache(*l.model, o);
-  if (!s.ok()) return s.status();
-  l.setup = std::move(*s);
-  Result<std::shared_ptr<Cache>> c = engine::build_cache(l.setup);
-  if (!c.ok()) return c.status();
-  l.cache = std::move(*c);
-  if (l.setup.kind == kCellKind) {
-    Result<int32_t> seq = l.cache->seq_new();
-    if (!seq.ok()) return seq.status();
-    l.seq = *seq;
-  }
-  Result<std::unique_ptr<engine::Engine>> e = engine::Engine::create(*l.model, l.cache);
-  if (!e.ok()) return e.status();
-  l.eng = std::move(*e);
+  KVCACHE_ASSIGN_OR_RETURN(l, engine::open_runtime(engine::ModelSource::file(f.model), o));
   return ok_status();
 }
 
@@ -301,7 +250,7 @@ Status dump_logits(const RunFlags& f, Loaded& l, const std::vector<int32_t>& tok
       pos.resize(n);
       for (size_t i = 0; i < n; ++i) pos[i] = l.cache->pos(l.seq) + static_cast<int64_t>(i);
       engine::Batch b{std::span<const int32_t>(tokens).subspan(done, n), ids, pos};
-      KVCACHE_RETURN_IF_ERROR(l.eng->forward(b, engine::LogitsMode::kAll, out));
+      KVCACHE_RETURN_IF_ERROR(l.engine->forward(b, engine::LogitsMode::kAll, out));
       all.insert(all.end(), out.data.begin(), out.data.end());
       done += n;
     }
@@ -487,11 +436,11 @@ int run(const RunFlags& f) {
   sc.top_k = f.top_k;
   sc.top_p = static_cast<float>(f.top_p);
   sc.seed = f.seed;
-  if (Status bad = engine::check_sampler_config(sc); !bad.ok()) return fail(flag_message(bad));
+  if (Status bad = engine::check_sampler_config(sc); !bad.ok())
+    return fail(flag_message(bad, {kSamplerFieldFlags}));
   Loaded l;
   Status s = load(f, l);
-  if (s.ok()) s = setup_cache(f, l);
-  if (!s.ok()) return fail(s.message());
+  if (!s.ok()) return fail(flag_message(s, {kCacheFieldFlags}));
   std::fprintf(stderr, "%s", summary_text(l).c_str());
   std::fprintf(stderr, "model: %s, %d layers, d=%d, vocab %d, %.2fM params; prefill chunk %lld\n",
                l.model->hparams().arch.c_str(), l.model->hparams().n_layers,
@@ -499,7 +448,7 @@ int run(const RunFlags& f) {
                static_cast<double>(l.model->n_params()) / 1e6,
                static_cast<long long>(l.setup.step_tokens));
   engine::Sampler sampler(sc);
-  engine::Session session(*l.eng, l.setup.step_tokens, l.seq);
+  engine::Session session(*l.engine, l.setup.step_tokens, l.seq);
   if (f.chat) return chat(f, l, session, sampler);
   if (f.interactive) return interactive(f, l, session, sampler);
   Result<std::vector<int32_t>> prompt = prompt_tokens(f, l, f.prompt);

@@ -15,7 +15,8 @@
 
 #include "commands.h"
 #include "cpu/thread_pool.h"
-#include "load_model.h"
+#include "engine/runtime.h"
+#include "flag_names.h"
 #include "program/cache_summary.h"
 #include "serve/executor.h"
 #include "server/engine_loop.h"
@@ -76,7 +77,7 @@ void add_flags(CLI::App* cmd, ServeFlags& f) {
 
 // The template from --chat-template or the model's own; nullopt (with a startup warning and
 // the message chat requests get) when neither names a known one.
-void pick_template(const ServeFlags& f, const LoadedModel& m, server::ServerOptions& o) {
+void pick_template(const ServeFlags& f, const engine::LoadedModel& m, server::ServerOptions& o) {
   Result<std::string> text = m.file->get_string("tokenizer.chat_template");
   server::TemplateChoice c = server::choose_chat_template(
       f.chat_template, text.ok() ? std::optional<std::string>(*text) : std::nullopt);
@@ -125,7 +126,7 @@ void watch_signals(std::atomic<bool>& quit, server::EngineLoop& loop, server::Ht
 int run_serve(const ServeFlags& f) {
   if (!install_stop_handlers()) return fail("cannot install the SIGINT/SIGTERM handlers");
   if (f.threads > 0) cpu::set_global_threads(f.threads);
-  Result<LoadedModel> m = load_model(f.model);
+  Result<engine::LoadedModel> m = engine::load_model(engine::ModelSource::file(f.model));
   if (!m.ok()) return fail(m.status().message());
   serve::ExecutorOptions eo;
   eo.max_sessions = f.max_sessions;
@@ -134,7 +135,7 @@ int run_serve(const ServeFlags& f) {
   eo.prefix_cache = !f.no_prefix_cache;
   eo.eog_ids = m->eog_ids;
   Result<std::unique_ptr<serve::Executor>> ex = serve::Executor::create(*m->model, &*m->tokenizer, eo);
-  if (!ex.ok()) return fail(ex.status().message());
+  if (!ex.ok()) return fail(flag_message(ex.status(), {kExecutorFieldFlags}));
   ModelGeometry g = m->model->geometry();
   g.cache = (*ex)->setup().geometry;
   SummaryOptions so;

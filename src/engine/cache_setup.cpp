@@ -5,17 +5,19 @@
 #include <string>
 
 #include "core/factory.h"
+#include "core/str_cat.h"
 #include "cpu/cpu_cache.h"
 
 namespace kvcache::engine {
 
 Status apply_window_override(CacheGeometry& geometry, std::span<const int32_t> windows) {
   if (windows.empty())
-    return invalid_argument("--windows: the list is empty, expected e.g. 0,512 (0 = Full)");
+    return invalid_argument(
+        "cache options: windows = {}, expected a non-empty list, e.g. {0, 512} (0 = Full)");
   for (size_t i = 0; i < windows.size(); ++i)
     if (windows[i] < 0)
-      return invalid_argument("--windows: entry " + std::to_string(i) + " = " +
-                              std::to_string(windows[i]) + ", expected >= 0 (0 = Full)");
+      return invalid_argument(str_cat("cache options: windows[", i, "] = ", windows[i],
+                                      ", expected >= 0 (0 = Full)"));
   for (size_t i = 0; i < geometry.layers.size(); ++i)
     geometry.layers[i].window = windows[i % windows.size()];
   return ok_status();
@@ -24,7 +26,8 @@ Status apply_window_override(CacheGeometry& geometry, std::span<const int32_t> w
 Result<CacheSetup> plan_cache(const Model& model, const CacheOptions& o) {
   CacheSetup s;
   if (o.kind != kSequenceKind && o.kind != kCellKind)
-    return invalid_argument("--cache = \"" + o.kind + "\", expected sequence or cell");
+    return invalid_argument(
+        str_cat("cache options: kind = \"", o.kind, "\", expected sequence or cell"));
   s.kind = o.kind;
   s.geometry = model.geometry().cache;
   if (!o.windows.empty()) KVCACHE_RETURN_IF_ERROR(apply_window_override(s.geometry, o.windows));
@@ -34,15 +37,15 @@ Result<CacheSetup> plan_cache(const Model& model, const CacheOptions& o) {
       o.capacity.value_or(max_context > 0 ? std::min(max_context, kDefaultCapacity)
                                           : kDefaultCapacity);
   if (capacity <= 0)
-    return invalid_argument("--capacity = " + std::to_string(capacity) + ", expected > 0");
+    return invalid_argument(str_cat("cache options: capacity = ", capacity, ", expected > 0"));
   if (o.initial_capacity < 0)
-    return invalid_argument("--initial-capacity = " + std::to_string(o.initial_capacity) +
-                            ", expected >= 0");
+    return invalid_argument(str_cat("cache options: initial_capacity = ", o.initial_capacity,
+                                    ", expected >= 0"));
   int64_t step = o.max_step_tokens.value_or(
       model.geometry().max_step_tokens > 0 ? model.geometry().max_step_tokens
                                            : kDefaultStepTokens);
   if (step <= 0)
-    return invalid_argument("--max-step-tokens = " + std::to_string(step) + ", expected > 0");
+    return invalid_argument(str_cat("cache options: max_step_tokens = ", step, ", expected > 0"));
   for (const LayerGeometry& l : s.geometry.layers)
     if (l.sliding()) step = std::min<int64_t>(step, l.window);
   step = std::min({step, capacity, int64_t{1} << 30});

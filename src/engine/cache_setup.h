@@ -40,8 +40,9 @@ struct CacheSetup {
 // empty or holds a negative value.
 Status apply_window_override(CacheGeometry& geometry, std::span<const int32_t> windows);
 
-// InvalidArgument naming the option and value for an unknown kind, capacity <= 0,
-// step <= 0, a bad window list, or a geometry/config the core validation refuses.
+// InvalidArgument naming the CacheOptions field ("cache options: capacity = 0, ...") and
+// value for an unknown kind, capacity <= 0, step <= 0, a bad window list, or a
+// geometry/config the core validation refuses.
 Result<CacheSetup> plan_cache(const Model& model, const CacheOptions& options);
 
 // Registers the cpu builders (idempotent) and builds the cache for the setup.

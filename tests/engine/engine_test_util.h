@@ -9,33 +9,17 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/cache_setup.h"
-#include "engine/forward.h"
-#include "engine/model.h"
 #include "engine/reference.h"
+#include "engine/runtime.h"
 
 namespace kvcache::engine::testing {
 
-struct Built {
-  CacheSetup setup;
-  std::shared_ptr<Cache> cache;
-  std::unique_ptr<Engine> engine;
-  int32_t seq = 0;
-};
+using Built = CachedEngine;
 
 inline Built build(const Model& model, const CacheOptions& options) {
-  Built b;
-  Result<CacheSetup> s = plan_cache(model, options);
-  EXPECT_TRUE(s.ok()) << s.status().to_string();
-  b.setup = *s;
-  Result<std::shared_ptr<Cache>> c = build_cache(b.setup);
-  EXPECT_TRUE(c.ok()) << c.status().to_string();
-  b.cache = *c;
-  if (b.setup.kind == kCellKind) b.seq = *b.cache->seq_new();
-  Result<std::unique_ptr<Engine>> e = Engine::create(model, b.cache);
-  EXPECT_TRUE(e.ok()) << e.status().to_string();
-  b.engine = std::move(*e);
-  return b;
+  Result<CachedEngine> r = build_engine(model, options);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? std::move(*r) : Built{};
 }
 
 // Every token's logits [T, vocab], fed `chunk` tokens per forward.
