@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cache_flags.h"
 #include "commands.h"
 #include "cpu/thread_pool.h"
 #include "engine/runtime.h"
@@ -35,15 +36,11 @@ constexpr std::uintmax_t kMaxPromptsFileBytes = std::uintmax_t{256} << 20;
 struct BatchFlags {
   std::string model;
   std::string prompts_file;
-  int32_t max_sessions = 8;
-  int64_t max_session_tokens = 0;
+  CacheFlags cache;  // sessions, session tokens, K/V dtype, initial capacity, threads
   int64_t pool_tokens = 0;
   int32_t max_new_tokens = 64;
-  std::string kv_dtype = "f32";
-  int64_t initial_capacity = 0;
   int64_t step_tokens = 0;
   int32_t block_tokens = serve::kDefaultBlockTokens;
-  int32_t threads = 0;
   double temperature = 0.0;
   int32_t top_k = 0;
   double top_p = 1.0;
@@ -70,28 +67,20 @@ void add_flags(CLI::App* cmd, BatchFlags& f) {
                   "JSON Lines: {\"prompt\" | \"prompt_ids\", \"max_new_tokens\"?, "
                   "\"temperature\"?, \"top_k\"?, \"top_p\"?, \"seed\"?, \"n\"?, \"stop\"?}")
       ->required();
-  cmd->add_option("--max-sessions", f.max_sessions, "Sessions decoding at once")
-      ->check(CLI::Range(1, 128))->capture_default_str();
-  cmd->add_option("--max-session-tokens", f.max_session_tokens,
-                  "Prompt + generated tokens per session; 0 = min(max_context, 4096)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))->capture_default_str();
+  add_cache_flags(cmd, f.cache,
+                  {CacheFlag::kMaxSessions, CacheFlag::kMaxSessionTokens, CacheFlag::kKvDtype,
+                   CacheFlag::kInitialCapacity, CacheFlag::kThreads});
   cmd->add_option("--pool-tokens", f.pool_tokens,
                   "Cells in the pool; 0 = max-sessions * max-session-tokens (smaller may "
                   "preempt)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 31))->capture_default_str();
   cmd->add_option("--max-new-tokens", f.max_new_tokens, "Default tokens to generate")
       ->check(CLI::Range(0, 1 << 20))->capture_default_str();
-  cmd->add_option("--kv-dtype", f.kv_dtype, "K/V storage type")
-      ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
-  cmd->add_option("--initial-capacity", f.initial_capacity, "Cells allocated up front")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 31))->capture_default_str();
   cmd->add_option("--step-tokens", f.step_tokens,
                   "Prefill chunk per session and step budget; 0 = the model's")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))->capture_default_str();
   cmd->add_option("--kv-block-tokens", f.block_tokens, "Prefix-index block in tokens")
       ->check(CLI::Range(1, 1 << 16))->capture_default_str();
-  cmd->add_option("--threads", f.threads, "Threads; 0 = default")
-      ->check(CLI::Range(0, 1024))->capture_default_str();
   cmd->add_option("--temperature", f.temperature, "Default sampling temperature; 0 = greedy")
       ->check(CLI::Range(0.0, 100.0))->capture_default_str();
   cmd->add_option("--top-k", f.top_k, "Default top-k; 0 = all")
@@ -242,17 +231,17 @@ json result_json(const serve::RequestResult& r, size_t index) {
 }
 
 int run_batch(const BatchFlags& f) {
-  if (f.threads > 0) cpu::set_global_threads(f.threads);
+  apply_threads(f.cache);
   Result<engine::LoadedModel> m = engine::load_model(engine::ModelSource::file(f.model));
   if (!m.ok()) return fail(m.status().message());
   Result<std::vector<Input>> inputs = read_inputs(f, *m);
   if (!inputs.ok()) return fail(inputs.status().message());
   serve::ExecutorOptions o;
-  o.max_sessions = f.max_sessions;
-  o.max_session_tokens = f.max_session_tokens;
+  o.max_sessions = f.cache.max_sessions;
+  o.max_session_tokens = f.cache.max_session_tokens;
   if (f.pool_tokens > 0) o.pool_cells = f.pool_tokens;
-  o.kv_dtype = parse_dtype(f.kv_dtype).value_or(DType::kF32);
-  o.initial_capacity = f.initial_capacity;
+  o.kv_dtype = f.cache.dtype();
+  o.initial_capacity = f.cache.initial_capacity;
   o.step_tokens = f.step_tokens;
   o.prefix_cache = !f.no_prefix_cache;
   o.block_tokens = f.block_tokens;
@@ -264,7 +253,7 @@ int run_batch(const BatchFlags& f) {
   g.cache = e.setup().geometry;
   SummaryOptions so;
   so.config = e.setup().config;
-  so.sessions = f.max_sessions;
+  so.sessions = f.cache.max_sessions;
   so.session_tokens = e.max_session_tokens();
   std::fprintf(stderr, "%s", cache_summary_text(g, so).c_str());
   std::vector<int64_t> ids;  // request id per input

@@ -4,6 +4,7 @@
 // conversation with the chat template kvcache serve uses; --json prints one JSON object (per turn) on
 // stdout. Logs, the cache summary and timings go to stderr. See SPEC §8.
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -24,6 +25,8 @@
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "engine/utf8.h"
+#include "cache_flags.h"
+#include "core/str_cat.h"
 #include "flag_names.h"
 #include "program/cache_summary.h"
 #include "program/gguf.h"
@@ -45,13 +48,7 @@ struct RunFlags {
   int32_t top_k = 0;
   double top_p = 1.0;
   uint64_t seed = 0;
-  std::string cache = "sequence";
-  int64_t capacity = 0;
-  int64_t initial_capacity = 0;
-  std::string kv_dtype = "f32";
-  int64_t max_step_tokens = 0;
-  std::string windows;
-  int32_t threads = 0;
+  CacheFlags cache;
   bool interactive = false;
   bool chat = false;
   std::string system;
@@ -71,31 +68,6 @@ int fail(const std::string& msg) {
   return 1;
 }
 
-// "1,2,3" -> ints; nullopt (with `err` set) on a malformed entry.
-std::optional<std::vector<int64_t>> parse_list(const std::string& text, const char* flag,
-                                               std::string& err) {
-  std::vector<int64_t> out;
-  size_t i = 0;
-  while (i <= text.size()) {
-    const size_t j = std::min(text.find(',', i), text.size());
-    const std::string item = text.substr(i, j - i);
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (...) {
-      used = 0;
-    }
-    if (item.empty() || used != item.size()) {
-      err = std::string(flag) + ": \"" + item + "\" is not an integer (expected a comma list)";
-      return std::nullopt;
-    }
-    out.push_back(v);
-    i = j + 1;
-  }
-  return out;
-}
-
 void add_flags(CLI::App* cmd, RunFlags& f) {
   cmd->add_option("model", f.model, "GGUF model file (default: the embedded tiny model)");
   cmd->add_option("--prompt", f.prompt, "Prompt text")->capture_default_str();
@@ -110,22 +82,10 @@ void add_flags(CLI::App* cmd, RunFlags& f) {
   cmd->add_option("--top-p", f.top_p, "Nucleus sampling mass in (0, 1]")
       ->check(CLI::Range(1e-9, 1.0))->capture_default_str();
   cmd->add_option("--seed", f.seed, "Sampling seed")->capture_default_str();
-  cmd->add_option("--cache", f.cache, "Cache layout")
-      ->check(CLI::IsMember({"sequence", "cell"}))->capture_default_str();
-  cmd->add_option("--capacity", f.capacity,
-                  "Cache capacity in cells; 0 = min(max_context, 4096)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))->capture_default_str();
-  cmd->add_option("--initial-capacity", f.initial_capacity, "Cells allocated up front")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))->capture_default_str();
-  cmd->add_option("--kv-dtype", f.kv_dtype, "K/V storage type")
-      ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
-  cmd->add_option("--max-step-tokens", f.max_step_tokens,
-                  "Prefill chunk; 0 = the model's (lowered to the narrowest window)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))->capture_default_str();
-  cmd->add_option("--windows", f.windows,
-                  "Window per cache layer, comma list cycled over layers; 0 = Full");
-  cmd->add_option("--threads", f.threads, "Threads; 0 = default")
-      ->check(CLI::Range(0, 1024))->capture_default_str();
+  add_cache_flags(cmd, f.cache,
+                  {CacheFlag::kLayout, CacheFlag::kCapacity, CacheFlag::kInitialCapacity,
+                   CacheFlag::kKvDtype, CacheFlag::kMaxStepTokens, CacheFlag::kWindows,
+                   CacheFlag::kThreads});
   cmd->add_flag("--interactive", f.interactive,
                 "Read prompts from stdin line by line (/undo [N], /reset, /quit)");
   cmd->add_flag("--chat", f.chat,
@@ -147,24 +107,8 @@ void add_flags(CLI::App* cmd, RunFlags& f) {
 
 // The model and the cache the flags ask for.
 Status load(const RunFlags& f, Loaded& l) {
-  engine::CacheOptions o;
-  o.kind = f.cache;
-  if (f.capacity > 0) o.capacity = f.capacity;
-  o.initial_capacity = f.initial_capacity;
-  o.kv_dtype = parse_dtype(f.kv_dtype).value_or(DType::kF32);
-  if (f.max_step_tokens > 0) o.max_step_tokens = f.max_step_tokens;
-  if (!f.windows.empty()) {
-    std::string err;
-    auto w = parse_list(f.windows, "--windows", err);
-    if (!w) return invalid_argument(err);
-    for (int64_t v : *w) {
-      if (v < 0 || v > (int64_t{1} << 30))
-        return invalid_argument("--windows: " + std::to_string(v) +
-                                " is out of range, expected 0 (Full) or a window in [1, 2^30]");
-      o.windows.push_back(static_cast<int32_t>(v));
-    }
-  }
-  KVCACHE_ASSIGN_OR_RETURN(l, engine::open_runtime(engine::ModelSource::file(f.model), o));
+  KVCACHE_ASSIGN_OR_RETURN(
+      l, engine::open_runtime(engine::ModelSource::file(f.model), cache_options(f.cache)));
   return ok_status();
 }
 
@@ -180,14 +124,12 @@ Result<std::vector<int32_t>> encode(const RunFlags& f, const Loaded& l, const st
 Result<std::vector<int32_t>> prompt_tokens(const RunFlags& f, const Loaded& l,
                                            const std::string& text) {
   if (!f.prompt_ids_given) return encode(f, l, text, true);
-  std::string err;
-  auto ids = parse_list(f.prompt_ids, "--prompt-ids", err);
-  if (!ids) return invalid_argument(err);
+  KVCACHE_ASSIGN_OR_RETURN(std::vector<int64_t> ids, parse_int_list(f.prompt_ids, "--prompt-ids"));
   std::vector<int32_t> out;
-  for (int64_t v : *ids) {
+  for (int64_t v : ids) {
     if (v < 0 || v >= l.model->hparams().vocab)
-      return invalid_argument("--prompt-ids: " + std::to_string(v) + " is out of range, expected [0, " +
-                              std::to_string(l.model->hparams().vocab) + ")");
+      return invalid_argument(str_cat("--prompt-ids: ", v, " is out of range, expected [0, ",
+                                      l.model->hparams().vocab, ")"));
     out.push_back(static_cast<int32_t>(v));
   }
   return out;
@@ -343,16 +285,14 @@ bool command(const std::string& line, engine::Session& session) {
   std::string arg = line.substr(5);
   int32_t n = 1;
   if (!arg.empty()) {
-    std::string err;
-    auto v = parse_list(arg.substr(arg.find_first_not_of(' ') == std::string::npos
-                                       ? arg.size()
-                                       : arg.find_first_not_of(' ')),
-                        "/undo", err);
-    if (!v || v->size() != 1 || (*v)[0] < 1 || (*v)[0] > (1 << 30)) {
+    const size_t first = arg.find_first_not_of(' ');
+    const char* begin = arg.data() + (first == std::string::npos ? arg.size() : first);
+    const char* end = arg.data() + arg.size();
+    const auto [ptr, ec] = std::from_chars(begin, end, n);  // whole, base 10
+    if (begin == end || ec != std::errc() || ptr != end || n < 1 || n > (1 << 30)) {
       std::fprintf(stderr, "undo: expected /undo or /undo N with N >= 1\n");
       return true;
     }
-    n = static_cast<int32_t>((*v)[0]);
   }
   Status s = session.undo(n);
   if (s.ok())
@@ -430,7 +370,7 @@ int chat(const RunFlags& f, Loaded& l, engine::Session& session, engine::Sampler
 }
 
 int run(const RunFlags& f) {
-  if (f.threads > 0) cpu::set_global_threads(f.threads);
+  apply_threads(f.cache);
   engine::SamplerConfig sc;
   sc.temperature = static_cast<float>(f.temperature);
   sc.top_k = f.top_k;
