@@ -9,6 +9,23 @@
 
 namespace kvcache::tools {
 
+namespace {
+
+// --windows: every entry in [0, 2^30].
+Result<std::vector<int32_t>> window_list(const std::string& text) {
+  KVCACHE_ASSIGN_OR_RETURN(std::vector<int64_t> list, parse_int_list(text, "--windows"));
+  std::vector<int32_t> out;
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (list[i] < 0 || list[i] > (int64_t{1} << 30))
+      return invalid_argument(str_cat("--windows: entry ", i, " = ", list[i],
+                                      ", expected 0 (Full) or a window in [1, 2^30]"));
+    out.push_back(static_cast<int32_t>(list[i]));
+  }
+  return out;
+}
+
+}  // namespace
+
 void add_cache_flags(CLI::App* cmd, CacheFlags& f, std::initializer_list<CacheFlag> which) {
   for (CacheFlag flag : which) {
     switch (flag) {
@@ -35,9 +52,16 @@ void add_cache_flags(CLI::App* cmd, CacheFlags& f, std::initializer_list<CacheFl
             ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))->capture_default_str();
         break;
       case CacheFlag::kWindows:
-        cmd->add_option("--windows", f.windows,
-                        "Window per cache layer, comma list cycled over layers; 0 = Full")
-            ->delimiter(',')->check(CLI::Range(0, 1 << 30));
+        // Parsed whole by parse_int_list: CLI11's delimiter would drop the empty entry of "4,,0".
+        cmd->add_option_function<std::string>(
+               "--windows", [&f](const std::string& text) { f.windows = *window_list(text); },
+               "Window per cache layer, comma list cycled over layers; 0 = Full")
+            ->check(CLI::Validator(
+                [](std::string& text) {
+                  Result<std::vector<int32_t>> w = window_list(text);
+                  return w.ok() ? std::string() : w.status().message();
+                },
+                "LIST"));
         break;
       case CacheFlag::kThreads:
         cmd->add_option("--threads", f.threads, "Threads; 0 = default")

@@ -28,6 +28,7 @@
 #include "cache_flags.h"
 #include "core/str_cat.h"
 #include "flag_names.h"
+#include "op_test/npy.h"
 #include "program/cache_summary.h"
 #include "program/gguf.h"
 #include "server/chat_template.h"
@@ -153,27 +154,6 @@ std::string summary_text(const Loaded& l) {
   return cache_summary_text(g, o);
 }
 
-// Writes a float32 2-D array as NumPy .npy (v1.0).
-Status write_npy(const std::string& path, const std::vector<float>& data, int64_t rows,
-                 int64_t cols) {
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" +
-                       std::to_string(rows) + ", " + std::to_string(cols) + "), }";
-  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
-  header += '\n';
-  std::FILE* out = std::fopen(path.c_str(), "wb");
-  if (out == nullptr) return not_found("--dump-logits: cannot open " + path + " for writing");
-  const auto hlen = static_cast<uint16_t>(header.size());
-  const char magic[] = "\x93NUMPY\x01\x00";
-  bool ok = std::fwrite(magic, 1, 8, out) == 8;
-  const unsigned char len[2] = {static_cast<unsigned char>(hlen & 0xFF),
-                                static_cast<unsigned char>(hlen >> 8)};
-  ok = ok && std::fwrite(len, 1, 2, out) == 2;
-  ok = ok && std::fwrite(header.data(), 1, header.size(), out) == header.size();
-  ok = ok && std::fwrite(data.data(), sizeof(float), data.size(), out) == data.size();
-  ok = (std::fclose(out) == 0) && ok;
-  return ok ? ok_status() : data_loss("--dump-logits: writing " + path + " failed");
-}
-
 // The prompt's logits for every token, through the cache in chunks (or the reference).
 Status dump_logits(const RunFlags& f, Loaded& l, const std::vector<int32_t>& tokens) {
   const int32_t vocab = l.model->hparams().vocab;
@@ -197,7 +177,8 @@ Status dump_logits(const RunFlags& f, Loaded& l, const std::vector<int32_t>& tok
       done += n;
     }
   }
-  KVCACHE_RETURN_IF_ERROR(write_npy(f.dump_logits, all, static_cast<int64_t>(tokens.size()), vocab));
+  const int64_t shape[] = {static_cast<int64_t>(tokens.size()), vocab};
+  KVCACHE_RETURN_IF_ERROR_CTX(write_npy(f.dump_logits, shape, all), "--dump-logits");
   std::fprintf(stderr, "kvcache run: wrote logits [%zu, %d] to %s\n", tokens.size(), vocab,
                f.dump_logits.c_str());
   return ok_status();
