@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "core/geometry.h"
 #include "core/str_cat.h"
+#include "flag_names.h"
 #include "program/cache_summary.h"
 #include "program/gguf.h"
 #include "program/model_geometry.h"
@@ -48,7 +49,11 @@ int run_inspect(const InspectArgs& a) {
     g = std::move(geometry).value();
     if (auto name = file->get_string("general.architecture"); name.ok()) arch = *name;
   }
-  if (!a.cache.windows.empty()) g = with_windows(g, a.cache.windows);
+  if (!a.cache.windows.empty()) {
+    Result<ModelGeometry> w = with_windows(g, a.cache.windows);
+    if (!w.ok()) return fail(invalid_argument(flag_message(w.status(), {kCacheFieldFlags})));
+    g = std::move(*w);
+  }
   SummaryOptions o;
   o.kind = a.cache.layout;
   o.config.kv_dtype = a.cache.dtype();
