@@ -163,19 +163,9 @@ Status dump_logits(const RunFlags& f, Loaded& l, const std::vector<int32_t>& tok
     all.assign(ref.begin(), ref.end());
   } else {
     engine::Logits out;
-    std::vector<int32_t> ids;
-    std::vector<int64_t> pos;
-    for (size_t done = 0; done < tokens.size();) {
-      const size_t n = std::min<size_t>(static_cast<size_t>(l.setup.step_tokens),
-                                        tokens.size() - done);
-      ids.assign(n, l.seq);
-      pos.resize(n);
-      for (size_t i = 0; i < n; ++i) pos[i] = l.cache->pos(l.seq) + static_cast<int64_t>(i);
-      engine::Batch b{std::span<const int32_t>(tokens).subspan(done, n), ids, pos};
-      KVCACHE_RETURN_IF_ERROR(l.engine->forward(b, engine::LogitsMode::kAll, out));
-      all.insert(all.end(), out.data.begin(), out.data.end());
-      done += n;
-    }
+    KVCACHE_RETURN_IF_ERROR(engine::prefill_chunks(
+        *l.engine, l.seq, tokens, l.setup.step_tokens, engine::LogitsMode::kAll, out,
+        [&all](const engine::Logits& o) { all.insert(all.end(), o.data.begin(), o.data.end()); }));
   }
   const int64_t shape[] = {static_cast<int64_t>(tokens.size()), vocab};
   KVCACHE_RETURN_IF_ERROR_CTX(write_npy(f.dump_logits, shape, all), "--dump-logits");

@@ -11,6 +11,7 @@
 
 #include "engine/reference.h"
 #include "engine/runtime.h"
+#include "engine/session.h"
 
 namespace kvcache::engine::testing {
 
@@ -27,18 +28,11 @@ inline std::vector<float> cached_logits(Built& b, std::span<const int32_t> token
                                         int64_t chunk) {
   std::vector<float> all;
   Logits out;
-  for (size_t done = 0; done < tokens.size();) {
-    const size_t n = std::min<size_t>(static_cast<size_t>(chunk), tokens.size() - done);
-    std::vector<int32_t> ids(n, b.seq);
-    std::vector<int64_t> pos(n);
-    for (size_t i = 0; i < n; ++i) pos[i] = b.cache->pos(b.seq) + static_cast<int64_t>(i);
-    Batch batch{tokens.subspan(done, n), ids, pos};
-    Status s = b.engine->forward(batch, LogitsMode::kAll, out);
-    EXPECT_TRUE(s.ok()) << s.to_string();
-    if (!s.ok()) return all;
-    all.insert(all.end(), out.data.begin(), out.data.end());
-    done += n;
-  }
+  Status s = prefill_chunks(*b.engine, b.seq, tokens, chunk, LogitsMode::kAll, out,
+                            [&all](const Logits& o) {
+                              all.insert(all.end(), o.data.begin(), o.data.end());
+                            });
+  EXPECT_TRUE(s.ok()) << s.to_string();
   return all;
 }
 

@@ -9,6 +9,7 @@
 
 #include "engine/embedded_model.h"
 #include "engine/runtime.h"
+#include "engine/session.h"
 #include "engine_test_util.h"
 #include "test_model.h"
 
@@ -94,6 +95,25 @@ TEST(Runtime, RefusalsNameTheSourceOrTheOptionField) {
   o.capacity = -1;
   EXPECT_EQ(open_runtime(ModelSource::memory(bytes), o).status().message(),
             "cache options: capacity = -1, expected > 0");
+}
+
+TEST(PrefillChunks, FeedsAtMostStepTokensPerForwardAndRefusesAZeroStep) {
+  Model m = tiny_model(TinySpec{});
+  CacheOptions o;
+  o.max_step_tokens = 3;
+  Built b = build(m, o);
+  const std::vector<int32_t> tokens = some_tokens(7, 260);
+  std::vector<size_t> chunk_rows;
+  Logits out;
+  Status s = prefill_chunks(*b.engine, b.seq, tokens, 3, LogitsMode::kAll, out,
+                            [&](const Logits& l) { chunk_rows.push_back(l.data.size() / 260); });
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(chunk_rows, (std::vector<size_t>{3, 3, 1}));  // 7 = 3 + 3 + 1
+  EXPECT_EQ(b.cache->pos(b.seq), 7);
+  s = prefill_chunks(*b.engine, b.seq, tokens, 0, LogitsMode::kLast, out);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "prefill: step_tokens = 0, expected >= 1");
+  EXPECT_EQ(b.cache->pos(b.seq), 7);  // refused: nothing fed
 }
 
 }  // namespace
