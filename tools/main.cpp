@@ -37,7 +37,8 @@ int main(int argc, char** argv) {
   };
   if (argc > 1 && argv[1][0] != '-' && !named(argv[1])) {
     std::string known;
-    for (const auto& [sub, runner] : commands) known += (known.empty() ? "" : ", ") + sub->get_name();
+    for (const auto& [sub, runner] : commands)
+      known += (known.empty() ? "" : ", ") + sub->get_name();
     std::fprintf(stderr, "kvcache: unknown subcommand '%s', expected one of %s\n", argv[1],
                  known.c_str());
     return 2;
