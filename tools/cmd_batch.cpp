@@ -18,9 +18,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cache_flags.h"
 #include "commands.h"
 #include "cpu/thread_pool.h"
-#include "load_model.h"
+#include "engine/runtime.h"
+#include "flag_names.h"
 #include "program/cache_summary.h"
 #include "serve/executor.h"
 
@@ -34,17 +36,13 @@ constexpr std::uintmax_t kMaxPromptsFileBytes = std::uintmax_t{256} << 20;
 struct BatchFlags {
   std::string model;
   std::string prompts_file;
-  int32_t max_sessions = 8;
-  int64_t max_session_tokens = 0;
+  CacheFlags cache;  // sessions, session tokens, K/V dtype, initial capacity, threads
   int64_t pool_tokens = 0;
   int32_t max_new_tokens = 64;
-  std::string kv_dtype = "f32";
-  int64_t initial_capacity = 0;
   int64_t step_tokens = 0;
   int32_t block_tokens = serve::kDefaultBlockTokens;
   std::string kv_store;
   int32_t kv_store_wait_ms = 1000;
-  int32_t threads = 0;
   double temperature = 0.0;
   int32_t top_k = 0;
   double top_p = 1.0;
@@ -71,21 +69,15 @@ void add_flags(CLI::App* cmd, BatchFlags& f) {
                   "JSON Lines: {\"prompt\" | \"prompt_ids\", \"max_new_tokens\"?, "
                   "\"temperature\"?, \"top_k\"?, \"top_p\"?, \"seed\"?, \"n\"?, \"stop\"?}")
       ->required();
-  cmd->add_option("--max-sessions", f.max_sessions, "Sessions decoding at once")
-      ->check(CLI::Range(1, 128))->capture_default_str();
-  cmd->add_option("--max-session-tokens", f.max_session_tokens,
-                  "Prompt + generated tokens per session; 0 = min(max_context, 4096)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))->capture_default_str();
+  add_cache_flags(cmd, f.cache,
+                  {CacheFlag::kMaxSessions, CacheFlag::kMaxSessionTokens, CacheFlag::kKvDtype,
+                   CacheFlag::kInitialCapacity, CacheFlag::kThreads});
   cmd->add_option("--pool-tokens", f.pool_tokens,
                   "Cells in the pool; 0 = max-sessions * max-session-tokens (smaller may "
                   "preempt)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 31))->capture_default_str();
   cmd->add_option("--max-new-tokens", f.max_new_tokens, "Default tokens to generate")
       ->check(CLI::Range(0, 1 << 20))->capture_default_str();
-  cmd->add_option("--kv-dtype", f.kv_dtype, "K/V storage type")
-      ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
-  cmd->add_option("--initial-capacity", f.initial_capacity, "Cells allocated up front")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 31))->capture_default_str();
   cmd->add_option("--step-tokens", f.step_tokens,
                   "Prefill chunk per session and step budget; 0 = the model's")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))->capture_default_str();
@@ -96,8 +88,6 @@ void add_flags(CLI::App* cmd, BatchFlags& f) {
   cmd->add_option("--kv-store-wait-ms", f.kv_store_wait_ms,
                   "Longest wait of a request for the store's answer before it prefills")
       ->check(CLI::Range(0, 60000))->capture_default_str();
-  cmd->add_option("--threads", f.threads, "Threads; 0 = default")
-      ->check(CLI::Range(0, 1024))->capture_default_str();
   cmd->add_option("--temperature", f.temperature, "Default sampling temperature; 0 = greedy")
       ->check(CLI::Range(0.0, 100.0))->capture_default_str();
   cmd->add_option("--top-k", f.top_k, "Default top-k; 0 = all")
@@ -145,8 +135,8 @@ Status read_number(const json& obj, const char* key, T lo, T hi, T& out, const s
   return ok_status();
 }
 
-Status read_prompt(const json& obj, const LoadedModel& m, std::vector<int32_t>& out,
-                   const std::string& at) {
+Status read_prompt(const json& obj, const engine::LoadedModel& m,
+                   std::vector<int32_t>& out, const std::string& at) {
   const bool text = obj.contains("prompt"), ids = obj.contains("prompt_ids");
   if (text == ids) return invalid_argument(at + ": expected exactly one of \"prompt\", \"prompt_ids\"");
   if (text) {
@@ -169,8 +159,8 @@ Status read_prompt(const json& obj, const LoadedModel& m, std::vector<int32_t>& 
   return ok_status();
 }
 
-Status read_request(const json& obj, const BatchFlags& f, const LoadedModel& m, Input& in,
-                    const std::string& at) {
+Status read_request(const json& obj, const BatchFlags& f, const engine::LoadedModel& m,
+                    Input& in, const std::string& at) {
   if (!obj.is_object()) return invalid_argument(at + ": expected a JSON object");
   static const char* kKeys[] = {"prompt", "prompt_ids", "max_new_tokens", "temperature", "top_k",
                                 "top_p", "seed", "n", "stop"};
@@ -209,7 +199,7 @@ Status read_request(const json& obj, const BatchFlags& f, const LoadedModel& m, 
   return ok_status();
 }
 
-Result<std::vector<Input>> read_inputs(const BatchFlags& f, const LoadedModel& m) {
+Result<std::vector<Input>> read_inputs(const BatchFlags& f, const engine::LoadedModel& m) {
   Result<std::string> text = read_prompts_file(f.prompts_file);
   if (!text.ok()) return text.status();
   std::vector<Input> inputs;
@@ -266,17 +256,17 @@ json store_json(const serve::ExecutorStats& s) {
 }
 
 int run_batch(const BatchFlags& f) {
-  if (f.threads > 0) cpu::set_global_threads(f.threads);
-  Result<LoadedModel> m = load_model(f.model);
+  apply_threads(f.cache);
+  Result<engine::LoadedModel> m = engine::load_model(engine::ModelSource::file(f.model));
   if (!m.ok()) return fail(m.status().message());
   Result<std::vector<Input>> inputs = read_inputs(f, *m);
   if (!inputs.ok()) return fail(inputs.status().message());
   serve::ExecutorOptions o;
-  o.max_sessions = f.max_sessions;
-  o.max_session_tokens = f.max_session_tokens;
+  o.max_sessions = f.cache.max_sessions;
+  o.max_session_tokens = f.cache.max_session_tokens;
   if (f.pool_tokens > 0) o.pool_cells = f.pool_tokens;
-  o.kv_dtype = parse_dtype(f.kv_dtype).value_or(DType::kF32);
-  o.initial_capacity = f.initial_capacity;
+  o.kv_dtype = f.cache.dtype();
+  o.initial_capacity = f.cache.initial_capacity;
   o.step_tokens = f.step_tokens;
   o.prefix_cache = !f.no_prefix_cache;
   o.block_tokens = f.block_tokens;
@@ -284,13 +274,13 @@ int run_batch(const BatchFlags& f) {
   o.store_wait_ms = f.kv_store_wait_ms;
   o.eog_ids = m->eog_ids;
   Result<std::unique_ptr<serve::Executor>> ex = serve::Executor::create(*m->model, &*m->tokenizer, o);
-  if (!ex.ok()) return fail(ex.status().message());
+  if (!ex.ok()) return fail(flag_message(ex.status(), {kExecutorFieldFlags}));
   serve::Executor& e = **ex;
   ModelGeometry g = m->model->geometry();
   g.cache = e.setup().geometry;
   SummaryOptions so;
   so.config = e.setup().config;
-  so.sessions = f.max_sessions;
+  so.sessions = f.cache.max_sessions;
   so.session_tokens = e.max_session_tokens();
   std::fprintf(stderr, "%s", cache_summary_text(g, so).c_str());
   std::vector<int64_t> ids;  // request id per input

@@ -5,6 +5,7 @@
 // formats the conversation with the chat template kvcache serve uses; --json prints one JSON
 // object (per turn) on stdout. Logs, the cache summary and timings go to stderr. See SPEC §8.
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -19,16 +20,16 @@
 #include "commands.h"
 #include "core/cache.h"
 #include "cpu/thread_pool.h"
-#include "engine/cache_setup.h"
-#include "engine/embedded_model.h"
-#include "engine/forward.h"
 #include "engine/kernels.h"
-#include "engine/model.h"
 #include "engine/reference.h"
+#include "engine/runtime.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
-#include "engine/tokenizer.h"
 #include "engine/utf8.h"
+#include "cache_flags.h"
+#include "core/str_cat.h"
+#include "flag_names.h"
+#include "op_test/npy.h"
 #include "program/cache_summary.h"
 #include "program/gguf.h"
 #include "server/chat_template.h"
@@ -51,13 +52,7 @@ struct RunFlags {
   int32_t top_k = 0;
   double top_p = 1.0;
   uint64_t seed = 0;
-  std::string cache = "sequence";
-  int64_t capacity = 0;
-  int64_t initial_capacity = 0;
-  std::string kv_dtype = "f32";
-  int64_t max_step_tokens = 0;
-  std::string windows;
-  int32_t threads = 0;
+  CacheFlags cache;
   bool interactive = false;
   int32_t undo_turns = engine::kDefaultUndoTurns;
   bool chat = false;
@@ -73,54 +68,11 @@ struct RunFlags {
 };
 
 // Everything a run needs, built from the flags.
-struct Loaded {
-  std::unique_ptr<gguf::GgufFile> file;
-  std::unique_ptr<engine::Model> model;
-  std::optional<engine::Tokenizer> tokenizer;
-  engine::CacheSetup setup;
-  std::shared_ptr<Cache> cache;
-  std::unique_ptr<engine::Engine> eng;
-  int32_t seq = 0;
-};
+using Loaded = engine::Runtime;
 
 int fail(const std::string& msg) {
   std::fprintf(stderr, "kvcache run: %s\n", msg.c_str());
   return 1;
-}
-
-// A library error naming a field, with the field's flag put first.
-std::string flag_message(const Status& s) {
-  static const std::pair<const char*, const char*> kFlags[] = {
-      {"temperature", "--temperature"}, {"top_k", "--top-k"}, {"top_p", "--top-p"}};
-  for (const auto& [field, flag] : kFlags)
-    if (s.message().find(std::string(" ") + field + " =") != std::string::npos)
-      return std::string(flag) + ": " + s.message();
-  return s.message();
-}
-
-// "1,2,3" -> ints; nullopt (with `err` set) on a malformed entry.
-std::optional<std::vector<int64_t>> parse_list(const std::string& text, const char* flag,
-                                               std::string& err) {
-  std::vector<int64_t> out;
-  size_t i = 0;
-  while (i <= text.size()) {
-    const size_t j = std::min(text.find(',', i), text.size());
-    const std::string item = text.substr(i, j - i);
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (...) {
-      used = 0;
-    }
-    if (item.empty() || used != item.size()) {
-      err = std::string(flag) + ": \"" + item + "\" is not an integer (expected a comma list)";
-      return std::nullopt;
-    }
-    out.push_back(v);
-    i = j + 1;
-  }
-  return out;
 }
 
 void add_flags(CLI::App* cmd, RunFlags& f) {
@@ -139,22 +91,10 @@ void add_flags(CLI::App* cmd, RunFlags& f) {
   cmd->add_option("--top-p", f.top_p, "Nucleus sampling mass in (0, 1]")
       ->check(CLI::Range(1e-9, 1.0))->capture_default_str();
   cmd->add_option("--seed", f.seed, "Sampling seed")->capture_default_str();
-  cmd->add_option("--cache", f.cache, "Cache layout")
-      ->check(CLI::IsMember({"sequence", "cell"}))->capture_default_str();
-  cmd->add_option("--capacity", f.capacity,
-                  "Cache capacity in cells; 0 = min(max_context, 4096)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))->capture_default_str();
-  cmd->add_option("--initial-capacity", f.initial_capacity, "Cells allocated up front")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))->capture_default_str();
-  cmd->add_option("--kv-dtype", f.kv_dtype, "K/V storage type")
-      ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
-  cmd->add_option("--max-step-tokens", f.max_step_tokens,
-                  "Prefill chunk; 0 = the model's (lowered to the narrowest window)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))->capture_default_str();
-  cmd->add_option("--windows", f.windows,
-                  "Window per cache layer, comma list cycled over layers; 0 = Full");
-  cmd->add_option("--threads", f.threads, "Threads; 0 = default")
-      ->check(CLI::Range(0, 1024))->capture_default_str();
+  add_cache_flags(cmd, f.cache,
+                  {CacheFlag::kLayout, CacheFlag::kCapacity, CacheFlag::kInitialCapacity,
+                   CacheFlag::kKvDtype, CacheFlag::kMaxStepTokens, CacheFlag::kWindows,
+                   CacheFlag::kThreads});
   cmd->add_flag("--interactive", f.interactive,
                 "Read prompts from stdin line by line (/undo [N], /reset, /quit)");
   cmd->add_option("--undo-turns", f.undo_turns,
@@ -183,56 +123,10 @@ void add_flags(CLI::App* cmd, RunFlags& f) {
       ->group("");
 }
 
+// The model and the cache the flags ask for.
 Status load(const RunFlags& f, Loaded& l) {
-  std::span<const uint8_t> bytes = engine::embedded_model();
-  if (f.model.empty() && bytes.empty())
-    return not_found("no MODEL given and this build embeds no default model "
-                     "(models/tiny.gguf was absent when cmake ran)");
-  Result<gguf::GgufFile> file =
-      f.model.empty() ? gguf::GgufFile::parse(bytes) : gguf::GgufFile::open(f.model);
-  if (!file.ok()) return file.status();
-  l.file = std::make_unique<gguf::GgufFile>(std::move(*file));
-  Result<engine::Model> model = engine::Model::load(*l.file);
-  if (!model.ok()) return model.status();
-  l.model = std::make_unique<engine::Model>(std::move(*model));
-  Result<engine::Tokenizer> tok = engine::Tokenizer::from_gguf(*l.file, l.model->hparams().vocab);
-  if (!tok.ok()) return tok.status();
-  l.tokenizer = std::move(*tok);
-  return ok_status();
-}
-
-Status setup_cache(const RunFlags& f, Loaded& l) {
-  engine::CacheOptions o;
-  o.kind = f.cache;
-  if (f.capacity > 0) o.capacity = f.capacity;
-  o.initial_capacity = f.initial_capacity;
-  o.kv_dtype = parse_dtype(f.kv_dtype).value_or(DType::kF32);
-  if (f.max_step_tokens > 0) o.max_step_tokens = f.max_step_tokens;
-  if (!f.windows.empty()) {
-    std::string err;
-    auto w = parse_list(f.windows, "--windows", err);
-    if (!w) return invalid_argument(err);
-    for (int64_t v : *w) {
-      if (v < 0 || v > (int64_t{1} << 30))
-        return invalid_argument("--windows: " + std::to_string(v) +
-                                " is out of range, expected 0 (Full) or a window in [1, 2^30]");
-      o.windows.push_back(static_cast<int32_t>(v));
-    }
-  }
-  Result<engine::CacheSetup> s = engine::plan_cache(*l.model, o);
-  if (!s.ok()) return s.status();
-  l.setup = std::move(*s);
-  Result<std::shared_ptr<Cache>> c = engine::build_cache(l.setup);
-  if (!c.ok()) return c.status();
-  l.cache = std::move(*c);
-  if (l.setup.kind == kCellKind) {
-    Result<int32_t> seq = l.cache->seq_new();
-    if (!seq.ok()) return seq.status();
-    l.seq = *seq;
-  }
-  Result<std::unique_ptr<engine::Engine>> e = engine::Engine::create(*l.model, l.cache);
-  if (!e.ok()) return e.status();
-  l.eng = std::move(*e);
+  KVCACHE_ASSIGN_OR_RETURN(
+      l, engine::open_runtime(engine::ModelSource::file(f.model), cache_options(f.cache)));
   return ok_status();
 }
 
@@ -248,14 +142,12 @@ Result<std::vector<int32_t>> encode(const RunFlags& f, const Loaded& l, const st
 Result<std::vector<int32_t>> prompt_tokens(const RunFlags& f, const Loaded& l,
                                            const std::string& text, bool conversation_start) {
   if (!f.prompt_ids_given) return encode(f, l, text, conversation_start);
-  std::string err;
-  auto ids = parse_list(f.prompt_ids, "--prompt-ids", err);
-  if (!ids) return invalid_argument(err);
+  KVCACHE_ASSIGN_OR_RETURN(std::vector<int64_t> ids, parse_int_list(f.prompt_ids, "--prompt-ids"));
   std::vector<int32_t> out;
-  for (int64_t v : *ids) {
+  for (int64_t v : ids) {
     if (v < 0 || v >= l.model->hparams().vocab)
-      return invalid_argument("--prompt-ids: " + std::to_string(v) + " is out of range, expected [0, " +
-                              std::to_string(l.model->hparams().vocab) + ")");
+      return invalid_argument(str_cat("--prompt-ids: ", v, " is out of range, expected [0, ",
+                                      l.model->hparams().vocab, ")"));
     out.push_back(static_cast<int32_t>(v));
   }
   return out;
@@ -279,27 +171,6 @@ std::string summary_text(const Loaded& l) {
   return cache_summary_text(g, o);
 }
 
-// Writes a float32 2-D array as NumPy .npy (v1.0).
-Status write_npy(const std::string& path, const std::vector<float>& data, int64_t rows,
-                 int64_t cols) {
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" +
-                       std::to_string(rows) + ", " + std::to_string(cols) + "), }";
-  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
-  header += '\n';
-  std::FILE* out = std::fopen(path.c_str(), "wb");
-  if (out == nullptr) return not_found("--dump-logits: cannot open " + path + " for writing");
-  const auto hlen = static_cast<uint16_t>(header.size());
-  const char magic[] = "\x93NUMPY\x01\x00";
-  bool ok = std::fwrite(magic, 1, 8, out) == 8;
-  const unsigned char len[2] = {static_cast<unsigned char>(hlen & 0xFF),
-                                static_cast<unsigned char>(hlen >> 8)};
-  ok = ok && std::fwrite(len, 1, 2, out) == 2;
-  ok = ok && std::fwrite(header.data(), 1, header.size(), out) == header.size();
-  ok = ok && std::fwrite(data.data(), sizeof(float), data.size(), out) == data.size();
-  ok = (std::fclose(out) == 0) && ok;
-  return ok ? ok_status() : data_loss("--dump-logits: writing " + path + " failed");
-}
-
 // The prompt's logits for every token, through the cache in chunks (or the reference).
 Status dump_logits(const RunFlags& f, Loaded& l, const std::vector<int32_t>& tokens) {
   const int32_t vocab = l.model->hparams().vocab;
@@ -309,21 +180,12 @@ Status dump_logits(const RunFlags& f, Loaded& l, const std::vector<int32_t>& tok
     all.assign(ref.begin(), ref.end());
   } else {
     engine::Logits out;
-    std::vector<int32_t> ids;
-    std::vector<int64_t> pos;
-    for (size_t done = 0; done < tokens.size();) {
-      const size_t n = std::min<size_t>(static_cast<size_t>(l.setup.step_tokens),
-                                        tokens.size() - done);
-      ids.assign(n, l.seq);
-      pos.resize(n);
-      for (size_t i = 0; i < n; ++i) pos[i] = l.cache->pos(l.seq) + static_cast<int64_t>(i);
-      engine::Batch b{std::span<const int32_t>(tokens).subspan(done, n), ids, pos};
-      KVCACHE_RETURN_IF_ERROR(l.eng->forward(b, engine::LogitsMode::kAll, out));
-      all.insert(all.end(), out.data.begin(), out.data.end());
-      done += n;
-    }
+    KVCACHE_RETURN_IF_ERROR(engine::prefill_chunks(
+        *l.engine, l.seq, tokens, l.setup.step_tokens, engine::LogitsMode::kAll, out,
+        [&all](const engine::Logits& o) { all.insert(all.end(), o.data.begin(), o.data.end()); }));
   }
-  KVCACHE_RETURN_IF_ERROR(write_npy(f.dump_logits, all, static_cast<int64_t>(tokens.size()), vocab));
+  const int64_t shape[] = {static_cast<int64_t>(tokens.size()), vocab};
+  KVCACHE_RETURN_IF_ERROR_CTX(write_npy(f.dump_logits, shape, all), "--dump-logits");
   std::fprintf(stderr, "kvcache run: wrote logits [%zu, %d] to %s\n", tokens.size(), vocab,
                f.dump_logits.c_str());
   return ok_status();
@@ -432,16 +294,14 @@ bool command(const std::string& line, engine::Session& session) {
   std::string arg = line.substr(5);
   int32_t n = 1;
   if (!arg.empty()) {
-    std::string err;
-    auto v = parse_list(arg.substr(arg.find_first_not_of(' ') == std::string::npos
-                                       ? arg.size()
-                                       : arg.find_first_not_of(' ')),
-                        "/undo", err);
-    if (!v || v->size() != 1 || (*v)[0] < 1 || (*v)[0] > (1 << 30)) {
+    const size_t first = arg.find_first_not_of(' ');
+    const char* begin = arg.data() + (first == std::string::npos ? arg.size() : first);
+    const char* end = arg.data() + arg.size();
+    const auto [ptr, ec] = std::from_chars(begin, end, n);  // whole, base 10
+    if (begin == end || ec != std::errc() || ptr != end || n < 1 || n > (1 << 30)) {
       std::fprintf(stderr, "undo: expected /undo or /undo N with N >= 1\n");
       return true;
     }
-    n = static_cast<int32_t>((*v)[0]);
   }
   Status s = session.undo(n);
   if (s.ok())
@@ -526,17 +386,17 @@ int chat(const RunFlags& f, Loaded& l, engine::Session& session, engine::Sampler
 }
 
 int run(const RunFlags& f) {
-  if (f.threads > 0) cpu::set_global_threads(f.threads);
+  apply_threads(f.cache);
   engine::SamplerConfig sc;
   sc.temperature = static_cast<float>(f.temperature);
   sc.top_k = f.top_k;
   sc.top_p = static_cast<float>(f.top_p);
   sc.seed = f.seed;
-  if (Status bad = engine::check_sampler_config(sc); !bad.ok()) return fail(flag_message(bad));
+  if (Status bad = engine::check_sampler_config(sc); !bad.ok())
+    return fail(flag_message(bad, {kSamplerFieldFlags}));
   Loaded l;
   Status s = load(f, l);
-  if (s.ok()) s = setup_cache(f, l);
-  if (!s.ok()) return fail(s.message());
+  if (!s.ok()) return fail(flag_message(s, {kCacheFieldFlags}));
   std::fprintf(stderr, "%s", summary_text(l).c_str());
   std::fprintf(stderr, "model: %s, %d layers, d=%d, vocab %d, %.2fM params; prefill chunk %lld\n",
                l.model->hparams().arch.c_str(), l.model->hparams().n_layers,
@@ -544,7 +404,7 @@ int run(const RunFlags& f) {
                static_cast<double>(l.model->n_params()) / 1e6,
                static_cast<long long>(l.setup.step_tokens));
   engine::Sampler sampler(sc);
-  engine::Session session(*l.eng, l.setup.step_tokens, l.seq);
+  engine::Session session(*l.engine, l.setup.step_tokens, l.seq);
   if (s = session.set_undo_turns(f.undo_turns); !s.ok()) return fail(s.message());
   if (f.interactive || f.chat) std::fprintf(stderr, "%s", undo_summary(l, f.undo_turns).c_str());
   const bool sessions = !f.save_session.empty() || !f.load_session.empty();

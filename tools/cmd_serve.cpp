@@ -13,9 +13,11 @@
 #include <string>
 #include <thread>
 
+#include "cache_flags.h"
 #include "commands.h"
 #include "cpu/thread_pool.h"
-#include "load_model.h"
+#include "engine/runtime.h"
+#include "flag_names.h"
 #include "program/cache_summary.h"
 #include "serve/executor.h"
 #include "server/engine_loop.h"
@@ -28,10 +30,7 @@ struct ServeFlags {
   std::string model;
   std::string host = "127.0.0.1";
   int port = 8080;
-  int32_t max_sessions = 8;
-  int64_t max_session_tokens = 0;
-  std::string kv_dtype = "f32";
-  int32_t threads = 0;
+  CacheFlags cache;  // --max-sessions, --max-session-tokens, --kv-dtype, --threads
   std::string api_key;
   std::string chat_template;
   int64_t max_queue = 64;
@@ -54,15 +53,9 @@ void add_flags(CLI::App* cmd, ServeFlags& f) {
   cmd->add_option("--host", f.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", f.port, "Port; 0 = any free port (printed)")
       ->check(CLI::Range(0, 65535))->capture_default_str();
-  cmd->add_option("--max-sessions", f.max_sessions, "Sessions decoding at once")
-      ->check(CLI::Range(1, 128))->capture_default_str();
-  cmd->add_option("--max-session-tokens", f.max_session_tokens,
-                  "Prompt + generated tokens per session; 0 = min(max_context, 4096)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))->capture_default_str();
-  cmd->add_option("--kv-dtype", f.kv_dtype, "K/V storage type")
-      ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
-  cmd->add_option("--threads", f.threads, "Engine threads; 0 = default")
-      ->check(CLI::Range(0, 1024))->capture_default_str();
+  add_cache_flags(cmd, f.cache,
+                  {CacheFlag::kMaxSessions, CacheFlag::kMaxSessionTokens, CacheFlag::kKvDtype,
+                   CacheFlag::kThreads});
   cmd->add_option("--api-key", f.api_key,
                   "Require 'Authorization: Bearer KEY' on every endpoint but /health and the page /");
   cmd->add_option("--chat-template", f.chat_template,
@@ -91,7 +84,7 @@ void add_flags(CLI::App* cmd, ServeFlags& f) {
 
 // The template from --chat-template or the model's own; nullopt (with a startup warning and
 // the message chat requests get) when neither names a known one.
-void pick_template(const ServeFlags& f, const LoadedModel& m, server::ServerOptions& o) {
+void pick_template(const ServeFlags& f, const engine::LoadedModel& m, server::ServerOptions& o) {
   Result<std::string> text = m.file->get_string("tokenizer.chat_template");
   server::TemplateChoice c = server::choose_chat_template(
       f.chat_template, text.ok() ? std::optional<std::string>(*text) : std::nullopt);
@@ -139,25 +132,25 @@ void watch_signals(std::atomic<bool>& quit, server::EngineLoop& loop, server::Ht
 
 int run_serve(const ServeFlags& f) {
   if (!install_stop_handlers()) return fail("cannot install the SIGINT/SIGTERM handlers");
-  if (f.threads > 0) cpu::set_global_threads(f.threads);
-  Result<LoadedModel> m = load_model(f.model);
+  apply_threads(f.cache);
+  Result<engine::LoadedModel> m = engine::load_model(engine::ModelSource::file(f.model));
   if (!m.ok()) return fail(m.status().message());
   serve::ExecutorOptions eo;
-  eo.max_sessions = f.max_sessions;
-  eo.max_session_tokens = f.max_session_tokens;
-  eo.kv_dtype = parse_dtype(f.kv_dtype).value_or(DType::kF32);
+  eo.max_sessions = f.cache.max_sessions;
+  eo.max_session_tokens = f.cache.max_session_tokens;
+  eo.kv_dtype = f.cache.dtype();
   eo.prefix_cache = !f.no_prefix_cache;
   eo.block_tokens = f.block_tokens;
   eo.kv_store = f.kv_store;
   eo.store_wait_ms = f.kv_store_wait_ms;
   eo.eog_ids = m->eog_ids;
   Result<std::unique_ptr<serve::Executor>> ex = serve::Executor::create(*m->model, &*m->tokenizer, eo);
-  if (!ex.ok()) return fail(ex.status().message());
+  if (!ex.ok()) return fail(flag_message(ex.status(), {kExecutorFieldFlags}));
   ModelGeometry g = m->model->geometry();
   g.cache = (*ex)->setup().geometry;
   SummaryOptions so;
   so.config = (*ex)->setup().config;
-  so.sessions = f.max_sessions;
+  so.sessions = f.cache.max_sessions;
   so.session_tokens = (*ex)->max_session_tokens();
   std::fprintf(stderr, "%s", cache_summary_text(g, so).c_str());
 
@@ -173,7 +166,7 @@ int run_serve(const ServeFlags& f) {
   server::ServerModel sm;
   sm.tokenizer = &*m->tokenizer;
   sm.specials = server::SpecialTokens::from_gguf(m->file.get());
-  sm.limits = {m->model->hparams().vocab, f.max_sessions, (*ex)->max_session_tokens()};
+  sm.limits = {m->model->hparams().vocab, f.cache.max_sessions, (*ex)->max_session_tokens()};
 
   server::EngineLoop loop(**ex, f.max_queue);
   server::HttpServer http(loop, o, std::move(sm));

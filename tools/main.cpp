@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <exception>
 #include <new>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -27,6 +28,21 @@ int main(int argc, char** argv) {
   add(kvcache::tools::add_quantize);
   add(kvcache::tools::add_tokenize);
   add(kvcache::tools::add_serve);
+  // A first word that is no option and no subcommand: name it (CLI11 says only that a
+  // subcommand is required).
+  const auto named = [&](const char* word) {
+    for (const auto& [sub, runner] : commands)
+      if (sub->check_name(word)) return true;
+    return false;
+  };
+  if (argc > 1 && argv[1][0] != '-' && !named(argv[1])) {
+    std::string known;
+    for (const auto& [sub, runner] : commands)
+      known += (known.empty() ? "" : ", ") + sub->get_name();
+    std::fprintf(stderr, "kvcache: unknown subcommand '%s', expected one of %s\n", argv[1],
+                 known.c_str());
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

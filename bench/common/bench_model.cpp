@@ -107,19 +107,13 @@ const LoadedBenchModel& load_bench_model(int64_t max_context) {
     l.error = "writing the benchmark model failed";
     return l;
   }
-  Result<gguf::GgufFile> f = gguf::GgufFile::open(path);
+  Result<engine::LoadedModel> m = engine::load_model(engine::ModelSource::file(path));
   std::remove(path.c_str());  // the file is mapped or copied: its name is no longer needed
-  if (!f.ok()) {
-    l.error = f.status().to_string();
-    return l;
-  }
-  l.file = std::make_unique<gguf::GgufFile>(std::move(*f));
-  Result<engine::Model> m = engine::Model::load(*l.file);
   if (!m.ok()) {
     l.error = m.status().to_string();
     return l;
   }
-  l.model = std::make_unique<engine::Model>(std::move(*m));
+  static_cast<engine::LoadedModel&>(l) = std::move(*m);
   return l;
 }
 

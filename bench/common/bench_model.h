@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/model.h"
+#include "engine/runtime.h"
 #include "program/gguf.h"
 
 namespace kvcache::bench {
@@ -25,11 +26,10 @@ std::vector<uint8_t> bench_model_bytes(int64_t max_context);
 // removes the file.
 std::string write_bench_model(int64_t max_context);
 
-// The model loaded from such a file (the file stays open beside it), once per max_context for
-// the process; `error` says why not.
-struct LoadedBenchModel {
-  std::unique_ptr<gguf::GgufFile> file;
-  std::unique_ptr<engine::Model> model;
+// The model loaded from such a file by engine::load_model (the file stays open beside it;
+// the tokenizer is the raw-bytes one), once per max_context for the process; `error` says why
+// not.
+struct LoadedBenchModel : engine::LoadedModel {
   std::string error;
 };
 const LoadedBenchModel& load_bench_model(int64_t max_context);

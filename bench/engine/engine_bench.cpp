@@ -16,10 +16,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include "engine/cache_setup.h"
-#include "engine/forward.h"
-#include "engine/model.h"
-#include "program/gguf.h"
+#include "engine/runtime.h"
 #include "program/model_geometry.h"
 #include "bench_model.h"
 
@@ -34,8 +31,7 @@ constexpr int kMaxContext = 16384 + 1024;
 
 // One model + engine + f16 sequence cache shared by every benchmark, in registration order.
 struct State {
-  std::unique_ptr<gguf::GgufFile> file;
-  std::unique_ptr<Model> model;
+  const Model* model = nullptr;  // owned by bench::load_bench_model
   std::shared_ptr<Cache> cache;
   std::unique_ptr<Engine> engine;
   std::string error;
@@ -44,36 +40,20 @@ struct State {
 State& state() {
   static State* s = [] {
     auto* st = new State();
-    const std::string path = bench::write_bench_model(kMaxContext);
-    if (path.empty()) {
-      st->error = "writing the bench model failed";
-      return st;
-    }
-    Result<gguf::GgufFile> f = gguf::GgufFile::open(path);
-    if (!f.ok()) {
-      st->error = f.status().to_string();
-      return st;
-    }
-    st->file = std::make_unique<gguf::GgufFile>(std::move(*f));
-    Result<Model> m = Model::load(*st->file);
-    std::remove(path.c_str());
-    if (!m.ok()) {
-      st->error = m.status().to_string();
-      return st;
-    }
-    st->model = std::make_unique<Model>(std::move(*m));
+    const bench::LoadedBenchModel& b = bench::load_bench_model(kMaxContext);
+    st->error = b.error;
+    st->model = b.model.get();
+    if (st->model == nullptr) return st;
     CacheOptions o;
     o.capacity = kMaxContext;
     o.kv_dtype = DType::kF16;
-    Result<CacheSetup> setup = plan_cache(*st->model, o);
-    Result<std::shared_ptr<Cache>> c =
-        setup.ok() ? build_cache(*setup) : Result<std::shared_ptr<Cache>>(setup.status());
+    Result<CachedEngine> c = build_engine(*st->model, o);
     if (!c.ok()) {
       st->error = c.status().to_string();
       return st;
     }
-    st->cache = *c;
-    st->engine = Engine::create(*st->model, st->cache).value();
+    st->cache = c->cache;
+    st->engine = std::move(c->engine);
     return st;
   }();
   return *s;

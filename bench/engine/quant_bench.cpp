@@ -21,10 +21,9 @@
 
 #include "cpu/kv_pool.h"
 #include "cpu/thread_pool.h"
-#include "engine/cache_setup.h"
-#include "engine/forward.h"
 #include "engine/model.h"
 #include "engine/quant_matvec.h"
+#include "engine/runtime.h"
 #include "program/gguf.h"
 #include "program/gguf_quant.h"
 #include "program/gguf_quantize.h"
@@ -152,13 +151,12 @@ Loaded& loaded(int mix) {
     }
     bytes = w.bytes();
   }
-  gguf::GgufFile f = gguf::GgufFile::parse(bytes).value();
-  Result<Model> m = Model::load(f);
+  Result<LoadedModel> m = load_model(ModelSource::memory(bytes));
   if (!m.ok()) {
     l.error = m.status().to_string();
     return l;
   }
-  l.model = std::make_unique<Model>(std::move(*m));
+  l.model = std::move(m->model);
   for (const LayerWeights& lw : l.model->layers())
     for (const Weight* x : {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down})
       l.weight_bytes_per_token += static_cast<int64_t>(x->bytes.size());
@@ -166,8 +164,9 @@ Loaded& loaded(int mix) {
   CacheOptions o;
   o.capacity = kCtx;
   o.kv_dtype = DType::kF16;
-  l.cache = build_cache(plan_cache(*l.model, o).value()).value();
-  l.engine = Engine::create(*l.model, l.cache).value();
+  CachedEngine c = build_engine(*l.model, o).value();
+  l.cache = c.cache;
+  l.engine = std::move(c.engine);
   return l;
 }
 

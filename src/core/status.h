@@ -1,6 +1,7 @@
 // Status and Result: the one error type at the library boundary (every layer above core too).
 // Layer: core. A Status is a code plus a message that names the operation, the value and the
 // expectation. Result<T> holds either a value or a non-ok Status. No exceptions are thrown.
+// The macros below propagate errors; a context prefix is built only when there is an error.
 #pragma once
 
 #include <cassert>
@@ -81,7 +82,19 @@ class [[nodiscard]] Result {
   std::variant<T, Status> v_;
 };
 
+// `s` with "prefix: " before its message, same code; an ok `s` stays ok (and unprefixed).
+inline Status with_context(Status s, std::string_view prefix) {
+  if (s.ok()) return s;
+  std::string m;
+  m.reserve(prefix.size() + 2 + s.message().size());
+  m.append(prefix).append(": ").append(s.message());
+  return Status(s.code(), std::move(m));
+}
+
 }  // namespace kvcache
+
+#define KVCACHE_CONCAT_INNER_(a, b) a##b
+#define KVCACHE_CONCAT_(a, b) KVCACHE_CONCAT_INNER_(a, b)
 
 // Propagate a non-ok Status from an expression returning Status.
 #define KVCACHE_RETURN_IF_ERROR(expr)          \
@@ -89,3 +102,22 @@ class [[nodiscard]] Result {
     ::kvcache::Status kvcache_status_ = (expr); \
     if (!kvcache_status_.ok()) return kvcache_status_; \
   } while (0)
+
+// As KVCACHE_RETURN_IF_ERROR, prefixing the message with `context` (any expression convertible
+// to std::string_view), which is evaluated only on failure.
+#define KVCACHE_RETURN_IF_ERROR_CTX(expr, context)                          \
+  do {                                                                      \
+    ::kvcache::Status kvcache_status_ = (expr);                             \
+    if (!kvcache_status_.ok())                                              \
+      return ::kvcache::with_context(std::move(kvcache_status_), (context)); \
+  } while (0)
+
+// `lhs = value of rexpr` (a Result<T>), or return its Status. lhs may declare a variable:
+// KVCACHE_ASSIGN_OR_RETURN(auto file, GgufFile::open(path)); not usable as a single-statement
+// if/else body (it expands to several statements).
+#define KVCACHE_ASSIGN_OR_RETURN(lhs, rexpr) \
+  KVCACHE_ASSIGN_OR_RETURN_IMPL_(KVCACHE_CONCAT_(kvcache_result_, __LINE__), lhs, rexpr)
+#define KVCACHE_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, rexpr) \
+  auto tmp = (rexpr);                                   \
+  if (!tmp.ok()) return tmp.status();                   \
+  lhs = std::move(tmp).value()

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/str_cat.h"
 #include "cpu/attention_chunk.h"
 
 namespace kvcache::cpu {
@@ -177,42 +178,42 @@ void attend(const AttentionProblem& p, ThreadPool& pool, Isa isa) {
   attend_split(p, pool, fn, chunk);
 }
 
+std::string attend_context(int32_t layer) {
+  return str_cat("update_and_attend: layer ", layer, ": ");
+}
+
 Status check_attend_args(const CacheGeometry& geometry, const AttendArgs& a) {
-  const std::string op = "update_and_attend: ";
   if (a.layer < 0 || a.layer >= static_cast<int32_t>(geometry.layers.size()))
-    return invalid_argument(op + "layer = " + std::to_string(a.layer) + ", expected in [0, " +
-                            std::to_string(geometry.layers.size()) + ")");
+    return invalid_argument(str_cat("update_and_attend: layer = ", a.layer, ", expected in [0, ",
+                                    geometry.layers.size(), ")"));
   const LayerGeometry& l = geometry.layers[a.layer];
-  const std::string at = op + "layer " + std::to_string(a.layer) + ": ";
-  if (a.n_tokens <= 0)
-    return invalid_argument(at + "n_tokens = " + std::to_string(a.n_tokens) + ", expected > 0");
+  auto bad = [&](auto&&... parts) {
+    return invalid_argument(str_cat(attend_context(a.layer), parts...));
+  };
+  if (a.n_tokens <= 0) return bad("n_tokens = ", a.n_tokens, ", expected > 0");
   if (a.q_heads <= 0 || a.q_heads % l.kv_heads != 0)
-    return invalid_argument(at + "q_heads = " + std::to_string(a.q_heads) +
-                            ", expected a positive multiple of kv_heads = " +
-                            std::to_string(l.kv_heads));
+    return bad("q_heads = ", a.q_heads, ", expected a positive multiple of kv_heads = ",
+               l.kv_heads);
   auto check = [&](const char* name, size_t got, int64_t heads, int64_t dim) -> Status {
     const int64_t want = int64_t{a.n_tokens} * heads * dim;
     if (static_cast<int64_t>(got) == want) return ok_status();
-    return invalid_argument(at + name + " has " + std::to_string(got) + " floats, expected " +
-                            std::to_string(a.n_tokens) + " x " + std::to_string(heads) + " x " +
-                            std::to_string(dim) + " = " + std::to_string(want));
+    return bad(name, " has ", got, " floats, expected ", a.n_tokens, " x ", heads, " x ", dim,
+               " = ", want);
   };
   if (a.positions.size() != static_cast<size_t>(a.n_tokens))
-    return invalid_argument(at + "positions has " + std::to_string(a.positions.size()) +
-                            " entries, expected n_tokens = " + std::to_string(a.n_tokens));
+    return bad("positions has ", a.positions.size(), " entries, expected n_tokens = ",
+               a.n_tokens);
   KVCACHE_RETURN_IF_ERROR(check("q", a.q.size(), a.q_heads, l.head_dim));
   KVCACHE_RETURN_IF_ERROR(check("out", a.out.size(), a.q_heads, l.value_dim));
   if (a.k.empty() != a.v.empty())
-    return invalid_argument(at + "k and v must both be given or both be empty (attend only)");
+    return bad("k and v must both be given or both be empty (attend only)");
   if (!a.k.empty()) {
     KVCACHE_RETURN_IF_ERROR(check("k", a.k.size(), l.kv_heads, l.head_dim));
     KVCACHE_RETURN_IF_ERROR(check("v", a.v.size(), l.kv_heads, l.value_dim));
   }
-  if (!std::isfinite(a.scale))
-    return invalid_argument(at + "scale is not finite, expected a finite number");
+  if (!std::isfinite(a.scale)) return bad("scale is not finite, expected a finite number");
   if (!(a.softcap >= 0.0f) || !std::isfinite(a.softcap))
-    return invalid_argument(at + "softcap = " + std::to_string(a.softcap) +
-                            ", expected >= 0 and finite (0 = none)");
+    return bad("softcap = ", std::to_string(a.softcap), ", expected >= 0 and finite (0 = none)");
   return ok_status();
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "core/cache.h"
@@ -67,5 +68,9 @@ bool shared_prefix_attention();
 // its shape (k and v both empty = attend only), finite scale, softcap >= 0. InvalidArgument
 // naming the field, the value and the expectation.
 Status check_attend_args(const CacheGeometry& geometry, const AttendArgs& args);
+
+// "update_and_attend: layer L: ", the prefix of update_and_attend's errors. Called only on
+// failure: the per-step path builds no strings.
+std::string attend_context(int32_t layer);
 
 }  // namespace kvcache::cpu

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/str_cat.h"
 #include "cpu/attention.h"
 #include "cpu/cpu_cache.h"
 #include "cpu/kv_pool.h"
@@ -28,11 +29,12 @@ Result<std::shared_ptr<Cache>> make_cache(const CacheGeometry& g, const CacheCon
 // update_and_attend's protocol check common to both layouts: a step is declared and the call
 // has as many tokens as it declared.
 inline Status check_declared(const AttendArgs& a, bool step_open, int64_t declared) {
-  const std::string at = "update_and_attend: layer " + std::to_string(a.layer) + ": ";
-  if (!step_open) return failed_precondition(at + "no declared step (call declare_step first)");
+  if (!step_open)
+    return failed_precondition(attend_context(a.layer) +
+                               "no declared step (call declare_step first)");
   if (a.n_tokens != declared)
-    return invalid_argument(at + "n_tokens = " + std::to_string(a.n_tokens) +
-                            ", expected the declared " + std::to_string(declared));
+    return invalid_argument(str_cat(attend_context(a.layer), "n_tokens = ", a.n_tokens,
+                                    ", expected the declared ", declared));
   return ok_status();
 }
 

@@ -55,23 +55,23 @@ class CellCache final : public Cache {
   Status update_and_attend(const AttendArgs& a) override {
     KVCACHE_RETURN_IF_ERROR(check_attend_args(layout_.geometry(), a));
     KVCACHE_RETURN_IF_ERROR(check_step(a));
-    const std::string at = "update_and_attend: layer " + std::to_string(a.layer) + ": ";
+    auto at = [&a] { return attend_context(a.layer); };  // built only on failure
     LayerPool& pool = pools_[a.layer];
     std::span<const int32_t> cells;
     if (a.k.empty()) {
       if (!layout_.placed(a.layer))
-        return failed_precondition(at + "attend only (k and v empty) needs the layer placed "
-                                        "earlier in this step");
+        return failed_precondition(at() + "attend only (k and v empty) needs the layer placed "
+                                          "earlier in this step");
       cells = layout_.step_cells(a.layer);
       const int32_t g = layout_.pool_of(a.layer);
       for (int32_t i = 0; i < a.n_tokens; ++i)
         if (layout_.cell_pos(g, cells[i]) != a.positions[i])
-          return invalid_argument(at + "positions[" + std::to_string(i) + "] = " +
+          return invalid_argument(at() + "positions[" + std::to_string(i) + "] = " +
                                   std::to_string(a.positions[i]) + ", expected the placed " +
                                   std::to_string(layout_.cell_pos(g, cells[i])));
     } else {
       if (layout_.placed(a.layer))
-        return failed_precondition(at + "already placed in this step");
+        return failed_precondition(at() + "already placed in this step");
       KVCACHE_RETURN_IF_ERROR(pool.reserve(rows_needed(a.layer, a.n_tokens)));
       Result<std::span<const int32_t>> placed = layout_.place(a.layer, a.positions);
       if (!placed.ok()) return placed.status();
@@ -82,8 +82,8 @@ class CellCache final : public Cache {
     keys_.resize(a.n_tokens);
     for (int32_t i = 0; i < a.n_tokens; ++i) {
       Result<std::span<const int32_t>> vis = layout_.visible(a.layer, i);
-      if (!vis.ok()) return internal_error(at + "placed step has no visibility: " +
-                                           vis.status().message());
+      if (!vis.ok()) return internal_error(at() + "placed step has no visibility: " +
+                                             vis.status().message());
       keys_[i] = KeySet{};
       keys_[i].cells = *vis;
     }

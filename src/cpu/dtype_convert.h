@@ -1,37 +1,24 @@
-// Scalar conversions between f32 and the storage types f16 (IEEE binary16) and bf16. Layer:
-// cpu. Rounding is to nearest, ties to even; NaN stays NaN. The SIMD kernels convert in
-// registers on their own; these are the readable, portable versions used for writes and by
-// the reference kernel.
+// Row conversions between f32 and the storage types f16 (IEEE binary16) and bf16. Layer:
+// cpu. The scalar conversions (nearest, ties to even; NaN stays NaN) are core/half.h's. The
+// SIMD kernels convert in registers on their own; these are the readable, portable versions
+// used for writes and by the reference kernel.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
 #include "core/geometry.h"
+#include "core/half.h"
 
 namespace kvcache::cpu {
 
-inline uint32_t f32_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-inline float f32_from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-inline uint16_t f32_to_bf16(float f) {
-  const uint32_t u = f32_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // NaN
-  const uint32_t rounded = u + 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(rounded >> 16);
-}
-inline float bf16_to_f32(uint16_t h) { return f32_from_bits(static_cast<uint32_t>(h) << 16); }
-
-uint16_t f32_to_f16(float f);
-float f16_to_f32(uint16_t h);
+// The scalar conversions live in core/half.h (shared with program).
+using kvcache::bf16_to_f32;
+using kvcache::f16_to_f32;
+using kvcache::f32_bits;
+using kvcache::f32_from_bits;
+using kvcache::f32_to_bf16;
+using kvcache::f32_to_f16;
 
 // Converts n floats to `dtype` at dst (dtype_size(dtype) * n bytes), and back.
 void store_row(DType dtype, const float* src, void* dst, int64_t n);

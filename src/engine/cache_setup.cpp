@@ -5,44 +5,36 @@
 #include <string>
 
 #include "core/factory.h"
+#include "core/str_cat.h"
 #include "cpu/cpu_cache.h"
+#include "program/model_geometry.h"
 
 namespace kvcache::engine {
-
-Status apply_window_override(CacheGeometry& geometry, std::span<const int32_t> windows) {
-  if (windows.empty())
-    return invalid_argument("--windows: the list is empty, expected e.g. 0,512 (0 = Full)");
-  for (size_t i = 0; i < windows.size(); ++i)
-    if (windows[i] < 0)
-      return invalid_argument("--windows: entry " + std::to_string(i) + " = " +
-                              std::to_string(windows[i]) + ", expected >= 0 (0 = Full)");
-  for (size_t i = 0; i < geometry.layers.size(); ++i)
-    geometry.layers[i].window = windows[i % windows.size()];
-  return ok_status();
-}
 
 Result<CacheSetup> plan_cache(const Model& model, const CacheOptions& o) {
   CacheSetup s;
   if (o.kind != kSequenceKind && o.kind != kCellKind)
-    return invalid_argument("--cache = \"" + o.kind + "\", expected sequence or cell");
+    return invalid_argument(
+        str_cat("cache options: kind = \"", o.kind, "\", expected sequence or cell"));
   s.kind = o.kind;
-  s.geometry = model.geometry().cache;
-  if (!o.windows.empty()) KVCACHE_RETURN_IF_ERROR(apply_window_override(s.geometry, o.windows));
-  int64_t max_context = model.geometry().max_context;
-  if (max_context <= 0) max_context = model.hparams().context_length;
-  const int64_t capacity =
-      o.capacity.value_or(max_context > 0 ? std::min(max_context, kDefaultCapacity)
-                                          : kDefaultCapacity);
+  ModelGeometry mg = model.geometry();
+  if (!o.windows.empty()) {
+    Result<ModelGeometry> w = with_windows(mg, o.windows);
+    if (!w.ok()) return with_context(w.status(), "cache options");
+    mg = std::move(*w);
+  }
+  s.geometry = mg.cache;
+  const int64_t capacity = o.capacity.value_or(default_capacity(model));
   if (capacity <= 0)
-    return invalid_argument("--capacity = " + std::to_string(capacity) + ", expected > 0");
+    return invalid_argument(str_cat("cache options: capacity = ", capacity, ", expected > 0"));
   if (o.initial_capacity < 0)
-    return invalid_argument("--initial-capacity = " + std::to_string(o.initial_capacity) +
-                            ", expected >= 0");
+    return invalid_argument(str_cat("cache options: initial_capacity = ", o.initial_capacity,
+                                    ", expected >= 0"));
   int64_t step = o.max_step_tokens.value_or(
       model.geometry().max_step_tokens > 0 ? model.geometry().max_step_tokens
                                            : kDefaultStepTokens);
   if (step <= 0)
-    return invalid_argument("--max-step-tokens = " + std::to_string(step) + ", expected > 0");
+    return invalid_argument(str_cat("cache options: max_step_tokens = ", step, ", expected > 0"));
   for (const LayerGeometry& l : s.geometry.layers)
     if (l.sliding()) step = std::min<int64_t>(step, l.window);
   step = std::min({step, capacity, int64_t{1} << 30});
@@ -53,6 +45,16 @@ Result<CacheSetup> plan_cache(const Model& model, const CacheOptions& o) {
   s.config.max_write = static_cast<int32_t>(step);
   KVCACHE_RETURN_IF_ERROR(validate(s.geometry, s.config, "run cache"));
   return s;
+}
+
+int64_t model_context(const Model& model) {
+  const int64_t max_context = model.geometry().max_context;
+  return max_context > 0 ? max_context : std::max<int64_t>(model.hparams().context_length, 0);
+}
+
+int64_t default_capacity(const Model& model) {
+  const int64_t context = model_context(model);
+  return context > 0 ? std::min(context, kDefaultCapacity) : kDefaultCapacity;
 }
 
 Result<std::shared_ptr<Cache>> build_cache(const CacheSetup& setup) {

@@ -26,7 +26,7 @@ struct CacheOptions {
   int64_t initial_capacity = 0;
   DType kv_dtype = DType::kF32;
   std::optional<int64_t> max_step_tokens;   // default: the model's, else kDefaultStepTokens
-  std::vector<int32_t> windows;             // override cycled over cache layers; 0 = Full
+  std::vector<int32_t> windows;             // override (program's with_windows); 0 = Full
 };
 
 struct CacheSetup {
@@ -36,13 +36,17 @@ struct CacheSetup {
   int64_t step_tokens = 0;  // the prefill chunk
 };
 
-// Sets layer i's window to windows[i % n]. InvalidArgument (nothing changed) when the list is
-// empty or holds a negative value.
-Status apply_window_override(CacheGeometry& geometry, std::span<const int32_t> windows);
-
-// InvalidArgument naming the option and value for an unknown kind, capacity <= 0,
-// step <= 0, a bad window list, or a geometry/config the core validation refuses.
+// InvalidArgument naming the CacheOptions field ("cache options: capacity = 0, ...") and
+// value for an unknown kind, capacity <= 0, step <= 0, a bad window list, or a
+// geometry/config the core validation refuses.
 Result<CacheSetup> plan_cache(const Model& model, const CacheOptions& options);
+
+// The one default capacity of a sequence (run's cache, each executor session):
+// min(the model's context, kDefaultCapacity), where the context is the geometry's max_context
+// or else the hyperparameters' context_length; kDefaultCapacity when both are unknown.
+int64_t default_capacity(const Model& model);
+// The model's context as above; 0 = unknown.
+int64_t model_context(const Model& model);
 
 // Registers the cpu builders (idempotent) and builds the cache for the setup.
 Result<std::shared_ptr<Cache>> build_cache(const CacheSetup& setup);

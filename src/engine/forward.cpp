@@ -6,6 +6,8 @@
 #include <string>
 #include <utility>
 
+#include "core/str_cat.h"
+
 namespace kvcache::engine {
 namespace {
 
@@ -99,9 +101,7 @@ Status Engine::run_layer(int32_t i, int64_t t, std::span<const int64_t> position
   args.scale = hp.attn_scale;
   args.softcap = hp.attn_softcap;
   args.out = std::span<float>(att_.data(), t * hq * dv);
-  Status st = cache_->update_and_attend(args);
-  if (!st.ok())
-    return Status(st.code(), "engine: layer " + std::to_string(i) + ": " + st.message());
+  KVCACHE_RETURN_IF_ERROR_CTX(cache_->update_and_attend(args), str_cat("engine: layer ", i));
   if (w.post_attn_norm.empty()) {
     matmul(att_, w.wo, x_, t, /*accumulate=*/true);
   } else {

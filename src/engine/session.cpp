@@ -5,6 +5,8 @@
 #include <chrono>
 #include <string>
 
+#include "core/str_cat.h"
+
 namespace kvcache::engine {
 namespace {
 
@@ -93,19 +95,34 @@ UndoCost Session::undo_cost() const {
 
 int64_t Session::pos() const { return engine_.cache().pos(seq_); }
 
-Status Session::prefill(std::span<const int32_t> tokens, Logits* last) {
-  size_t done = 0;
-  while (done < tokens.size()) {
-    const size_t n = std::min<size_t>(static_cast<size_t>(step_), tokens.size() - done);
-    const int64_t p0 = pos();
-    ids_.assign(n, seq_);
-    positions_.resize(n);
-    for (size_t i = 0; i < n; ++i) positions_[i] = p0 + static_cast<int64_t>(i);
-    Batch b{tokens.subspan(done, n), ids_, positions_};
-    KVCACHE_RETURN_IF_ERROR(engine_.forward(b, LogitsMode::kLast, logits_));
-    history_.insert(history_.end(), b.tokens.begin(), b.tokens.end());
+Status prefill_chunks(Engine& engine, int32_t seq, std::span<const int32_t> tokens,
+                      int64_t step_tokens, LogitsMode mode, Logits& out,
+                      const std::function<void(const Logits&)>& on_chunk) {
+  if (step_tokens < 1)
+    return invalid_argument(str_cat("prefill: step_tokens = ", step_tokens, ", expected >= 1"));
+  std::vector<int32_t> ids;
+  std::vector<int64_t> positions;
+  for (size_t done = 0; done < tokens.size();) {
+    const size_t n = std::min<size_t>(static_cast<size_t>(step_tokens), tokens.size() - done);
+    const int64_t p0 = engine.cache().pos(seq);
+    ids.assign(n, seq);
+    positions.resize(n);
+    for (size_t i = 0; i < n; ++i) positions[i] = p0 + static_cast<int64_t>(i);
+    Batch b{tokens.subspan(done, n), ids, positions};
+    KVCACHE_RETURN_IF_ERROR(engine.forward(b, mode, out));
+    if (on_chunk) on_chunk(out);
     done += n;
   }
+  return ok_status();
+}
+
+Status Session::prefill(std::span<const int32_t> tokens, Logits* last) {
+  const int64_t p0 = pos();
+  Status st = prefill_chunks(engine_, seq_, tokens, step_, LogitsMode::kLast, logits_);
+  // The conversation holds what the cache now holds (chunks before a refused one stay).
+  const auto fed = static_cast<size_t>(std::clamp<int64_t>(pos() - p0, 0, tokens.size()));
+  history_.insert(history_.end(), tokens.begin(), tokens.begin() + fed);
+  KVCACHE_RETURN_IF_ERROR(st);
   if (last != nullptr) *last = logits_;
   return ok_status();
 }

@@ -45,6 +45,14 @@ struct UndoCost {
                                  // W - 1 cells per sliding pool; no bytes copied)
 };
 
+// The one chunked-prefill loop (sessions, run --dump-logits, the tests): feeds `tokens` to
+// `seq` at its next positions, at most step_tokens per forward, with logits `mode` into `out`;
+// on_chunk (optional) sees `out` after each chunk. Stops at the first refused chunk (earlier
+// chunks stay in the cache). InvalidArgument when step_tokens < 1.
+Status prefill_chunks(Engine& engine, int32_t seq, std::span<const int32_t> tokens,
+                      int64_t step_tokens, LogitsMode mode, Logits& out,
+                      const std::function<void(const Logits&)>& on_chunk = nullptr);
+
 // Not thread-safe. Borrows the engine; `seq` must be live in its cache (sequence layout: 0).
 class Session {
  public:

@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 
+#include "core/str_cat.h"
 #include "program/model_geometry.h"
 
 namespace kvcache {
@@ -209,36 +210,17 @@ Result<ModelGeometry> derive_llama_geometry(const gguf::GgufFile& f) {
 
 namespace kvcache {
 
-Result<std::vector<int32_t>> parse_window_list(std::string_view text, std::string_view flag) {
-  std::vector<int32_t> out;
-  const std::string f(flag);
-  if (text.empty()) return invalid_argument(f + ": empty list, expected e.g. 0,512");
-  size_t start = 0;
-  while (true) {
-    const size_t comma = text.find(',', start);
-    const std::string_view item =
-        text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
-    const std::string entry = f + " entry " + std::to_string(out.size()) + " '" +
-                              std::string(item) + "'";
-    if (item.empty() || item.size() > 10 ||
-        item.find_first_not_of("0123456789") != std::string_view::npos)
-      return invalid_argument(entry + ", expected a window >= 0 (0 = full)");
-    const int64_t v = std::stoll(std::string(item));
-    if (v > std::numeric_limits<int32_t>::max())
-      return invalid_argument(entry + ", expected <= 2147483647");
-    out.push_back(static_cast<int32_t>(v));
-    if (comma == std::string_view::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
-
-ModelGeometry with_windows(const ModelGeometry& g, std::span<const int32_t> pattern) {
+Result<ModelGeometry> with_windows(const ModelGeometry& g, std::span<const int32_t> windows) {
+  if (windows.empty())
+    return invalid_argument("windows = {}, expected a non-empty list, e.g. {0, 512} (0 = Full)");
+  for (size_t i = 0; i < windows.size(); ++i)
+    if (windows[i] < 0)
+      return invalid_argument(
+          str_cat("windows[", i, "] = ", windows[i], ", expected >= 0 (0 = Full)"));
   ModelGeometry r = g;
-  if (pattern.empty()) return r;
   int32_t narrowest = 0;
   for (size_t c = 0; c < r.cache.layers.size(); ++c) {
-    const int32_t w = pattern[c % pattern.size()];
+    const int32_t w = windows[c % windows.size()];
     r.cache.layers[c].window = w;
     if (w > 0 && (narrowest == 0 || w < narrowest)) narrowest = w;
   }

@@ -51,12 +51,11 @@ Result<ModelGeometry> share_kv_layers(const std::vector<LayerGeometry>& per_laye
 // period == 0 or (i % period) < period - 1, i.e. (i + 1) % period != 0.
 bool sliding_by_period(int64_t layer, int64_t period);
 
-// --windows support (inspect, run): "0,512,512" -> {0, 512, 512}. Every entry parsed whole,
-// in [0, 2^31-1]; InvalidArgument naming `flag`, the entry and its index otherwise.
-Result<std::vector<int32_t>> parse_window_list(std::string_view text, std::string_view flag);
-// Replaces only the policies: cache layer c gets pattern[c % pattern.size()] (0 = Full).
-// max_step_tokens drops to the narrowest window when larger. Empty pattern: unchanged.
-ModelGeometry with_windows(const ModelGeometry& g, std::span<const int32_t> pattern);
+// The one window override (run, inspect, the engine's cache plan): replaces only the
+// policies, cache layer c gets windows[c % windows.size()] (0 = Full); max_step_tokens drops
+// to the narrowest window when larger. InvalidArgument naming the field ("windows = {}",
+// "windows[1] = -2") for an empty list or a negative entry.
+Result<ModelGeometry> with_windows(const ModelGeometry& g, std::span<const int32_t> windows);
 
 // A built-in example (inspect --example): Gemma-3-like, 26 layers, 4 kv heads, head_dim 256,
 // five Sliding(512) layers then one Full, max_context 32768.

@@ -54,12 +54,9 @@ Result<std::unique_ptr<Executor>> Executor::create(const engine::Model& model,
     if (!a.ok()) return a.status();
     store_at = *a;
   }
-  int64_t max_context = model.geometry().max_context;
-  if (max_context <= 0) max_context = model.hparams().context_length;
+  const int64_t max_context = engine::model_context(model);
   int64_t per_session = o.max_session_tokens;
-  if (per_session == 0)
-    per_session = max_context > 0 ? std::min(max_context, kDefaultSessionTokens)
-                                   : kDefaultSessionTokens;
+  if (per_session == 0) per_session = engine::default_capacity(model);
   if (per_session < 1)
     return invalid_argument("executor: max_session_tokens = " + str(per_session) +
                             ", expected > 0");

@@ -36,7 +36,7 @@
 
 namespace kvcache::serve {
 
-inline constexpr int64_t kDefaultSessionTokens = 4096;  // cap on the default per session
+inline constexpr int64_t kDefaultSessionTokens = engine::kDefaultCapacity;  // default's cap
 inline constexpr int32_t kDefaultBlockTokens = 16;      // prefix-index block (see docs)
 
 struct ExecutorOptions {

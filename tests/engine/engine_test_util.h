@@ -9,33 +9,18 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/cache_setup.h"
-#include "engine/forward.h"
-#include "engine/model.h"
 #include "engine/reference.h"
+#include "engine/runtime.h"
+#include "engine/session.h"
 
 namespace kvcache::engine::testing {
 
-struct Built {
-  CacheSetup setup;
-  std::shared_ptr<Cache> cache;
-  std::unique_ptr<Engine> engine;
-  int32_t seq = 0;
-};
+using Built = CachedEngine;
 
 inline Built build(const Model& model, const CacheOptions& options) {
-  Built b;
-  Result<CacheSetup> s = plan_cache(model, options);
-  EXPECT_TRUE(s.ok()) << s.status().to_string();
-  b.setup = *s;
-  Result<std::shared_ptr<Cache>> c = build_cache(b.setup);
-  EXPECT_TRUE(c.ok()) << c.status().to_string();
-  b.cache = *c;
-  if (b.setup.kind == kCellKind) b.seq = *b.cache->seq_new();
-  Result<std::unique_ptr<Engine>> e = Engine::create(model, b.cache);
-  EXPECT_TRUE(e.ok()) << e.status().to_string();
-  b.engine = std::move(*e);
-  return b;
+  Result<CachedEngine> r = build_engine(model, options);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? std::move(*r) : Built{};
 }
 
 // Every token's logits [T, vocab], fed `chunk` tokens per forward.
@@ -43,18 +28,11 @@ inline std::vector<float> cached_logits(Built& b, std::span<const int32_t> token
                                         int64_t chunk) {
   std::vector<float> all;
   Logits out;
-  for (size_t done = 0; done < tokens.size();) {
-    const size_t n = std::min<size_t>(static_cast<size_t>(chunk), tokens.size() - done);
-    std::vector<int32_t> ids(n, b.seq);
-    std::vector<int64_t> pos(n);
-    for (size_t i = 0; i < n; ++i) pos[i] = b.cache->pos(b.seq) + static_cast<int64_t>(i);
-    Batch batch{tokens.subspan(done, n), ids, pos};
-    Status s = b.engine->forward(batch, LogitsMode::kAll, out);
-    EXPECT_TRUE(s.ok()) << s.to_string();
-    if (!s.ok()) return all;
-    all.insert(all.end(), out.data.begin(), out.data.end());
-    done += n;
-  }
+  Status s = prefill_chunks(*b.engine, b.seq, tokens, chunk, LogitsMode::kAll, out,
+                            [&all](const Logits& o) {
+                              all.insert(all.end(), o.data.begin(), o.data.end());
+                            });
+  EXPECT_TRUE(s.ok()) << s.to_string();
   return all;
 }
 

@@ -43,6 +43,9 @@ expect_error() {  # expect_error PATTERN args...
 }
 expect_error "--windows" --windows 4,-1
 expect_error "--windows" --windows 4,x
+expect_error "--windows: \"\" is not an integer" --windows 4,,0
+expect_error "--prompt-ids: \"\" is not an integer" --prompt-ids 1,,2
+expect_error "--capacity: Value 3000000000 not in range" --capacity 3000000000
 expect_error "--top-p" --top-p 2
 expect_error "--max-new-tokens" --max-new-tokens -1
 expect_error "--kv-dtype" --kv-dtype q4

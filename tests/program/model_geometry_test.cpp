@@ -176,26 +176,23 @@ TEST(ModelGeometry, LayerCountMustMatchBlockCount) {
   expect_refused(v, "kvcache.layer_cache has 2 entries, expected 3");
 }
 
-TEST(ModelGeometry, WindowListParsesWholeAndReplacesOnlyPolicies) {
-  auto p = parse_window_list("0,512", "--windows");
-  ASSERT_TRUE(p.ok());
-  EXPECT_EQ(*p, (std::vector<int32_t>{0, 512}));
-  for (const char* bad : {"", "1,,2", "-1", "12x", "99999999999", "1,"}) {
-    auto r = parse_window_list(bad, "--windows");
-    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
-    if (!r.ok()) {
-      EXPECT_NE(r.status().message().find("--windows"), std::string::npos);
-    }
-  }
+TEST(ModelGeometry, WindowOverrideReplacesOnlyPoliciesAndRefusesBadLists) {
   ModelGeometry g = three_layers();
   g.max_step_tokens = 1000;
   const int32_t pattern[] = {0, 256};
-  ModelGeometry w = with_windows(g, pattern);
+  ModelGeometry w = *with_windows(g, pattern);
   EXPECT_EQ(w.cache.layers[0].window, 0);
   EXPECT_EQ(w.cache.layers[1].window, 256);
   EXPECT_EQ(w.cache.layers[2].window, 0);  // cycled
   EXPECT_EQ(w.cache.layers[2].kv_heads, 2);  // only policies change
   EXPECT_EQ(w.max_step_tokens, 256);  // dropped to the narrowest window
+  Result<ModelGeometry> empty = with_windows(g, {});
+  EXPECT_EQ(empty.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(empty.status().message(),
+            "windows = {}, expected a non-empty list, e.g. {0, 512} (0 = Full)");
+  const int32_t negative[] = {4, -1};
+  EXPECT_EQ(with_windows(g, negative).status().message(),
+            "windows[1] = -1, expected >= 0 (0 = Full)");
 }
 
 }  // namespace

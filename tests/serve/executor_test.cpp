@@ -332,10 +332,10 @@ TEST(Executor, LogitsOfARowDoNotDependOnTheBatch) {
   auto run = [&](bool crowded) {
     engine::CacheOptions o;
     o.kind = std::string(kCellKind);
-    auto setup = engine::plan_cache(m, o);
-    auto cache = *engine::build_cache(*setup);
-    auto eng = std::move(engine::Engine::create(m, cache).value());
-    const int32_t a = *cache->seq_new(), b = *cache->seq_new(), c = *cache->seq_new();
+    engine::CachedEngine built = engine::build_engine(m, o).value();
+    auto& cache = built.cache;
+    auto& eng = built.engine;
+    const int32_t a = built.seq, b = *cache->seq_new(), c = *cache->seq_new();
     engine::Logits out;
     auto feed = [&](int32_t seq, const std::string& text) {
       std::vector<int32_t> t = testing::ids(text), s(t.size(), seq);

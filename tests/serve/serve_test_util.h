@@ -10,27 +10,19 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/cache_setup.h"
-#include "engine/embedded_model.h"
-#include "engine/forward.h"
-#include "engine/model.h"
+#include "engine/runtime.h"
 #include "engine/session.h"
-#include "engine/tokenizer.h"
-#include "program/gguf.h"
 #include "serve/executor.h"
 
 namespace kvcache::serve::testing {
 
 inline const engine::Model& tiny() {
-  static const engine::Model* model = [] {
-    auto file = gguf::GgufFile::parse(engine::embedded_model());
-    EXPECT_TRUE(file.ok()) << file.status().to_string();
-    static gguf::GgufFile f = std::move(*file);
-    auto m = engine::Model::load(f);
+  static const engine::LoadedModel* loaded = [] {
+    auto m = engine::load_model({});  // the embedded model
     EXPECT_TRUE(m.ok()) << m.status().to_string();
-    return new engine::Model(std::move(*m));
+    return new engine::LoadedModel(std::move(*m));
   }();
-  return *model;
+  return *loaded->model;
 }
 
 inline const engine::Tokenizer& bytes_tokenizer() {
@@ -47,14 +39,9 @@ inline std::vector<int32_t> ids(const std::string& text) {
 // What `kvcache run` generates for the prompt: the sequence layout, f32 K/V, its chunking.
 inline std::vector<int32_t> alone(const std::vector<int32_t>& prompt, int32_t max_new,
                                   const engine::SamplerConfig& sc = {}) {
-  engine::CacheOptions o;
-  auto setup = engine::plan_cache(tiny(), o);
-  EXPECT_TRUE(setup.ok());
-  auto cache = engine::build_cache(*setup);
-  EXPECT_TRUE(cache.ok());
-  auto eng = engine::Engine::create(tiny(), *cache);
-  EXPECT_TRUE(eng.ok());
-  engine::Session session(**eng, setup->step_tokens);
+  auto run = engine::build_engine(tiny(), engine::CacheOptions{});
+  EXPECT_TRUE(run.ok()) << run.status().to_string();
+  engine::Session session(*run->engine, run->setup.step_tokens);
   engine::Sampler sampler(sc);
   auto st = session.turn(prompt, max_new, sampler);
   EXPECT_TRUE(st.ok()) << st.status().to_string();

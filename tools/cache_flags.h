@@ -1,0 +1,64 @@
+// The cache flags run, inspect, batch and serve share, each declared once here: name, type,
+// range, default and help (CLI11 checks them whole: IsMember, Range, ',' delimiters). Layer:
+// tools. A subcommand picks the flags it takes; the values land in one CacheFlags. It does not
+// plan the cache (engine/cache_setup.h and the executor do) nor print anything.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "core/geometry.h"
+#include "core/status.h"
+#include "engine/cache_setup.h"
+
+namespace kvcache::tools {
+
+inline constexpr int64_t kMaxCellsFlag = std::numeric_limits<int32_t>::max();  // core's cap
+
+struct CacheFlags {
+  std::string layout = "sequence";  // --cache: sequence | cell (inspect defaults to cell)
+  int64_t capacity = 0;             // --capacity, cells; 0 = the subcommand's default
+  int64_t initial_capacity = 0;     // --initial-capacity, cells allocated up front
+  std::string kv_dtype = "f32";     // --kv-dtype: f32 | f16 | bf16
+  int64_t max_step_tokens = 0;      // --max-step-tokens; 0 = the model's
+  std::vector<int32_t> windows;     // --windows, cycled over cache layers; 0 = Full; {} = none
+  int32_t threads = 0;              // --threads; 0 = default
+  int32_t max_sessions = 8;         // --max-sessions decoding at once
+  int64_t max_session_tokens = 0;   // --max-session-tokens; 0 = min(max_context, 4096)
+
+  DType dtype() const { return parse_dtype(kv_dtype).value_or(DType::kF32); }
+};
+
+enum class CacheFlag {
+  kLayout,
+  kCapacity,
+  kInitialCapacity,
+  kKvDtype,
+  kMaxStepTokens,
+  kWindows,
+  kThreads,
+  kMaxSessions,
+  kMaxSessionTokens,
+};
+
+// Declares the chosen flags on `cmd`, bound to `f` (defaults: f's current values).
+void add_cache_flags(CLI::App* cmd, CacheFlags& f, std::initializer_list<CacheFlag> which);
+
+// The engine's cache options from the flags (run): 0 means "the default" for capacity and step.
+engine::CacheOptions cache_options(const CacheFlags& f);
+
+// Applies --threads (0 leaves the default pool).
+void apply_threads(const CacheFlags& f);
+
+// The CLI's one comma-list parser, for lists CLI11's delimiter would quietly shorten
+// ("1,,2" and "" are errors here): "1,2,3" -> {1, 2, 3}, every entry a whole decimal integer.
+// InvalidArgument naming `flag` and the entry otherwise.
+Result<std::vector<int64_t>> parse_int_list(std::string_view text, std::string_view flag);
+
+}  // namespace kvcache::tools
