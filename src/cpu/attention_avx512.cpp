@@ -159,7 +159,7 @@ inline void logits_tile(const float* q, const TileRows<kKeys>& rows, bool prefet
 }
 
 // acc[h] += sum_b w[h][b] * v_b for kNh heads: 8 / kNh 16-wide slices of each of the kNh
-// accumulators stay in registers (8 independent FMA chains whatever the group) while the
+// accumulators stay in registers (8 independent FMA chains, 6 for kNh = 3) while the
 // block's value rows stream through; the last slices of dv are masked.
 template <DType kDtype, int kNh>
 inline void values_heads(const std::byte* const* rows, int64_t nb, int32_t dv, const float* w,
@@ -209,12 +209,14 @@ void values_block(const AttentionProblem& p, const KeySet& keys, int32_t g, int3
   const int32_t dv = p.kv.value_dim;
   const std::byte* rows[kKeyBlock];
   for (int64_t b = 0; b < nb; ++b) rows[b] = p.kv.v_row(g, keys.row(jb + b));
-  const int step = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
+  const int step = group % 4 == 0 ? 4 : group % 3 == 0 ? 3 : group % 2 == 0 ? 2 : 1;
   for (int32_t h = 0; h < group; h += step) {
     const float* wh = w + h * kKeyBlock;
     float* ah = acc + int64_t{h} * dv;
     if (step == 4) {
       values_heads<kDtype, 4>(rows, nb, dv, wh, ah);
+    } else if (step == 3) {  // 2 slices of 3 heads: each value row widened once per group
+      values_heads<kDtype, 3>(rows, nb, dv, wh, ah);
     } else if (step == 2) {
       values_heads<kDtype, 2>(rows, nb, dv, wh, ah);
     } else {

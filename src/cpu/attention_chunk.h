@@ -113,14 +113,27 @@ void logits_block(const AttentionProblem& p, const KeySet& keys, int32_t g, cons
 template <class W>
 void blocked_chunk(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int64_t j1,
                    float* m, float* l, float* acc, float* s) {
-  const int32_t group = p.q_heads / p.kv.kv_heads, dv = p.kv.value_dim;
+  const int32_t group = p.q_heads / p.kv.kv_heads, dv = p.kv.value_dim, dim = p.kv.head_dim;
   const KeySet& keys = p.keys[t];
-  const float* q = p.q + (int64_t{t} * p.q_heads + int64_t{g} * group) * p.kv.head_dim;
+  const float* q = p.q + (int64_t{t} * p.q_heads + int64_t{g} * group) * dim;
+  // A group of 3 (mod 4) heads computes its logits as one head more (a copy of the last,
+  // whose logits nobody reads): the tiles of four heads then widen each key row once for the
+  // group, where tiles of one head widened it once per head. Same logits for the real heads.
+  int32_t logit_heads = group;
+  if (group % 4 == 3) {
+    thread_local std::vector<float> q_pad, s_pad;
+    logit_heads = group + 1;
+    q_pad.assign(q, q + int64_t{group} * dim);
+    q_pad.insert(q_pad.end(), q + int64_t{group - 1} * dim, q + int64_t{group} * dim);
+    s_pad.resize(static_cast<size_t>(logit_heads) * kKeyBlock);
+    q = q_pad.data();
+    s = s_pad.data();
+  }
   for (int32_t h = 0; h < group; ++h) m[h] = -INFINITY, l[h] = 0.0f;
   std::memset(acc, 0, sizeof(float) * static_cast<size_t>(group) * dv);
   for (int64_t jb = j0; jb < j1; jb += kKeyBlock) {
     const int64_t nb = std::min(kKeyBlock, j1 - jb);
-    logits_block<W::kAcc, W>(p, keys, g, q, group, jb, nb, j1, s);
+    logits_block<W::kAcc, W>(p, keys, g, q, logit_heads, jb, nb, j1, s);
     for (int32_t h = 0; h < group; ++h)
       W::softmax(s + h * kKeyBlock, nb, dv, m[h], l[h], acc + int64_t{h} * dv);
     W::values(p, keys, g, group, jb, nb, s, acc);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "cpu/thread_pool.h"
 #include "program/gguf_quant.h"
@@ -133,6 +134,20 @@ bool is_block_type(TensorType t) {
   return t != TensorType::kF32 && t != TensorType::kF16 && t != TensorType::kBF16;
 }
 
+// Calls fn(r0, r1) over rows [0, rows) on the global pool, in chunks of about a quarter of a
+// thread's share (at least kMinRows, a multiple of 4) claimed dynamically: when the OS parks a
+// thread mid-product (a shared machine), the others take its remaining chunks instead of
+// waiting for it. Every row is computed by one call whatever the split, so results do not
+// depend on it. One thread runs everything when `small`.
+void share_rows(int64_t rows, bool small, const std::function<void(int64_t, int64_t)>& fn) {
+  constexpr int64_t kMinRows = 64;
+  cpu::ThreadPool& pool = cpu::global_pool();
+  if (pool.size() == 1 || small || rows < 2 * kMinRows) return fn(0, rows);
+  const int64_t per = std::max<int64_t>(kMinRows, rows / (4 * int64_t{pool.size()})) & ~int64_t{3};
+  const int64_t n = (rows + per - 1) / per;
+  pool.run_tasks(n, [&](int64_t i) { fn(i * per, std::min(rows, (i + 1) * per)); });
+}
+
 }  // namespace
 
 void quantize_activations(const float* x, int64_t cols, Q8Activations& out) {
@@ -205,14 +220,8 @@ void matvec(const Weight& w, const float* x, float* y, bool accumulate, cpu::Isa
                                                         : quant_detail::scalar_kernel(w.type);
   thread_local Q8Activations a;
   if (is_block_type(w.type)) quantize_activations(x, w.cols, a);
-  constexpr int64_t kMinRows = 64;  // per chunk: below this one thread does the whole product
-  cpu::ThreadPool& pool = cpu::global_pool();
-  if (pool.size() == 1 || w.rows < 2 * kMinRows || w.rows * w.cols < (int64_t{1} << 15)) {
-    fn(w, 0, w.rows, a, x, y, accumulate);
-    return;
-  }
   const Q8Activations& shared = a;  // the workers read the caller's thread_local
-  pool.parallel_for(w.rows, [&](int64_t r0, int64_t r1) {
+  share_rows(w.rows, w.rows * w.cols < (int64_t{1} << 15), [&](int64_t r0, int64_t r1) {
     fn(w, r0, r1, shared, x, y + r0, accumulate);
   });
 }
@@ -244,10 +253,7 @@ void matvec_batch(const Weight& w, const float* x, float* y, int64_t t, bool acc
         fn(w, c0, c1, a[static_cast<size_t>(j)], x + j * w.cols, y + j * w.rows + c0, accumulate);
     }
   };
-  cpu::ThreadPool& pool = cpu::global_pool();
-  if (pool.size() == 1 || w.rows < 128 || t * w.rows * w.cols < (int64_t{1} << 15))
-    return run(0, w.rows);
-  pool.parallel_for(w.rows, run);
+  share_rows(w.rows, t * w.rows * w.cols < (int64_t{1} << 15), run);
 }
 
 void matvec_reference(const Weight& w, const float* x, float* y, bool accumulate) {

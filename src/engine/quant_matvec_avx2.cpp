@@ -29,7 +29,9 @@ inline __m256i dot4(__m256i u8, __m256i s8) {
 
 quant_detail::RowKernel quant_detail::avx2_kernel(gguf::TensorType type) { return pick(type); }
 quant_detail::HalfBatchKernel quant_detail::avx2_half_batch(gguf::TensorType type) {
-  return pick_half_batch(type);
+  if (type == gguf::TensorType::kF16) return half_rows_batch<false>;
+  if (type == gguf::TensorType::kBF16) return half_rows_batch<true>;
+  return nullptr;
 }
 
 }  // namespace kvcache::engine

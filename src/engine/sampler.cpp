@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <string>
 
@@ -28,19 +29,82 @@ Status check_sampler_config(const SamplerConfig& c) {
   return ok_status();
 }
 
+namespace {
+
+// Bits of a logit as an unsigned key that sorts descending by value: the float's sign-folded
+// pattern (ascending in value) complemented. -0 is taken as +0, so equal logits have equal keys.
+uint32_t descending_key(float f) {
+  if (f == 0.0f) f = 0.0f;
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u = (u & 0x80000000u) != 0 ? ~u : u | 0x80000000u;
+  return ~u;
+}
+
+// Stable least-significant-digit radix sort of ids 0..n-1 by descending_key, 8 bits a pass:
+// ids start ascending, so equal keys stay in id order. Passes whose digit is the same for
+// every id are skipped.
+void radix_order(std::span<const float> logits, std::vector<int32_t>& order) {
+  const size_t n = logits.size();
+  thread_local std::vector<uint32_t> keys, keys2;
+  thread_local std::vector<int32_t> ids2;
+  keys.resize(n);
+  keys2.resize(n);
+  ids2.resize(n);
+  order.resize(n);
+  size_t count[4][256] = {};
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t k = descending_key(logits[i]);
+    keys[i] = k;
+    order[i] = static_cast<int32_t>(i);
+    for (int d = 0; d < 4; ++d) ++count[d][(k >> (8 * d)) & 0xFF];
+  }
+  for (int d = 0; d < 4; ++d) {
+    const uint32_t first = (keys[0] >> (8 * d)) & 0xFF;
+    if (count[d][first] == n) continue;  // one digit value: the pass would move nothing
+    size_t at = 0;
+    for (size_t& c : count[d]) {
+      const size_t here = c;
+      c = at;
+      at += here;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const size_t to = count[d][(keys[i] >> (8 * d)) & 0xFF]++;
+      keys2[to] = keys[i];
+      ids2[to] = order[i];
+    }
+    keys.swap(keys2);
+    order.swap(ids2);
+  }
+}
+
+}  // namespace
+
+void order_by_logit_reference(std::span<const float> logits, int32_t keep,
+                              std::vector<int32_t>& order) {
+  order.resize(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  auto by_logit = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  std::partial_sort(order.begin(), order.begin() + keep, order.end(), by_logit);
+}
+
+void order_by_logit(std::span<const float> logits, int32_t keep, std::vector<int32_t>& order) {
+  // A partial sort costs about n log(keep) comparisons; the radix sort 5 linear passes.
+  if (static_cast<size_t>(keep) * 64 < logits.size())
+    return order_by_logit_reference(logits, keep, order);
+  radix_order(logits, order);
+}
+
 Sampler::Sampler(const SamplerConfig& config) : config_(config), rng_(config.seed) {}
 
 int32_t Sampler::sample(std::span<const float> logits) {
   if (config_.temperature <= 0.0f || logits.size() <= 1) return argmax(logits);
   const auto n = static_cast<int32_t>(logits.size());
-  order_.resize(n);
-  std::iota(order_.begin(), order_.end(), 0);
-  // Highest logit first; ties by lower id so the order is deterministic.
-  auto by_logit = [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
   int32_t keep = config_.top_k > 0 ? std::min(config_.top_k, n) : n;
-  std::partial_sort(order_.begin(), order_.begin() + keep, order_.end(), by_logit);
+  // Highest logit first; ties by lower id so the order is deterministic.
+  order_by_logit(logits, keep, order_);
   probs_.resize(keep);
   const double mx = logits[order_[0]];
   double sum = 0.0;

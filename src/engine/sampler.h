@@ -38,4 +38,14 @@ class Sampler {
 
 int32_t argmax(std::span<const float> logits);
 
+// The first `keep` token ids in sampling order: highest logit first, ties by lower id (-0 and
+// +0 are one value). The whole vocabulary (keep close to its size, e.g. top_k = 0) is ordered
+// by a stable radix sort over the logits' order-preserving bit patterns — linear, where a
+// comparison sort of a 32K vocabulary cost milliseconds per sampled token; a short top-k by a
+// partial sort. `order` is resized to the vocabulary; its first `keep` entries are the result.
+void order_by_logit(std::span<const float> logits, int32_t keep, std::vector<int32_t>& order);
+// The readable form: std::partial_sort with the comparison above (tests compare the two).
+void order_by_logit_reference(std::span<const float> logits, int32_t keep,
+                              std::vector<int32_t>& order);
+
 }  // namespace kvcache::engine

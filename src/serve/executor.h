@@ -224,7 +224,9 @@ class Executor {
   };
   std::vector<Planned> plan_step();
   bool fit_step(std::vector<Planned>& plan);
-  void sample(Session& s, std::span<const float> logits);
+  // `drawn` >= 0: the token s's sampler already drew from `logits` (draw_tokens).
+  void sample(Session& s, std::span<const float> logits, int32_t drawn = -1);
+  std::vector<int32_t> draw_tokens(std::span<const int64_t> row_session);
   void fork_children(Session& parent, std::span<const float> logits);
 
   // The shared store (executor_store.cpp).

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <string>
 
+#include "cpu/thread_pool.h"
 #include "serve/executor.h"
 #include "serve/executor_state.h"
 
@@ -141,9 +142,10 @@ Status Executor::step() {
   std::vector<int64_t> row_session(logits_.rows());
   for (size_t r = 0; r < logits_.rows(); ++r)
     row_session[r] = seq_session_.at(batch_seqs_[static_cast<size_t>(logits_.token_index[r])]);
+  const std::vector<int32_t> drawn = draw_tokens(row_session);
   for (size_t r = 0; r < logits_.rows(); ++r) {
     Session& s = *sessions_.at(row_session[r]);
-    if (s.remaining() == 0) sample(s, logits_.row(r));
+    if (s.remaining() == 0) sample(s, logits_.row(r), drawn[r]);
   }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -154,6 +156,34 @@ Status Executor::step() {
   stats_.decode_tokens += decode;
   ++stats_.steps;
   return ok_status();
+}
+
+// The next token of every row whose session samples a plain next token this step (no forks
+// to make first, not at max_new_tokens: exactly the rows where sample() would draw), drawn
+// on the pool: each session draws from its own sampler, so the tokens are those a serial
+// loop draws; a temperature draw over a whole vocabulary costs a fraction of a millisecond,
+// a step of many sessions one per row. -1 for the other rows.
+std::vector<int32_t> Executor::draw_tokens(std::span<const int64_t> row_session) {
+  std::vector<Session*> who(row_session.size(), nullptr);
+  int64_t sampled = 0;
+  for (size_t r = 0; r < row_session.size(); ++r) {
+    Session& s = *sessions_.at(row_session[r]);
+    if (s.remaining() != 0 || s.forks_pending > 0 ||
+        s.generated() >= requests_.at(s.request)->params.max_new_tokens)
+      continue;
+    who[r] = &s;
+    sampled += s.sampler.config().temperature > 0.0f ? 1 : 0;
+  }
+  std::vector<int32_t> drawn(row_session.size(), -1);
+  auto draw = [&](int64_t r) {
+    if (who[r] != nullptr) drawn[r] = who[r]->sampler.sample(logits_.row(static_cast<size_t>(r)));
+  };
+  if (sampled > 1) {  // greedy rows take microseconds: not worth waking a thread
+    cpu::global_pool().run_tasks(static_cast<int64_t>(row_session.size()), draw);
+  } else {
+    for (size_t r = 0; r < row_session.size(); ++r) draw(static_cast<int64_t>(r));
+  }
+  return drawn;
 }
 
 void Executor::fork_children(Session& parent, std::span<const float> logits) {
@@ -180,7 +210,7 @@ void Executor::fork_children(Session& parent, std::span<const float> logits) {
   }
 }
 
-void Executor::sample(Session& s, std::span<const float> logits) {
+void Executor::sample(Session& s, std::span<const float> logits, int32_t drawn) {
   Request& r = *requests_.at(s.request);
   const GenerateParams& p = r.params;
   if (s.forks_pending > 0) fork_children(s, logits);
@@ -188,7 +218,7 @@ void Executor::sample(Session& s, std::span<const float> logits) {
     finish(s, Finish::kLength);
     return;
   }
-  const int32_t tok = s.sampler.sample(logits);
+  const int32_t tok = drawn >= 0 ? drawn : s.sampler.sample(logits);
   s.tokens.push_back(tok);
   Completion& c = r.result.completions[static_cast<size_t>(s.completion)];
   c.tokens.push_back(tok);

@@ -141,28 +141,55 @@ TEST(QuantMatvec, PrefillProductsMatchTheReferenceOverTilesAndThreads) {
 }
 
 // A batched decode step (2..kSmallBatch rows) gives every row bitwise what its product alone
-// gives: the same row kernel over chunks of weight rows shared by the batch.
+// gives, on every ISA: the same row sums over chunks of weight rows shared by the batch. F16 /
+// BF16 also run column counts with a tail after the last 16 (100, 17) and a row count that is
+// not a multiple of the 4-row tiles (301).
 TEST(QuantMatvec, BatchedDecodeRowsEqualTheirSingleRowProducts) {
   for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K,
                           TensorType::kBF16, TensorType::kQ5_1, TensorType::kF16})
-    for (int threads : {1, 2}) {
-      cpu::set_global_threads(threads);
-      const int64_t rows = 300, cols = 256;
-      const Weight w = quantized(type, rows, cols, 21);
-      for (int64_t t : {int64_t{2}, int64_t{7}, kSmallBatch}) {
-        const std::vector<float> x = rnd(static_cast<size_t>(t * cols), 22);
-        std::vector<float> y(static_cast<size_t>(t * rows));
-        matmul(x, w, y, t);
-        for (int64_t j = 0; j < t; ++j) {
-          std::vector<float> one(static_cast<size_t>(rows));
-          matmul(std::span<const float>(x).subspan(static_cast<size_t>(j * cols), cols), w, one, 1);
-          for (int64_t r = 0; r < rows; ++r)
-            ASSERT_EQ(y[static_cast<size_t>(j * rows + r)], one[static_cast<size_t>(r)])
-                << gguf::to_string(type) << " threads " << threads << " row " << j << " of " << t;
+    for (int64_t cols : gguf::block_geometry(type)->elements == 1 ? std::vector<int64_t>{256, 100, 17}
+                                                                  : std::vector<int64_t>{256})
+      for (int threads : {1, 2})
+        for (cpu::Isa isa : isas()) {
+          cpu::set_global_threads(threads);
+          const int64_t rows = 301;
+          const Weight w = quantized(type, rows, cols, 21);
+          for (int64_t t : {int64_t{2}, int64_t{7}, kSmallBatch}) {
+            const std::vector<float> x = rnd(static_cast<size_t>(t * cols), 22);
+            std::vector<float> y(static_cast<size_t>(t * rows));
+            matvec_batch(w, x.data(), y.data(), t, /*accumulate=*/false, isa);
+            for (int64_t j = 0; j < t; ++j) {
+              std::vector<float> one(static_cast<size_t>(rows));
+              matvec(w, x.data() + j * cols, one.data(), /*accumulate=*/false, isa);
+              for (int64_t r = 0; r < rows; ++r)
+                ASSERT_EQ(y[static_cast<size_t>(j * rows + r)], one[static_cast<size_t>(r)])
+                    << gguf::to_string(type) << " cols " << cols << " threads " << threads
+                    << " isa " << cpu::to_string(isa) << " row " << j << " of " << t;
+            }
+          }
         }
-      }
-    }
   cpu::set_global_threads(2);
+}
+
+// The 512-bit F16/BF16 kernels hold the 256-bit kernel's two accumulators in the halves of one
+// register and reduce them the same way: every product is bitwise the AVX2 one, alone or
+// batched, so a session's numbers do not depend on which kernel ran them either.
+TEST(QuantMatvec, HalfPrecisionAvx512ProductsEqualTheAvx2OnesBitwise) {
+  if (!matvec_isa_supported(cpu::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 VNNI here";
+  for (TensorType type : {TensorType::kF16, TensorType::kBF16})
+    for (int64_t cols : {16, 100, 768})
+      for (int64_t t : {int64_t{1}, int64_t{3}, int64_t{8}, kSmallBatch}) {
+        const int64_t rows = 45;
+        const Weight w = quantized(type, rows, cols, 31);
+        const std::vector<float> x = rnd(static_cast<size_t>(t * cols), 32);
+        const std::vector<float> y0 = rnd(static_cast<size_t>(t * rows), 33);
+        std::vector<float> a = y0, b = y0;
+        matvec_batch(w, x.data(), a.data(), t, /*accumulate=*/true, cpu::Isa::kAvx2);
+        matvec_batch(w, x.data(), b.data(), t, /*accumulate=*/true, cpu::Isa::kAvx512);
+        for (size_t i = 0; i < a.size(); ++i)
+          ASSERT_EQ(a[i], b[i]) << gguf::to_string(type) << " cols " << cols << " t " << t
+                                << " index " << i;
+      }
 }
 
 // A tiny model stored as each type: the engine on the file's blocks against the same model

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <random>
 
 #include "cpu/thread_pool.h"
 #include "engine/sampler.h"
@@ -282,6 +284,33 @@ TEST(Sampler, GreedyTopKAndTopPBehave) {
   EXPECT_EQ(seen[0] + seen[3], 0);
   EXPECT_GT(seen[1], 0);
   EXPECT_GT(seen[2], 0);
+}
+
+// The radix ordering of the sampler is the comparison sort's order exactly: over vocabularies
+// with many ties (values on a grid of 1/8), -0 beside +0, infinities, and every keep from a
+// short top-k (partial sort) to the whole vocabulary (radix sort).
+TEST(Sampler, RadixLogitOrderEqualsTheComparisonSort) {
+  std::mt19937 g(5);
+  for (int32_t n : {1, 2, 300, 5000, 32000})
+    for (int round = 0; round < 3; ++round) {
+      std::vector<float> logits(static_cast<size_t>(n));
+      for (float& x : logits) x = static_cast<float>(static_cast<int>(g() % 161) - 80) / 8.0f;
+      if (n > 4) {
+        logits[1] = -0.0f;
+        logits[2] = 0.0f;
+        logits[3] = -INFINITY;
+        logits[4] = round == 0 ? INFINITY : 1e30f;
+      }
+      for (int32_t keep : {1, 7, n / 2 + 1, n}) {
+        if (keep > n) continue;
+        std::vector<int32_t> got, want;
+        order_by_logit(logits, keep, got);
+        order_by_logit_reference(logits, keep, want);
+        ASSERT_EQ(std::vector<int32_t>(got.begin(), got.begin() + keep),
+                  std::vector<int32_t>(want.begin(), want.begin() + keep))
+            << "n " << n << " keep " << keep << " round " << round;
+      }
+    }
 }
 
 }  // namespace
