@@ -12,8 +12,12 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#if defined(__clang__)  // clang ignores GCC target pragmas (the fuzz build uses clang)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#endif
 
 namespace kvcache::engine {
 namespace {
@@ -36,7 +40,11 @@ quant_detail::HalfBatchKernel quant_detail::avx2_half_batch(gguf::TensorType typ
 
 }  // namespace kvcache::engine
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 #else
 namespace kvcache::engine {
