@@ -8,6 +8,8 @@ namespace kvcache::serve {
 namespace {
 
 constexpr int64_t kBatchBytes = int64_t{8} << 20;  // value bytes asked for in one MGET
+// A failed write is tried once more after this, longer than the store's reconnect interval.
+constexpr std::chrono::milliseconds kPutRetryWait{600};
 
 int64_t rows_bytes(const std::vector<BlockLayerRows>& layers) {
   int64_t n = 0;
@@ -255,9 +257,21 @@ void StoreWorker::do_put(PutJob& job) {
   if (!value.ok()) {
     s.errors = 1;  // rows of the wrong size: a bug upstream, never sent
   } else {
-    Result<bool> put = store_->put_if_absent(block_store_key(job.key), *value);
+    const std::string name = block_store_key(job.key);
+    Result<bool> put = store_->put_if_absent(name, *value);
+    const bool retried = !put.ok();
+    if (retried) {
+      // One transient failure (a timeout under load) must not lose this block and, through the
+      // store's reconnect interval, the next ones: count it, wait past that interval (or until
+      // stop), try once more. The engine never waits for this thread.
+      std::unique_lock<std::mutex> lk(mu_);
+      ++stats_.errors;
+      if (work_cv_.wait_for(lk, kPutRetryWait, [&] { return stop_; })) return;
+      lk.unlock();
+      put = store_->put_if_absent(name, *value);
+    }
     if (!put.ok()) {
-      s.errors = 1;
+      s.errors = retried ? 0 : 1;  // a failed retry was counted before it
     } else {
       s.bytes_out = static_cast<int64_t>(value->size());
       (*put ? s.puts : s.puts_existing) = 1;
