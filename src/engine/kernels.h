@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "engine/weight.h"  // Weight and its type-dispatching matmul
-#include "program/half.h"
+#include "core/half.h"
 
 namespace kvcache::engine {
 

@@ -9,14 +9,12 @@
 
 #include "cpu/thread_pool.h"
 #include "program/gguf_quant.h"
-#include "program/half.h"
+#include "core/half.h"
 
 namespace kvcache::engine {
 namespace {
 
 using gguf::TensorType;
-using program_detail::bf16_to_f32;
-using program_detail::f16_to_f32;
 
 float half_at(const uint8_t* p) {
   uint16_t h;

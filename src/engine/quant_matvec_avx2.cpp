@@ -7,7 +7,7 @@
 
 #include "engine/quant_matvec.h"
 #include "program/gguf_quant.h"
-#include "program/half.h"
+#include "core/half.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

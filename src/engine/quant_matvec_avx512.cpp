@@ -14,7 +14,7 @@
 
 #include "engine/quant_matvec.h"
 #include "program/gguf_quant.h"
-#include "program/half.h"
+#include "core/half.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -56,7 +56,7 @@ inline float half_finish(__m512 acc, const uint8_t* row, const float* x, int64_t
   for (int64_t c = body; c < cols; ++c) {
     uint16_t h;
     std::memcpy(&h, row + 2 * c, 2);
-    sum += (kBf16 ? program_detail::bf16_to_f32(h) : _cvtsh_ss(h)) * x[c];
+    sum += (kBf16 ? kvcache::bf16_to_f32(h) : _cvtsh_ss(h)) * x[c];
   }
   return sum;
 }

@@ -14,7 +14,7 @@
 #include "engine/kernels.h"
 #include "engine/quant_matvec.h"
 #include "program/gguf_quant.h"
-#include "program/half.h"
+#include "core/half.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
 
@@ -92,7 +92,7 @@ void gemv_f16_scalar(const uint16_t* w, const float* x, float* y, int64_t rows, 
   for (int64_t r = 0; r < rows; ++r) {
     float acc = 0.0f;
     const uint16_t* wr = w + r * cols;
-    for (int64_t c = 0; c < cols; ++c) acc += program_detail::f16_to_f32(wr[c]) * x[c];
+    for (int64_t c = 0; c < cols; ++c) acc += kvcache::f16_to_f32(wr[c]) * x[c];
     y[r] = accumulate ? y[r] + acc : acc;
   }
 }

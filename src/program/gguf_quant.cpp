@@ -5,15 +5,11 @@
 #include <cmath>
 #include <cstring>
 
-#include "half.h"
+#include "core/half.h"
 
 namespace kvcache::gguf {
 namespace {
 
-using program_detail::bf16_to_f32;
-using program_detail::f16_to_f32;
-using program_detail::f32_to_bf16;
-using program_detail::f32_to_f16;
 
 float load_half(const uint8_t* p) {
   uint16_t h;

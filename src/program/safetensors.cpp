@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "half.h"
+#include "core/half.h"
 #include "program/file_bytes.h"
 
 namespace kvcache::safetensors {
@@ -145,7 +145,6 @@ const TensorView* SafetensorsFile::find(std::string_view name) const {
 }
 
 Result<std::vector<float>> to_f32(const TensorView& t) {
-  using namespace program_detail;
   const bool f32 = t.dtype == "F32", half = t.dtype == "F16" || t.dtype == "BF16";
   if (!f32 && !half)
     return invalid_argument("safetensors: tensor '" + t.name + "' has dtype " + t.dtype +

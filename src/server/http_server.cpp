@@ -13,7 +13,7 @@
 
 #include "server/metrics.h"
 #include "server/saved_prefixes.h"
-#include "server/utf8.h"
+#include "engine/utf8.h"
 
 namespace kvcache::server {
 namespace {
@@ -58,7 +58,7 @@ struct StreamState {
   std::optional<RequestChannel::News> carry;  // news that came with the acceptance
   ResponseMeta meta;
   bool include_usage = false;
-  std::vector<Utf8Stream> utf8;       // per completion
+  std::vector<engine::Utf8Stream> utf8;      // per completion
   std::vector<bool> finished;         // a finish_reason chunk was sent
   bool started = false, done = false;
   std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
@@ -200,7 +200,7 @@ void HttpServer::Impl::saved_prefix(const httplib::Request& req, httplib::Respon
 
 static std::string whole_body(const ResponseMeta& meta, const serve::RequestResult& r) {
   std::vector<std::string> texts;
-  for (const serve::Completion& c : r.completions) texts.push_back(utf8_sanitize(c.text));
+  for (const serve::Completion& c : r.completions) texts.push_back(engine::utf8_sanitize(c.text));
   return response_json(meta, r, texts).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -280,7 +280,7 @@ void HttpServer::Impl::start_stream(httplib::Response& res, std::shared_ptr<Requ
           std::string text = st->utf8[c].push(p.text);
           std::optional<serve::Finish> fin;
           if (p.finish != serve::Finish::kNone) {
-            text += st->utf8[c].flush();
+            text += st->utf8[c].finish();
             fin = p.finish;
             st->finished[c] = true;
           }
@@ -293,7 +293,7 @@ void HttpServer::Impl::start_stream(httplib::Response& res, std::shared_ptr<Requ
             const serve::Finish f = c < news.result->completions.size()
                                         ? news.result->completions[c].finish
                                         : serve::Finish::kCancelled;
-            out += sse(chunk_json(st->meta, static_cast<int32_t>(c), st->utf8[c].flush(), false, f));
+            out += sse(chunk_json(st->meta, static_cast<int32_t>(c), st->utf8[c].finish(), false, f));
             st->finished[c] = true;
           }
           if (st->include_usage) out += sse(usage_chunk_json(st->meta, *news.result));

@@ -47,9 +47,9 @@ TEST(Kernels, F16MatmulMatchesReferenceOverShapesAndThreads) {
             std::vector<float> dense = rnd(out * in, 8);
             std::vector<uint8_t> half(dense.size() * 2);
             for (size_t i = 0; i < dense.size(); ++i) {
-              const uint16_t h = program_detail::f32_to_f16(dense[i]);
+              const uint16_t h = kvcache::f32_to_f16(dense[i]);
               std::memcpy(half.data() + 2 * i, &h, 2);
-              dense[i] = program_detail::f16_to_f32(h);
+              dense[i] = kvcache::f16_to_f32(h);
             }
             Weight w = Weight::from_bytes(gguf::TensorType::kF16, out, in, std::move(half));
             std::vector<float> x = rnd(t * in, 9), y = rnd(t * out, 10), want = y;
@@ -71,7 +71,7 @@ TEST(Kernels, F16ProductOfEachRowIsBitwiseIndependentOfTheBatch) {
     std::vector<uint8_t> half(kRows * kCols * 2);
     std::vector<float> dense = rnd(kRows * kCols, 21);
     for (size_t i = 0; i < dense.size(); ++i) {
-      const uint16_t h = program_detail::f32_to_f16(dense[i]);
+      const uint16_t h = kvcache::f32_to_f16(dense[i]);
       std::memcpy(half.data() + 2 * i, &h, 2);
     }
     const Weight w = Weight::from_bytes(gguf::TensorType::kF16, kRows, kCols, std::move(half));
@@ -93,8 +93,8 @@ TEST(Kernels, F16ScalarGemvMatchesReference) {
   std::vector<float> dense = rnd(5 * 9, 11), x = rnd(9, 12), y(5), want(5);
   std::vector<uint16_t> h;
   for (float& v : dense) {
-    h.push_back(program_detail::f32_to_f16(v));
-    v = program_detail::f16_to_f32(h.back());
+    h.push_back(kvcache::f32_to_f16(v));
+    v = kvcache::f16_to_f32(h.back());
   }
   gemv_f16_scalar(h.data(), x.data(), y.data(), 5, 9, false);
   matmul_reference(x, dense, want, 1, 9, 5);

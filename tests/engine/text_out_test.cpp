@@ -52,6 +52,28 @@ TEST(Utf8, StreamJoinsACharacterSplitAcrossTokens) {
   EXPECT_EQ(s.push("\x80x"), kFffd + "x");
 }
 
+TEST(Utf8, MaximalSubpartsFollowTheWellFormedTable) {
+  EXPECT_EQ(utf8_sanitize("a\xFF" "b"), "a" + kFffd + "b");
+  // E0 A0 is a valid start whose third byte is missing before 'x': one replacement.
+  EXPECT_EQ(utf8_sanitize("\xE0\xA0x"), kFffd + "x");
+  EXPECT_EQ(utf8_sanitize("\xE0\x80\x80"), kFffd + kFffd + kFffd);  // overlong 3-byte
+  EXPECT_EQ(utf8_sanitize("\x80\x80"), kFffd + kFffd);              // two lone continuations
+  EXPECT_EQ(utf8_sanitize("z\xF0\x9F"), "z" + kFffd);
+}
+
+TEST(Utf8, StreamReplacesInvalidBytesAndFinishesAnUnfinishedTail) {
+  Utf8Stream s;
+  EXPECT_EQ(s.push("a\xFF"), "a" + kFffd);
+  EXPECT_EQ(s.push("\xC3"), "");
+  EXPECT_EQ(s.push("x"), kFffd + "x");  // the lead byte was not continued
+  EXPECT_EQ(s.push("h\xF0"), "h");
+  EXPECT_EQ(s.push("\x9F"), "");
+  EXPECT_EQ(s.push("\x98"), "");
+  EXPECT_EQ(s.push("\x80!"), "\xF0\x9F\x98\x80!");
+  EXPECT_EQ(s.push("\xE2\x9C"), "");
+  EXPECT_EQ(s.finish(), kFffd);
+}
+
 TEST(Utf8, SanitizedBytesAlwaysSerializeAsJson) {
   std::string all;
   for (int i = 0; i < 256; ++i) all.push_back(static_cast<char>(i));

@@ -10,12 +10,11 @@
 
 #include "program/gguf.h"
 #include "program/gguf_quant.h"
-#include "program/half.h"
+#include "core/half.h"
 
 namespace kvcache::gguf {
 namespace {
 
-using program_detail::f32_to_f16;
 
 void put_half(uint8_t* p, float v) {
   const uint16_t h = f32_to_f16(v);
