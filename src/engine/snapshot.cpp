@@ -13,6 +13,8 @@
 
 #include <xxhash.h>
 
+#include "program/byte_writer.h"
+
 namespace kvcache::engine {
 namespace {
 
@@ -36,24 +38,7 @@ std::string hex(uint64_t v) {
 
 // ---- encoding ----
 
-class Writer {
- public:
-  template <typename T>
-  void put(T v) {
-    const size_t at = bytes_.size();
-    bytes_.resize(at + sizeof(T));
-    std::memcpy(bytes_.data() + at, &v, sizeof(T));
-  }
-  void put_bytes(const void* p, size_t n) {
-    if (n == 0) return;
-    const auto* b = static_cast<const uint8_t*>(p);
-    bytes_.insert(bytes_.end(), b, b + n);
-  }
-  std::vector<uint8_t>& bytes() { return bytes_; }
-
- private:
-  std::vector<uint8_t> bytes_;
-};
+using Writer = program::ByteWriter;
 
 // Preamble, header body and the header checksum.
 std::vector<uint8_t> encode_header(const Snapshot& s) {
@@ -80,7 +65,7 @@ std::vector<uint8_t> encode_header(const Snapshot& s) {
   out.put<uint32_t>(static_cast<uint32_t>(body.bytes().size()));
   out.put_bytes(body.bytes().data(), body.bytes().size());
   out.put<uint64_t>(XXH3_64bits(out.bytes().data(), out.bytes().size()));
-  return std::move(out.bytes());
+  return out.take();
 }
 
 uint64_t section_checksum(const LayerRows& r) {

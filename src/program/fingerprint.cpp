@@ -9,24 +9,16 @@
 
 #include <xxhash.h>
 
+#include "program/byte_writer.h"
+
 namespace kvcache {
 namespace {
 
 constexpr size_t kSampleBytes = 4096;
 
-// Little-endian appenders (the hosts we build for are little-endian).
-class Record {
+// The fingerprint's record: ByteWriter plus GGUF values in one canonical form.
+class Record : public program::ByteWriter {
  public:
-  template <typename T>
-  void put(T v) {
-    const size_t at = bytes_.size();
-    bytes_.resize(at + sizeof(T));
-    std::memcpy(bytes_.data() + at, &v, sizeof(T));
-  }
-  void put_string(std::string_view s) {
-    put<uint64_t>(s.size());
-    bytes_.insert(bytes_.end(), s.begin(), s.end());
-  }
   void put_value(const gguf::Value& v) {
     using gguf::ValueType;
     put<uint32_t>(static_cast<uint32_t>(v.type));
@@ -47,10 +39,6 @@ class Record {
         else put<int64_t>(std::get<int64_t>(v.data));
     }
   }
-  const std::vector<uint8_t>& bytes() const { return bytes_; }
-
- private:
-  std::vector<uint8_t> bytes_;
 };
 
 uint64_t hash(std::span<const uint8_t> b) { return XXH3_64bits(b.data(), b.size()); }

@@ -3,29 +3,14 @@
 #include <cstring>
 #include <set>
 
+#include "program/byte_writer.h"
 #include "program/gguf.h"
 #include "program/gguf_quant.h"
 
 namespace kvcache::gguf {
 namespace {
 
-class Out {
- public:
-  std::vector<uint8_t> b;
-  template <class T>
-  void put(T v) {
-    const size_t at = b.size();
-    b.resize(at + sizeof(T));
-    std::memcpy(b.data() + at, &v, sizeof(T));
-  }
-  void put_string(std::string_view s) {
-    put<uint64_t>(s.size());
-    b.insert(b.end(), s.begin(), s.end());
-  }
-  void pad_to(uint64_t alignment) {
-    while (b.size() % alignment != 0) b.push_back(0);
-  }
-};
+using Out = program::ByteWriter;
 
 int64_t int_of(const Value& v) {
   if (auto* i = std::get_if<int64_t>(&v.data)) return *i;
@@ -200,10 +185,10 @@ std::vector<uint8_t> GgufWriter::bytes() const {
   }
   if (!tensors_.empty()) o.pad_to(alignment_);
   for (const auto& t : tensors_) {
-    o.b.insert(o.b.end(), t.data.begin(), t.data.end());
+    o.put_bytes(t.data.data(), t.data.size());
     o.pad_to(alignment_);
   }
-  return std::move(o.b);
+  return o.take();
 }
 
 Status GgufWriter::write(const std::string& path) const {
