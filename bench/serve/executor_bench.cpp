@@ -284,7 +284,7 @@ void BM_SharedPrefixDecode(benchmark::State& bs) {
 
 BENCHMARK(BM_BatchedDecode)
     ->ArgsProduct({{1024}, {1, 2, 4, 8, 16}})
-    ->ArgsProduct({{4096}, {1, 2, 4, 8}})
+    ->ArgsProduct({{4096}, {1, 2, 4, 8, 16}})
     ->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_PrefixTtft)
     ->ArgsProduct({{0, 1}, {0, 1}})
