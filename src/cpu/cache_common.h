@@ -26,14 +26,15 @@ Result<std::shared_ptr<Cache>> make_cache(const CacheGeometry& g, const CacheCon
   return std::shared_ptr<Cache>(std::move(cache));
 }
 
-// update_and_attend's protocol check common to both layouts: a step is declared and the call
+// The kernel calls' protocol check common to both layouts: a step is declared and the call
 // has as many tokens as it declared.
-inline Status check_declared(const AttendArgs& a, bool step_open, int64_t declared) {
+inline Status check_declared(const AttendArgs& a, AttendOp op, bool step_open,
+                             int64_t declared) {
   if (!step_open)
-    return failed_precondition(attend_context(a.layer) +
+    return failed_precondition(attend_context(a.layer, op) +
                                "no declared step (call declare_step first)");
   if (a.n_tokens != declared)
-    return invalid_argument(str_cat(attend_context(a.layer), "n_tokens = ", a.n_tokens,
+    return invalid_argument(str_cat(attend_context(a.layer, op), "n_tokens = ", a.n_tokens,
                                     ", expected the declared ", declared));
   return ok_status();
 }

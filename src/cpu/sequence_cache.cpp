@@ -57,6 +57,20 @@ class SequenceCache final : public Cache {
   Status seq_rm(int32_t) override {
     return unimplemented("seq_rm: the sequence layout keeps sequence 0; use clear or rewind");
   }
+  Result<int32_t> open_seq() override {
+    if (layout_.length() > 0)
+      return resource_exhausted("open_seq: the sequence layout's one sequence (id 0) holds " +
+                                std::to_string(layout_.length()) +
+                                " positions; clear or rewind it first");
+    return 0;
+  }
+  Result<UndoPoint> save_point(int32_t seq) override {  // a checkpoint of the rings
+    if (seq != 0) return not_found(unknown("save_point", seq));
+    UndoPoint point{layout_.length(), nullptr, -1};
+    if (!looks_back(geometry())) return point;
+    KVCACHE_ASSIGN_OR_RETURN(point.checkpoint, checkpoint(seq));
+    return point;
+  }
   Status rewind(int32_t seq, int64_t pos) override {
     if (seq != 0) return not_found(unknown("rewind", seq));
     return layout_.rewind(pos);
@@ -79,9 +93,16 @@ class SequenceCache final : public Cache {
   }
 
   Status update_and_attend(const AttendArgs& a) override {
-    KVCACHE_RETURN_IF_ERROR(check_attend_args(layout_.geometry(), a));
-    KVCACHE_RETURN_IF_ERROR(check_step(a));
-    const bool attend_only = a.k.empty();
+    return run(a, AttendOp::kUpdateAndAttend);
+  }
+  Status attend(const AttendArgs& a) override { return run(a, AttendOp::kAttendOnly); }
+
+ private:
+  // One kernel call: checks, then (update only) places and writes, then attends.
+  Status run(const AttendArgs& a, AttendOp op) {
+    KVCACHE_RETURN_IF_ERROR(check_attend_args(layout_.geometry(), a, op));
+    KVCACHE_RETURN_IF_ERROR(check_step(a, op));
+    const bool attend_only = op == AttendOp::kAttendOnly;
     Result<SequencePlan> plan = attend_only ? layout_.placed(a.layer) : prepare(a.layer);
     if (!plan.ok()) return plan.status();
     if (!attend_only) plan = layout_.place(a.layer);
@@ -101,6 +122,7 @@ class SequenceCache final : public Cache {
     return ok_status();
   }
 
+ public:
   int64_t allocated_bytes() const override { return detail::pools_bytes(pools_); }
 
   Result<std::unique_ptr<CacheCheckpoint>> checkpoint(int32_t seq) const override {
@@ -201,12 +223,13 @@ class SequenceCache final : public Cache {
   }
 
   // Protocol checks that read state but change nothing.
-  Status check_step(const AttendArgs& a) const {
-    KVCACHE_RETURN_IF_ERROR(detail::check_declared(a, layout_.step_open(), layout_.step_tokens()));
+  Status check_step(const AttendArgs& a, AttendOp op) const {
+    KVCACHE_RETURN_IF_ERROR(
+        detail::check_declared(a, op, layout_.step_open(), layout_.step_tokens()));
     for (int32_t i = 0; i < a.n_tokens; ++i)
       if (a.positions[i] != layout_.step_start() + i)
-        return invalid_argument("update_and_attend: layer " + std::to_string(a.layer) +
-                                ": positions[" + std::to_string(i) + "] = " +
+        return invalid_argument(attend_context(a.layer, op) +
+                                "positions[" + std::to_string(i) + "] = " +
                                 std::to_string(a.positions[i]) + ", expected " +
                                 std::to_string(layout_.step_start() + i));
     return ok_status();

@@ -39,7 +39,7 @@ using SnapshotProgress = std::function<void(int64_t done, int64_t total)>;
 
 // Copies seq's K/V out of the cache (read_rows over [0, pos(seq))). InvalidArgument when
 // tokens holds fewer ids than the sequence has positions; the cache's errors otherwise.
-Result<Snapshot> capture_snapshot(const Cache& cache, int32_t seq, uint64_t fingerprint,
+Result<Snapshot> capture_snapshot(const CacheControl& cache, int32_t seq, uint64_t fingerprint,
                                   std::span<const int32_t> tokens);
 
 // The encoded size and bytes (header, then one section per layer). The snapshot must be
@@ -63,13 +63,13 @@ Result<Snapshot> load_snapshot(const std::string& path, const SnapshotProgress& 
 // Whether the snapshot's K/V may be used by this model and cache: InvalidArgument naming what
 // differs — the model fingerprint, the geometry (first differing layer and field), the kv
 // dtype — or a token id outside [0, vocab).
-Status check_snapshot(const Snapshot& snapshot, uint64_t fingerprint, const Cache& cache,
+Status check_snapshot(const Snapshot& snapshot, uint64_t fingerprint, const CacheControl& cache,
                       int32_t vocab);
 
 // check_snapshot, then writes positions [0, positions) into seq, which must be empty
 // (FailedPrecondition otherwise). The cache's write_rows refusals (e.g. ResourceExhausted
 // when it is too small) pass through; every refusal leaves the cache as it was.
-Status restore_snapshot(Cache& cache, int32_t seq, const Snapshot& snapshot, uint64_t fingerprint,
-                        int32_t vocab);
+Status restore_snapshot(CacheControl& cache, int32_t seq, const Snapshot& snapshot,
+                        uint64_t fingerprint, int32_t vocab);
 
 }  // namespace kvcache::engine
