@@ -54,14 +54,19 @@ TEST(SequenceCache, ChunkedStepsMatchBruteForceAcrossDtypesThreadsAndGrowth) {
     }
 }
 
-TEST(SequenceCache, RingRunsReadOldestFirstAcrossTheWrap) {
-  // Positions 5..9 in a ring of 7 slots: slots 5, 6 then 0, 1, 2.
-  KeySet ks = detail::ring_keys(5, 9, 7);
+TEST(SequenceCache, KeysOfTheLayoutsRunsReadOldestFirstAcrossTheWrap) {
+  // Positions 5..9 in a ring of 7 slots, as SequenceLayout::visible gives them: slots 5, 6
+  // then 0, 1, 2.
+  SlotRuns runs;
+  runs.runs = {SlotRun{5, 7}, SlotRun{0, 3}};
+  runs.n = 2;
+  runs.first = 5;
+  KeySet ks = detail::keys_of(runs);
   ASSERT_EQ(ks.n_runs, 2);
+  ASSERT_EQ(ks.size(), 5);
   std::vector<int64_t> rows;
   for (int64_t j = 0; j < ks.size(); ++j) rows.push_back(ks.row(j));
   EXPECT_EQ(rows, (std::vector<int64_t>{5, 6, 0, 1, 2}));
-  EXPECT_EQ(detail::ring_keys(0, 3, 7).n_runs, 1);
 }
 
 TEST(SequenceCache, RewindThenContinueMatchesBruteForce) {
