@@ -1,8 +1,9 @@
 // Session snapshots: one sequence's K/V rows and its tokens as a versioned, checksummed file
-// (format byte for byte in docs/snapshot.md), captured with Cache::read_rows and restored with
-// Cache::write_rows into either layout. Layer: engine. Decoding checks every size against the
-// bytes at hand and every checksum before it allocates payload or touches a cache; it knows
-// nothing of sessions, turns or chat messages (the caller keeps those).
+// (format byte for byte in docs/snapshot.md), captured with CacheControl::read_rows and
+// restored with CacheControl::write_rows into either layout. Layer: engine. Decoding checks
+// every size against the bytes at hand and every checksum before it allocates payload or
+// touches a cache; it knows nothing of sessions, turns or chat messages (the caller keeps
+// those).
 #pragma once
 
 #include <cstdint>
