@@ -119,12 +119,11 @@ class CellCache final : public Cache {
     std::vector<LayerRows> out;
     out.reserve(pools_.size());
     for (int32_t i = 0; i < layout_.n_layers(); ++i) {
-      const int32_t g = layout_.pool_of(i), w = geometry().layers[i].window;
+      const int32_t g = layout_.pool_of(i);
       std::span<const int32_t> held = layout_.held(seq, g);
       const int64_t low = layout_.held_first_pos(seq, g);
-      // A sliding pool may still hold an ended step's older cells: report only the last W - 1.
-      const int64_t keep = w > 0 ? std::max(low, end - w + 1) : low;
-      const int64_t first = std::min(to, std::max(from, keep));
+      // A sliding pool may still hold an ended step's older cells: report only what is kept.
+      const int64_t first = std::min(to, std::max(from, layout_.kept_from(seq, g)));
       out.push_back(detail::make_rows(geometry(), config().kv_dtype, i, first, to - first));
       for (int64_t p = first; p < to; ++p)
         detail::row_out(pools_[i], held[static_cast<size_t>(p - low)], out.back(), p);
