@@ -39,8 +39,7 @@ void restore_into(std::string_view kind, const kvcache::engine::Snapshot& s, int
   c.max_seqs = 1;
   auto cache = cpu::make_cpu_cache(kind, s.geometry, c);
   if (!cache.ok()) return;  // e.g. an allocation the host refuses
-  int32_t seq = 0;
-  if (kind == kCellKind) seq = *(*cache)->seq_new();
+  const int32_t seq = *(*cache)->open_seq();  // a fresh cache: 0, or the cell layout's first id
   Status st = engine::restore_snapshot(**cache, seq, s, s.fingerprint,
                                        std::numeric_limits<int32_t>::max());
   if (st.code() == StatusCode::kResourceExhausted) return;

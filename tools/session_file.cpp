@@ -28,8 +28,8 @@ engine::SnapshotProgress progress_line(const std::string& verb, const std::strin
 
 }  // namespace
 
-Status save_session_file(const std::string& path, const engine::Model& model, const Cache& cache,
-                         const engine::Session& session) {
+Status save_session_file(const std::string& path, const engine::Model& model,
+                         const CacheControl& cache, const engine::Session& session) {
   const std::vector<int32_t> tokens = session.conversation();
   Result<engine::Snapshot> snap =
       engine::capture_snapshot(cache, session.seq(), model.fingerprint(), tokens);
@@ -41,7 +41,7 @@ Status save_session_file(const std::string& path, const engine::Model& model, co
   return ok_status();
 }
 
-Status load_session_file(const std::string& path, const engine::Model& model, Cache& cache,
+Status load_session_file(const std::string& path, const engine::Model& model, CacheControl& cache,
                          engine::Session& session) {
   Result<engine::Snapshot> snap = engine::load_snapshot(path, progress_line("loading", path));
   if (!snap.ok()) return snap.status();

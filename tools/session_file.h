@@ -14,13 +14,13 @@ namespace kvcache::tools {
 
 // Writes the session's sequence (K/V and the conversation's ids) to `path`, whole or not at
 // all. Prints "saved session: ..." on stderr.
-Status save_session_file(const std::string& path, const engine::Model& model, const Cache& cache,
-                         const engine::Session& session);
+Status save_session_file(const std::string& path, const engine::Model& model,
+                         const CacheControl& cache, const engine::Session& session);
 
 // Reads `path`, checks it against the model and cache, writes it into the session's sequence
 // (which must be empty) and adopts its ids. Refusals name the file and what differs and
 // leave the cache as it was. Prints "loaded session: ..." on stderr.
-Status load_session_file(const std::string& path, const engine::Model& model, Cache& cache,
-                         engine::Session& session);
+Status load_session_file(const std::string& path, const engine::Model& model,
+                         CacheControl& cache, engine::Session& session);
 
 }  // namespace kvcache::tools

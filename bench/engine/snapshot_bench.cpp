@@ -53,7 +53,7 @@ Fixture make_fixture(const char* kind, DType dt) {
     return f;
   }
   f.cache = *c;
-  if (f.cache->kind() == kCellKind) f.seq = *f.cache->seq_new();
+  f.seq = *f.cache->open_seq();
   std::mt19937 rng(3);
   std::vector<LayerRows> rows;
   for (size_t l = 0; l < f.cache->geometry().layers.size(); ++l) {

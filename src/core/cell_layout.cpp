@@ -443,6 +443,12 @@ int64_t CellLayout::held_first_pos(int32_t seq, int32_t pool) const {
   return s_->seqs[seq].held[pool].low;
 }
 
+int64_t CellLayout::kept_from(int32_t seq, int32_t pool) const {
+  if (!s_->live(seq) || pool < 0 || pool >= n_pools()) return 0;
+  return std::max(held_first_pos(seq, pool),
+                  window_low(s_->pos(seq), s_->pools[pool].spec.window));
+}
+
 // ---- a step ----
 
 Status CellLayout::declare_step(std::span<const int32_t> seq_ids) {

@@ -107,6 +107,12 @@ Status validate(const CacheGeometry& g, const CacheConfig& c, std::string_view w
   return ok_status();
 }
 
+bool looks_back(const CacheGeometry& geometry) {
+  for (const LayerGeometry& l : geometry.layers)
+    if (l.window > 1) return true;
+  return false;
+}
+
 int64_t step_limit(const CacheGeometry& g, const CacheConfig& c) {
   int64_t limit = c.max_write ? *c.max_write : c.capacity;
   for (const auto& l : g.layers)

@@ -46,6 +46,37 @@ int64_t SequenceLayout::held_from(int32_t layer) const {
   return std::min(ring_low_[layer], length_);
 }
 
+int64_t SequenceLayout::slot(int32_t layer, int64_t pos) const {
+  return geometry_.layers[layer].sliding() ? pos % sequence_slots(geometry_.layers[layer], config_)
+                                           : pos;
+}
+
+Result<SlotRuns> SequenceLayout::visible(int32_t layer, int64_t pos) const {
+  if (layer < 0 || layer >= n_layers())
+    return invalid_argument("sequence_layout.visible: layer " + str(layer) + ", expected 0.." +
+                            str(n_layers() - 1));
+  if (pos < 0 || pos >= length_)
+    return out_of_range("sequence_layout.visible: position " + str(pos) + ", expected 0.." +
+                        str(length_ - 1) + " (a query reads only placed positions)");
+  const LayerGeometry& l = geometry_.layers[layer];
+  SlotRuns r;
+  r.first = l.sliding() ? std::max<int64_t>(0, pos - l.window + 1) : 0;
+  if (r.first < held_from(layer))
+    return out_of_range("sequence_layout.visible: layer " + str(layer) + " position " +
+                        str(pos) + " reads back to " + str(r.first) + ", the ring holds from " +
+                        str(held_from(layer)));
+  r.n = ring_runs(r.first, pos + 1 - r.first, slots(layer), r.runs);
+  return r;
+}
+
+SlotRuns SequenceLayout::lookback(int32_t layer) const {
+  SlotRuns r;
+  if (layer < 0 || layer >= n_layers() || !geometry_.layers[layer].sliding()) return r;
+  r.first = std::max<int64_t>(0, length_ - geometry_.layers[layer].window + 1);
+  r.n = ring_runs(r.first, length_ - r.first, slots(layer), r.runs);
+  return r;
+}
+
 bool SequenceLayout::can_extend(int64_t n) const {
   return n >= 0 && n <= step_limit_ && length_ + n <= config_.capacity;
 }
@@ -170,6 +201,10 @@ Status SequenceLayout::rewind(int64_t new_len) {
     return out_of_range("sequence_layout.rewind: length " + str(new_len) +
                         " is below the floor " + str(floor) +
                         " (sliding-window rings no longer hold the positions it needs)");
+  // A ring whose oldest held position is above new_len now holds none below it (only a window
+  // of 1 can get here: the floor keeps every other ring's oldest at or below new_len); the
+  // next step's writes start at new_len.
+  for (int64_t& low : ring_low_) low = std::min(low, new_len);
   length_ = new_len;
   end_step();
   return ok_status();

@@ -178,17 +178,23 @@ void attend(const AttentionProblem& p, ThreadPool& pool, Isa isa) {
   attend_split(p, pool, fn, chunk);
 }
 
-std::string attend_context(int32_t layer) {
-  return str_cat("update_and_attend: layer ", layer, ": ");
+namespace {
+const char* op_name(AttendOp op) {
+  return op == AttendOp::kAttendOnly ? "attend" : "update_and_attend";
+}
+}  // namespace
+
+std::string attend_context(int32_t layer, AttendOp op) {
+  return str_cat(op_name(op), ": layer ", layer, ": ");
 }
 
-Status check_attend_args(const CacheGeometry& geometry, const AttendArgs& a) {
+Status check_attend_args(const CacheGeometry& geometry, const AttendArgs& a, AttendOp op) {
   if (a.layer < 0 || a.layer >= static_cast<int32_t>(geometry.layers.size()))
-    return invalid_argument(str_cat("update_and_attend: layer = ", a.layer, ", expected in [0, ",
+    return invalid_argument(str_cat(op_name(op), ": layer = ", a.layer, ", expected in [0, ",
                                     geometry.layers.size(), ")"));
   const LayerGeometry& l = geometry.layers[a.layer];
   auto bad = [&](auto&&... parts) {
-    return invalid_argument(str_cat(attend_context(a.layer), parts...));
+    return invalid_argument(str_cat(attend_context(a.layer, op), parts...));
   };
   if (a.n_tokens <= 0) return bad("n_tokens = ", a.n_tokens, ", expected > 0");
   if (a.q_heads <= 0 || a.q_heads % l.kv_heads != 0)
@@ -205,11 +211,14 @@ Status check_attend_args(const CacheGeometry& geometry, const AttendArgs& a) {
                a.n_tokens);
   KVCACHE_RETURN_IF_ERROR(check("q", a.q.size(), a.q_heads, l.head_dim));
   KVCACHE_RETURN_IF_ERROR(check("out", a.out.size(), a.q_heads, l.value_dim));
-  if (a.k.empty() != a.v.empty())
-    return bad("k and v must both be given or both be empty (attend only)");
-  if (!a.k.empty()) {
+  if (op == AttendOp::kUpdateAndAttend) {
     KVCACHE_RETURN_IF_ERROR(check("k", a.k.size(), l.kv_heads, l.head_dim));
     KVCACHE_RETURN_IF_ERROR(check("v", a.v.size(), l.kv_heads, l.value_dim));
+  } else {
+    if (!a.k.empty())
+      return bad("k has ", a.k.size(), " floats, expected none (attend writes nothing)");
+    if (!a.v.empty())
+      return bad("v has ", a.v.size(), " floats, expected none (attend writes nothing)");
   }
   if (!std::isfinite(a.scale)) return bad("scale is not finite, expected a finite number");
   if (!(a.softcap >= 0.0f) || !std::isfinite(a.softcap))

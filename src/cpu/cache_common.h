@@ -1,6 +1,6 @@
 // Internal to the cpu caches: pieces both layouts share — building a cache over its layout,
-// the step checks, writing a step's K/V, running the chosen kernel and the KeySet of a
-// contiguous position range in a (possibly ring) layer.
+// the step checks, writing a step's K/V, running the chosen kernel and the KeySet of the slot
+// runs a layout computed (no ring or window arithmetic here: the layouts own it).
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/sequence_layout.h"
 #include "core/str_cat.h"
 #include "cpu/attention.h"
 #include "cpu/cpu_cache.h"
@@ -26,14 +27,15 @@ Result<std::shared_ptr<Cache>> make_cache(const CacheGeometry& g, const CacheCon
   return std::shared_ptr<Cache>(std::move(cache));
 }
 
-// update_and_attend's protocol check common to both layouts: a step is declared and the call
+// The kernel calls' protocol check common to both layouts: a step is declared and the call
 // has as many tokens as it declared.
-inline Status check_declared(const AttendArgs& a, bool step_open, int64_t declared) {
+inline Status check_declared(const AttendArgs& a, AttendOp op, bool step_open,
+                             int64_t declared) {
   if (!step_open)
-    return failed_precondition(attend_context(a.layer) +
+    return failed_precondition(attend_context(a.layer, op) +
                                "no declared step (call declare_step first)");
   if (a.n_tokens != declared)
-    return invalid_argument(str_cat(attend_context(a.layer), "n_tokens = ", a.n_tokens,
+    return invalid_argument(str_cat(attend_context(a.layer, op), "n_tokens = ", a.n_tokens,
                                     ", expected the declared ", declared));
   return ok_status();
 }
@@ -57,19 +59,13 @@ inline void run_kernel(const CpuCacheOptions& o, const AttentionProblem& p) {
   attend(p, o.pool != nullptr ? *o.pool : global_pool(), o.isa);
 }
 
-// Positions [lo, hi] (inclusive) of a layer whose position p lives in row p mod slots.
-inline KeySet ring_keys(int64_t lo, int64_t hi, int64_t slots) {
+// The KeySet of the slot runs a sequence layout computed (SequenceLayout::visible).
+inline KeySet keys_of(const SlotRuns& r) {
   KeySet ks;
-  const int64_t n = hi - lo + 1, b = lo % slots;
-  ks.run_begin[0] = b;
-  if (b + n <= slots) {
-    ks.run_size[0] = n;
-    ks.n_runs = 1;
-  } else {
-    ks.run_size[0] = slots - b;
-    ks.run_begin[1] = 0;
-    ks.run_size[1] = n - (slots - b);
-    ks.n_runs = 2;
+  ks.n_runs = r.n;
+  for (int32_t i = 0; i < r.n; ++i) {
+    ks.run_begin[i] = r.runs[i].begin;
+    ks.run_size[i] = r.runs[i].size();
   }
   return ks;
 }

@@ -40,6 +40,15 @@ class CellCache final : public Cache {
     return layout_.seq_clone(src, upto);
   }
   Status seq_rm(int32_t seq) override { return layout_.seq_rm(seq); }
+  Result<int32_t> open_seq() override { return layout_.seq_new(); }
+  Result<UndoPoint> save_point(int32_t seq) override {  // a fork pinning the sliding cells
+    if (!layout_.live(seq))
+      return not_found("save_point: sequence " + std::to_string(seq) + " is not live");
+    UndoPoint point{layout_.pos(seq), nullptr, -1};
+    if (!looks_back(geometry())) return point;
+    KVCACHE_ASSIGN_OR_RETURN(point.fork, layout_.seq_clone(seq, std::nullopt));
+    return point;
+  }
   Status rewind(int32_t seq, int64_t pos) override { return layout_.rewind(seq, pos); }
   int64_t pos(int32_t seq) const override { return layout_.pos(seq); }
   int64_t seq_len(int32_t seq) const override { return layout_.seq_len(seq); }
@@ -53,15 +62,22 @@ class CellCache final : public Cache {
   }
 
   Status update_and_attend(const AttendArgs& a) override {
-    KVCACHE_RETURN_IF_ERROR(check_attend_args(layout_.geometry(), a));
-    KVCACHE_RETURN_IF_ERROR(check_step(a));
-    auto at = [&a] { return attend_context(a.layer); };  // built only on failure
+    return run(a, AttendOp::kUpdateAndAttend);
+  }
+  Status attend(const AttendArgs& a) override { return run(a, AttendOp::kAttendOnly); }
+
+ private:
+  // One kernel call: checks, then (update only) places and writes, then attends.
+  Status run(const AttendArgs& a, AttendOp op) {
+    KVCACHE_RETURN_IF_ERROR(check_attend_args(layout_.geometry(), a, op));
+    KVCACHE_RETURN_IF_ERROR(check_step(a, op));
+    auto at = [&a, op] { return attend_context(a.layer, op); };  // built only on failure
     LayerPool& pool = pools_[a.layer];
     std::span<const int32_t> cells;
-    if (a.k.empty()) {
+    if (op == AttendOp::kAttendOnly) {
       if (!layout_.placed(a.layer))
-        return failed_precondition(at() + "attend only (k and v empty) needs the layer placed "
-                                          "earlier in this step");
+        return failed_precondition(at() + "the layer was not written earlier in this step "
+                                          "(update_and_attend first)");
       cells = layout_.step_cells(a.layer);
       const int32_t g = layout_.pool_of(a.layer);
       for (int32_t i = 0; i < a.n_tokens; ++i)
@@ -91,6 +107,7 @@ class CellCache final : public Cache {
     return ok_status();
   }
 
+ public:
   int64_t allocated_bytes() const override { return detail::pools_bytes(pools_); }
 
   Result<std::vector<LayerRows>> read_rows(int32_t seq, int64_t from,
@@ -102,12 +119,11 @@ class CellCache final : public Cache {
     std::vector<LayerRows> out;
     out.reserve(pools_.size());
     for (int32_t i = 0; i < layout_.n_layers(); ++i) {
-      const int32_t g = layout_.pool_of(i), w = geometry().layers[i].window;
+      const int32_t g = layout_.pool_of(i);
       std::span<const int32_t> held = layout_.held(seq, g);
       const int64_t low = layout_.held_first_pos(seq, g);
-      // A sliding pool may still hold an ended step's older cells: report only the last W - 1.
-      const int64_t keep = w > 0 ? std::max(low, end - w + 1) : low;
-      const int64_t first = std::min(to, std::max(from, keep));
+      // A sliding pool may still hold an ended step's older cells: report only what is kept.
+      const int64_t first = std::min(to, std::max(from, layout_.kept_from(seq, g)));
       out.push_back(detail::make_rows(geometry(), config().kv_dtype, i, first, to - first));
       for (int64_t p = first; p < to; ++p)
         detail::row_out(pools_[i], held[static_cast<size_t>(p - low)], out.back(), p);
@@ -178,8 +194,8 @@ class CellCache final : public Cache {
     return ok_status();
   }
 
-  Status check_step(const AttendArgs& a) const {
-    return detail::check_declared(a, layout_.step_open(),
+  Status check_step(const AttendArgs& a, AttendOp op) const {
+    return detail::check_declared(a, op, layout_.step_open(),
                                   static_cast<int64_t>(layout_.step_seq_ids().size()));
   }
 

@@ -1,6 +1,7 @@
 // SequenceCache: the cpu byte layer behind SequenceLayout (one sequence, id 0). Full layers
 // store position p in row p and grow lazily; sliding layers are rings sized up front.
 // Checkpoints copy the last W - 1 positions of every ring so undo can go past the ring.
+// Every slot, window start and ring run comes from SequenceLayout (slot, visible, lookback).
 #include <string>
 #include <vector>
 
@@ -57,6 +58,20 @@ class SequenceCache final : public Cache {
   Status seq_rm(int32_t) override {
     return unimplemented("seq_rm: the sequence layout keeps sequence 0; use clear or rewind");
   }
+  Result<int32_t> open_seq() override {
+    if (layout_.length() > 0)
+      return resource_exhausted("open_seq: the sequence layout's one sequence (id 0) holds " +
+                                std::to_string(layout_.length()) +
+                                " positions; clear or rewind it first");
+    return 0;
+  }
+  Result<UndoPoint> save_point(int32_t seq) override {  // a checkpoint of the rings
+    if (seq != 0) return not_found(unknown("save_point", seq));
+    UndoPoint point{layout_.length(), nullptr, -1};
+    if (!looks_back(geometry())) return point;
+    KVCACHE_ASSIGN_OR_RETURN(point.checkpoint, checkpoint(seq));
+    return point;
+  }
   Status rewind(int32_t seq, int64_t pos) override {
     if (seq != 0) return not_found(unknown("rewind", seq));
     return layout_.rewind(pos);
@@ -79,28 +94,38 @@ class SequenceCache final : public Cache {
   }
 
   Status update_and_attend(const AttendArgs& a) override {
-    KVCACHE_RETURN_IF_ERROR(check_attend_args(layout_.geometry(), a));
-    KVCACHE_RETURN_IF_ERROR(check_step(a));
-    const bool attend_only = a.k.empty();
+    return run(a, AttendOp::kUpdateAndAttend);
+  }
+  Status attend(const AttendArgs& a) override { return run(a, AttendOp::kAttendOnly); }
+
+ private:
+  // One kernel call: checks, then (update only) places and writes, then attends.
+  Status run(const AttendArgs& a, AttendOp op) {
+    KVCACHE_RETURN_IF_ERROR(check_attend_args(layout_.geometry(), a, op));
+    KVCACHE_RETURN_IF_ERROR(check_step(a, op));
+    const bool attend_only = op == AttendOp::kAttendOnly;
     Result<SequencePlan> plan = attend_only ? layout_.placed(a.layer) : prepare(a.layer);
     if (!plan.ok()) return plan.status();
     if (!attend_only) plan = layout_.place(a.layer);
     if (!plan.ok()) return plan.status();
     LayerPool& pool = pools_[a.layer];
     const LayerGeometry& l = layout_.geometry().layers[a.layer];
-    const int64_t slots = plan->slots;
     if (!attend_only)
-      detail::write_tokens(pool, l, a, [&](int32_t i) { return (plan->start + i) % slots; });
+      detail::write_tokens(pool, l, a,
+                           [&](int32_t i) { return layout_.slot(a.layer, plan->start + i); });
     keys_.resize(a.n_tokens);
     for (int32_t i = 0; i < a.n_tokens; ++i) {
-      const int64_t p = plan->start + i;
-      const int64_t lo = l.sliding() ? std::max<int64_t>(0, p - l.window + 1) : 0;
-      keys_[i] = detail::ring_keys(lo, p, slots);
+      Result<SlotRuns> vis = layout_.visible(a.layer, plan->start + i);
+      if (!vis.ok())
+        return internal_error(attend_context(a.layer, op) +
+                              "placed step has no visibility: " + vis.status().message());
+      keys_[i] = detail::keys_of(*vis);
     }
     detail::run_kernel(options_, detail::make_problem(a, pool, keys_));
     return ok_status();
   }
 
+ public:
   int64_t allocated_bytes() const override { return detail::pools_bytes(pools_); }
 
   Result<std::unique_ptr<CacheCheckpoint>> checkpoint(int32_t seq) const override {
@@ -110,13 +135,14 @@ class SequenceCache final : public Cache {
     cp->at = layout_.length();
     cp->rows.resize(pools_.size());
     for (int32_t i = 0; i < layout_.n_layers(); ++i) {
-      const LayerGeometry& l = layout_.geometry().layers[i];
-      if (!l.sliding()) continue;
+      const SlotRuns keep = layout_.lookback(i);  // none on a full layer
       const LayerPool& pool = pools_[i];
-      const int64_t lo = std::max<int64_t>(0, cp->at - l.window + 1), cb = pool.cell_bytes();
-      cp->rows[i].resize(static_cast<size_t>((cp->at - lo) * cb));
-      for (int64_t p = lo; p < cp->at; ++p)
-        pool.copy_out(p % layout_.slots(i), cp->rows[i].data() + (p - lo) * cb);
+      const int64_t cb = pool.cell_bytes();
+      cp->rows[i].resize(static_cast<size_t>(keep.size() * cb));
+      std::byte* at = cp->rows[i].data();
+      for (int32_t r = 0; r < keep.n; ++r)
+        for (int64_t slot = keep.runs[r].begin; slot < keep.runs[r].end; ++slot, at += cb)
+          pool.copy_out(slot, at);
     }
     return std::unique_ptr<CacheCheckpoint>(std::move(cp));
   }
@@ -128,12 +154,13 @@ class SequenceCache final : public Cache {
       return invalid_argument("restore: the checkpoint was made by another cache");
     KVCACHE_RETURN_IF_ERROR(layout_.restore(cp->at));
     for (int32_t i = 0; i < layout_.n_layers(); ++i) {
-      const LayerGeometry& l = layout_.geometry().layers[i];
-      if (!l.sliding()) continue;
+      const SlotRuns keep = layout_.lookback(i);  // the runs checkpoint() copied, in order
       LayerPool& pool = pools_[i];
-      const int64_t lo = std::max<int64_t>(0, cp->at - l.window + 1), cb = pool.cell_bytes();
-      for (int64_t p = lo; p < cp->at; ++p)
-        pool.copy_in(p % layout_.slots(i), cp->rows[i].data() + (p - lo) * cb);
+      const int64_t cb = pool.cell_bytes();
+      const std::byte* at = cp->rows[i].data();
+      for (int32_t r = 0; r < keep.n; ++r)
+        for (int64_t slot = keep.runs[r].begin; slot < keep.runs[r].end; ++slot, at += cb)
+          pool.copy_in(slot, at);
     }
     return ok_status();
   }
@@ -148,7 +175,7 @@ class SequenceCache final : public Cache {
       const int64_t first = std::min(to, std::max(from, layout_.held_from(i)));
       out.push_back(detail::make_rows(geometry(), config().kv_dtype, i, first, to - first));
       for (int64_t p = first; p < to; ++p)
-        detail::row_out(pools_[i], p % layout_.slots(i), out.back(), p);
+        detail::row_out(pools_[i], layout_.slot(i, p), out.back(), p);
     }
     return out;
   }
@@ -187,7 +214,7 @@ class SequenceCache final : public Cache {
         Result<SequencePlan> plan = layout_.place(i);
         if (!plan.ok()) return internal_error("write_rows: " + plan.status().message());
         for (int64_t p = std::max(at, write_from[i]); p < at + n; ++p)
-          detail::row_in(pools_[i], p % plan->slots, *(*by_layer)[i], p);
+          detail::row_in(pools_[i], layout_.slot(i, p), *(*by_layer)[i], p);
       }
       at += n;
     }
@@ -201,12 +228,13 @@ class SequenceCache final : public Cache {
   }
 
   // Protocol checks that read state but change nothing.
-  Status check_step(const AttendArgs& a) const {
-    KVCACHE_RETURN_IF_ERROR(detail::check_declared(a, layout_.step_open(), layout_.step_tokens()));
+  Status check_step(const AttendArgs& a, AttendOp op) const {
+    KVCACHE_RETURN_IF_ERROR(
+        detail::check_declared(a, op, layout_.step_open(), layout_.step_tokens()));
     for (int32_t i = 0; i < a.n_tokens; ++i)
       if (a.positions[i] != layout_.step_start() + i)
-        return invalid_argument("update_and_attend: layer " + std::to_string(a.layer) +
-                                ": positions[" + std::to_string(i) + "] = " +
+        return invalid_argument(attend_context(a.layer, op) +
+                                "positions[" + std::to_string(i) + "] = " +
                                 std::to_string(a.positions[i]) + ", expected " +
                                 std::to_string(layout_.step_start() + i));
     return ok_status();

@@ -50,7 +50,7 @@ Status check_cache_fits(const Model& model, const CacheGeometry& g) {
 }
 
 Engine::Engine(const Model& model, std::shared_ptr<Cache> cache)
-    : model_(model), cache_(std::move(cache)) {
+    : model_(model), cache_(std::move(cache)), kernel_(*cache_) {
   const HParams& hp = model_.hparams();
   rope_ = RopeParams{hp.head_dim, hp.rope_dim, hp.rope_base, hp.rope_linear,
                      hp.rope_interleaved, model_.rope_freqs()};
@@ -101,7 +101,9 @@ Status Engine::run_layer(int32_t i, int64_t t, std::span<const int64_t> position
   args.scale = hp.attn_scale;
   args.softcap = hp.attn_softcap;
   args.out = std::span<float>(att_.data(), t * hq * dv);
-  KVCACHE_RETURN_IF_ERROR_CTX(cache_->update_and_attend(args), str_cat("engine: layer ", i));
+  // A KV-shared layer reads the cache layer an earlier layer of this step wrote.
+  Status attended = w.kv_shared ? kernel_.attend(args) : kernel_.update_and_attend(args);
+  KVCACHE_RETURN_IF_ERROR_CTX(std::move(attended), str_cat("engine: layer ", i));
   if (w.post_attn_norm.empty()) {
     matmul(att_, w.wo, x_, t, /*accumulate=*/true);
   } else {

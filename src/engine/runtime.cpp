@@ -34,9 +34,7 @@ Result<CachedEngine> build_engine(const Model& model, const CacheOptions& option
   CachedEngine c;
   KVCACHE_ASSIGN_OR_RETURN(c.setup, plan_cache(model, options));
   KVCACHE_ASSIGN_OR_RETURN(c.cache, build_cache(c.setup));
-  if (c.setup.kind == kCellKind) {
-    KVCACHE_ASSIGN_OR_RETURN(c.seq, c.cache->seq_new());
-  }
+  KVCACHE_ASSIGN_OR_RETURN(c.seq, c.cache->open_seq());
   KVCACHE_ASSIGN_OR_RETURN(c.engine, Engine::create(model, c.cache));
   return c;
 }

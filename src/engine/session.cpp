@@ -14,13 +14,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Layers whose window looks back (W > 1): without them a rewind always finds what it needs.
-bool looks_back(const CacheGeometry& g) {
-  for (const LayerGeometry& l : g.layers)
-    if (l.window > 1) return true;
-  return false;
-}
-
 }  // namespace
 
 Session::Session(Engine& engine, int64_t step_tokens, int32_t seq)
@@ -31,40 +24,27 @@ Session::~Session() {
 }
 
 Status Session::save(Turn& t) {
-  Cache& cache = engine_.cache();
-  if (!looks_back(cache.geometry())) return ok_status();
-  if (cache.kind() == kCellKind) {
-    Result<int32_t> fork = cache.seq_clone(seq_, std::nullopt);
-    if (fork.ok()) t.fork = *fork;  // without a free id, undo falls back to rewind
+  Result<UndoPoint> point = engine_.cache().save_point(seq_);
+  if (point.ok()) {
+    t.point = std::move(point).value();
     return ok_status();
   }
-  Result<std::unique_ptr<CacheCheckpoint>> cp = cache.checkpoint(seq_);
-  if (cp.ok()) t.checkpoint = std::move(cp).value();
-  else if (cp.status().code() != StatusCode::kUnimplemented) return cp.status();
-  return ok_status();
+  // No room for it (no free sequence id for a fork): undo falls back to rewind.
+  if (point.status().code() == StatusCode::kResourceExhausted) return ok_status();
+  return point.status();
 }
 
 Status Session::return_to(Turn& t) {
-  Cache& cache = engine_.cache();
-  if (t.start_pos == 0 || (t.checkpoint == nullptr && t.fork < 0))
-    return cache.rewind(seq_, t.start_pos);
-  if (t.checkpoint != nullptr) return cache.restore(seq_, *t.checkpoint);
-  KVCACHE_RETURN_IF_ERROR(cache.seq_rm(seq_));  // the fork holds the turn's start
-  seq_ = t.fork;
-  t.fork = -1;
+  KVCACHE_ASSIGN_OR_RETURN(seq_, engine_.cache().return_to(seq_, t.point));
   return ok_status();
 }
 
-void Session::drop(Turn& t) {
-  if (t.fork >= 0) (void)engine_.cache().seq_rm(t.fork);
-  t.fork = -1;
-  t.checkpoint.reset();
-}
+void Session::drop(Turn& t) { engine_.cache().release(t.point); }
 
 void Session::trim_undo() {
   int32_t keep = undo_turns_;
   for (auto t = turns_.rbegin(); t != turns_.rend(); ++t) {
-    if (t->checkpoint == nullptr && t->fork < 0) continue;
+    if (!t->point.saved()) continue;
     if (keep > 0) {
       --keep;
       continue;
@@ -85,10 +65,10 @@ Status Session::set_undo_turns(int32_t n) {
 UndoCost Session::undo_cost() const {
   UndoCost c;
   for (const Turn& t : turns_) {
-    if (t.checkpoint == nullptr && t.fork < 0) continue;
+    if (!t.point.saved()) continue;
     ++c.turns_kept;
-    if (t.checkpoint != nullptr) c.checkpoint_bytes += t.checkpoint->bytes();
-    if (t.fork >= 0) ++c.forks;
+    c.checkpoint_bytes += t.point.bytes();
+    if (t.point.fork >= 0) ++c.forks;
   }
   return c;
 }
@@ -136,16 +116,18 @@ Result<TurnStats> Session::turn(std::span<const int32_t> prompt, int32_t max_new
   if (max_new_tokens < 0)
     return invalid_argument("session turn: max_new_tokens = " + std::to_string(max_new_tokens) +
                             ", expected >= 0");
-  Turn record{pos(), pending_, nullptr, -1};
+  Turn record;
+  record.point.pos = pos();
+  record.pending = pending_;
   KVCACHE_RETURN_IF_ERROR(save(record));
   TurnStats st;
-  if (record.checkpoint != nullptr) st.checkpoint_bytes = record.checkpoint->bytes();
+  st.checkpoint_bytes = record.point.bytes();
   auto t0 = std::chrono::steady_clock::now();
   Status s = prefill(feed, nullptr);
   if (!s.ok()) {  // drop a partial prefill: back to the turn's start
     Status back = return_to(record);
     drop(record);
-    if (back.ok()) history_.resize(static_cast<size_t>(record.start_pos));
+    if (back.ok()) history_.resize(static_cast<size_t>(record.point.pos));
     if (!back.ok())
       return Status(s.code(), s.message() + " (and returning to the turn's start failed: " +
                                   back.message() + ")");
@@ -198,7 +180,7 @@ Status Session::undo(int32_t n) {
   Status s = return_to(target);
   if (!s.ok())
     return Status(s.code(), "undo " + std::to_string(n) + ": cannot return to position " +
-                                std::to_string(target.start_pos) + " (now at " +
+                                std::to_string(target.point.pos) + " (now at " +
                                 std::to_string(now) + "): " + s.message() +
                                 (target.released
                                      ? "; that turn's saved start was released (the session "
@@ -206,7 +188,7 @@ Status Session::undo(int32_t n) {
                                        " turn(s))"
                                      : ""));
   pending_ = target.pending;
-  history_.resize(static_cast<size_t>(target.start_pos));
+  history_.resize(static_cast<size_t>(target.point.pos));
   for (size_t i = first; i < turns_.size(); ++i) drop(turns_[i]);
   turns_.resize(first);
   return ok_status();

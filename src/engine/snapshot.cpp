@@ -331,7 +331,7 @@ std::string geometry_difference(const CacheGeometry& snap, const CacheGeometry& 
 
 }  // namespace
 
-Result<Snapshot> capture_snapshot(const Cache& cache, int32_t seq, uint64_t fingerprint,
+Result<Snapshot> capture_snapshot(const CacheControl& cache, int32_t seq, uint64_t fingerprint,
                                   std::span<const int32_t> tokens) {
   const int64_t positions = cache.pos(seq);
   if (static_cast<int64_t>(tokens.size()) < positions)
@@ -406,7 +406,8 @@ Result<Snapshot> load_snapshot(const std::string& path, const SnapshotProgress& 
   return s;
 }
 
-Status check_snapshot(const Snapshot& s, uint64_t fingerprint, const Cache& cache, int32_t vocab) {
+Status check_snapshot(const Snapshot& s, uint64_t fingerprint, const CacheControl& cache,
+                      int32_t vocab) {
   if (s.fingerprint != fingerprint)
     return invalid_argument("snapshot: made by another model (model fingerprint " +
                             hex(s.fingerprint) + ", this model's is " + hex(fingerprint) + ")");
@@ -426,7 +427,7 @@ Status check_snapshot(const Snapshot& s, uint64_t fingerprint, const Cache& cach
   return ok_status();
 }
 
-Status restore_snapshot(Cache& cache, int32_t seq, const Snapshot& s, uint64_t fingerprint,
+Status restore_snapshot(CacheControl& cache, int32_t seq, const Snapshot& s, uint64_t fingerprint,
                         int32_t vocab) {
   KVCACHE_RETURN_IF_ERROR(check_snapshot(s, fingerprint, cache, vocab));
   if (cache.pos(seq) != 0)

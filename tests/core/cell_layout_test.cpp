@@ -233,6 +233,21 @@ TEST(CellLayout, NeverIssuedIdsAreRefused) {
   EXPECT_FALSE(c.step_open());
 }
 
+TEST(CellLayout, KeptFromSkipsAnOpenStepsOlderSlidingCells) {
+  // Window 3: while a's 5-token prefill is still open the sliding pool holds positions 0..4,
+  // but the next query (position 5) sees only 3..5 (5 - 3 + 1 = 3); the full pool keeps all.
+  CellLayout c = make({full(), sliding(3)}, 32);
+  const int32_t a = new_seq(c);
+  prefill(c, a, 5);
+  EXPECT_EQ(c.held_first_pos(a, 1), 0);
+  EXPECT_EQ(c.kept_from(a, 1), 3);
+  EXPECT_EQ(c.kept_from(a, 0), 0);
+  EXPECT_EQ(c.kept_from(a + 1, 1), 0);  // not live
+  prefill(c, a, 1);  // the first step ended: 3, 4 kept, 5 written; position 6 sees 4..6
+  EXPECT_EQ(c.held_first_pos(a, 1), 3);
+  EXPECT_EQ(c.kept_from(a, 1), 4);
+}
+
 TEST(CellLayout, WindowAndOwnershipNarrowTogether) {
   // Window 3: a query at position p sees positions p-2..p of its own sequence only. Pool 0 is
   // the full pool, pool 1 the sliding(3) pool with its own cell numbering.

@@ -22,6 +22,8 @@ class FakeCache : public Cache {
     return unimplemented("fake");
   }
   Status seq_rm(int32_t) override { return unimplemented("fake"); }
+  Result<int32_t> open_seq() override { return unimplemented("fake"); }
+  Result<UndoPoint> save_point(int32_t) override { return unimplemented("fake"); }
   Status rewind(int32_t, int64_t) override { return unimplemented("fake"); }
   int64_t pos(int32_t) const override { return 0; }
   int64_t seq_len(int32_t) const override { return 0; }
@@ -32,6 +34,7 @@ class FakeCache : public Cache {
   void clear() override {}
   Status declare_step(std::span<const int32_t>) override { return unimplemented("fake"); }
   Status update_and_attend(const AttendArgs&) override { return unimplemented("fake"); }
+  Status attend(const AttendArgs&) override { return unimplemented("fake"); }
   int64_t allocated_bytes() const override { return 0; }
 
  private:

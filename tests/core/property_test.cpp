@@ -425,7 +425,10 @@ TEST(CellLayoutProperty, RandomVerbsAndStepsMatchTheModel) {
 // =================================== sequence layout ===================================
 
 // The model: a length and, per layer, what each storage slot holds (the position last written
-// there). A plan is checked by expanding its runs slot by slot.
+// there). A plan, visible() and lookback() are checked by expanding their runs slot by slot
+// against the brute force: each position of the range must sit in the slot the model says.
+// A checkpoint copies the lookback slots' positions; a restore writes them back where the
+// layout's lookback() says, as the byte layer does.
 class SequenceProperty {
  public:
   SequenceProperty(uint64_t seed) : rng_(seed) { reset(); }
@@ -438,6 +441,7 @@ class SequenceProperty {
     auto r = SequenceLayout::create(CacheGeometry{layers_}, config_);
     ASSERT_TRUE(r.ok());
     layout_.emplace(std::move(r).value());
+    saved_.reset();
     length_ = 0;
     slots_.clear();
     for (const auto& l : layers_) slots_.emplace_back(static_cast<size_t>(ring(l)), -1);
@@ -454,6 +458,8 @@ class SequenceProperty {
       if (kind < 15) rewind();
       else if (kind < 17) clear();
       else if (kind < 25) pure_plan();
+      else if (kind < 28) checkpoint();
+      else if (kind < 31) restore();
       else step();
       check();
     }
@@ -508,6 +514,48 @@ class SequenceProperty {
     if (n == 0) return clear();
     length_ = n;
     ASSERT_FALSE(s().step_open());
+  }
+
+  // What a byte layer's checkpoint copies: the lookback runs of every layer, which must hold
+  // positions [max(0, L - W + 1), L) of a sliding layer in order, and nothing of a full one.
+  void checkpoint() {
+    Saved saved{length_, {}};
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const SlotRuns back = s().lookback(static_cast<int32_t>(l));
+      const std::vector<int64_t> slots = expand(back.runs, back.n);
+      const int64_t lo =
+          layers_[l].sliding() ? std::max<int64_t>(0, length_ - layers_[l].window + 1) : length_;
+      if (layers_[l].sliding()) {
+        ASSERT_EQ(back.first, lo);
+      }
+      ASSERT_EQ(static_cast<int64_t>(slots.size()), length_ - lo) << describe();
+      std::vector<int64_t> held;
+      for (size_t j = 0; j < slots.size(); ++j) {
+        ASSERT_EQ(slots_[l][slots[j]], lo + static_cast<int64_t>(j)) << describe();
+        held.push_back(slots_[l][slots[j]]);
+      }
+      saved.positions.push_back(held);
+    }
+    saved_ = saved;
+  }
+
+  // restore() to the checkpoint's length, then the saved positions go back to the lookback
+  // slots; the rings are known to hold only those afterwards.
+  void restore() {
+    if (!saved_) return;
+    Status st = s().restore(saved_->at);
+    if (saved_->at > length_) REFUSED(st.code(), StatusCode::kOutOfRange);
+    ASSERT_TRUE(st.ok());
+    length_ = saved_->at;
+    ASSERT_FALSE(s().step_open());
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      if (!layers_[l].sliding()) continue;
+      std::fill(slots_[l].begin(), slots_[l].end(), -1);
+      const SlotRuns back = s().lookback(static_cast<int32_t>(l));
+      const std::vector<int64_t> slots = expand(back.runs, back.n);
+      ASSERT_EQ(slots.size(), saved_->positions[l].size());
+      for (size_t j = 0; j < slots.size(); ++j) slots_[l][slots[j]] = saved_->positions[l][j];
+    }
   }
 
   void clear() {
@@ -596,6 +644,24 @@ class SequenceProperty {
       ASSERT_EQ(reads[i], slot_of(layer, pos));
       ASSERT_EQ(slots_[layer][reads[i]], pos) << "layer " << layer << " lost position " << pos;
     }
+    // visible(): query i reads positions max(0, p - W + 1)..p (0..p on a full layer), each in
+    // the slot the model wrote it to.
+    const auto li = static_cast<int32_t>(layer);
+    for (int32_t i = 0; i < n; ++i) {
+      const int64_t pos = start + i;
+      const int64_t lo = l.sliding() ? std::max<int64_t>(0, pos - l.window + 1) : 0;
+      Result<SlotRuns> vis = s().visible(li, pos);
+      ASSERT_TRUE(vis.ok()) << vis.status().to_string() << " " << describe();
+      ASSERT_EQ(vis->first, lo);
+      const std::vector<int64_t> seen = expand(vis->runs, vis->n);
+      ASSERT_EQ(static_cast<int64_t>(seen.size()), pos - lo + 1) << describe();
+      for (size_t j = 0; j < seen.size(); ++j) {
+        ASSERT_EQ(seen[j], s().slot(li, lo + static_cast<int64_t>(j)));
+        ASSERT_EQ(slots_[layer][seen[j]], lo + static_cast<int64_t>(j))
+            << "layer " << layer << " query " << pos << " " << describe();
+      }
+    }
+    ASSERT_EQ(s().visible(li, length_).status().code(), StatusCode::kOutOfRange);
   }
 
   void check() {
@@ -611,6 +677,11 @@ class SequenceProperty {
   int64_t length_ = 0;
   int64_t limit_ = 0;
   std::vector<std::vector<int64_t>> slots_;  // per layer, per slot: position held, -1 = none
+  struct Saved {
+    int64_t at = 0;                              // the length at the checkpoint
+    std::vector<std::vector<int64_t>> positions;  // per layer: the lookback positions copied
+  };
+  std::optional<Saved> saved_;
 };
 
 TEST(SequenceLayoutProperty, RandomStepsAndRewindsMatchTheModel) {

@@ -83,6 +83,64 @@ TEST(SequenceLayout, RingWrapsWritesAndReadsOldestFirst) {
   EXPECT_EQ(p[0].read[1], (SlotRun{0, 1}));
 }
 
+TEST(SequenceLayout, VisibleGivesEachQuerysWindowAsSlotRunsOldestFirst) {
+  // Layer 0 full, layer 1 window 4 (R = 7 slots). Length 9 after steps of 4, 4, 1.
+  SequenceLayout s = make({full(), sliding(4)}, config(100));
+  step(s, 4);
+  step(s, 4);
+  step(s, 1);
+  // Full: position 8 reads 0..8 = slots 0..8.
+  Result<SlotRuns> f = s.visible(0, 8);
+  ASSERT_TRUE(f.ok());
+  ASSERT_EQ(f->n, 1);
+  EXPECT_EQ(f->runs[0], (SlotRun{0, 9}));
+  EXPECT_EQ(f->first, 0);
+  // Ring: position 8 reads 5..8 = slots 5, 6 | 0, 1; position 6 reads 3..6 = slots 3..6.
+  Result<SlotRuns> r = s.visible(1, 8);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->n, 2);
+  EXPECT_EQ(r->first, 5);
+  EXPECT_EQ(r->runs[0], (SlotRun{5, 7}));
+  EXPECT_EQ(r->runs[1], (SlotRun{0, 2}));
+  EXPECT_EQ(r->size(), 4);
+  ASSERT_EQ(s.visible(1, 6)->n, 1);
+  EXPECT_EQ(s.visible(1, 6)->runs[0], (SlotRun{3, 7}));
+  EXPECT_EQ(s.slot(1, 8), 1);
+  EXPECT_EQ(s.slot(0, 8), 8);
+  // Lookback at length 9: positions 6..8 = slots 6 | 0, 1; none on the full layer.
+  SlotRuns back = s.lookback(1);
+  EXPECT_EQ(back.first, 6);
+  ASSERT_EQ(back.n, 2);
+  EXPECT_EQ(back.runs[0], (SlotRun{6, 7}));
+  EXPECT_EQ(back.runs[1], (SlotRun{0, 2}));
+  EXPECT_EQ(s.lookback(0).n, 0);
+  EXPECT_EQ(s.visible(1, 9).status().code(), StatusCode::kOutOfRange);  // not placed
+  EXPECT_EQ(s.visible(1, -1).status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(s.visible(2, 0).status().code(), StatusCode::kInvalidArgument);
+  // Position 1 reads back to 0, which the ring (holding 2..8) no longer has.
+  EXPECT_EQ(s.visible(1, 1).status().code(), StatusCode::kOutOfRange);
+}
+
+TEST(SequenceLayout, TwoRewindsBelowAWindowOfOnesOldestStillSeeTheNextWrite) {
+  // Window 1, max_write 2: R = 2 slots. At length 4 the ring holds 2..3; rewind(2) then
+  // rewind(1) (floor 0 at length 2) leaves it holding nothing below 1. The step at 1 writes
+  // position 1, which its query must see (it once stayed marked as held from 2 only).
+  SequenceLayout s = make({sliding(1)}, config(27, 2));
+  step(s, 2);
+  step(s, 2);
+  EXPECT_EQ(s.held_from(0), 2);
+  ASSERT_TRUE(s.rewind(2).ok());
+  ASSERT_TRUE(s.rewind(1).ok());
+  EXPECT_EQ(s.held_from(0), 1);
+  step(s, 1);
+  EXPECT_EQ(s.held_from(0), 1);
+  Result<SlotRuns> vis = s.visible(0, 1);
+  ASSERT_TRUE(vis.ok()) << vis.status().to_string();
+  EXPECT_EQ(vis->first, 1);
+  ASSERT_EQ(vis->n, 1);
+  EXPECT_EQ(vis->runs[0], (SlotRun{1, 2}));
+}
+
 TEST(SequenceLayout, RingWriteSplitsIntoTwoRuns) {
   SequenceLayout s = make({sliding(4)}, config(100));
   step(s, 4);

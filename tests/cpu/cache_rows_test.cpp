@@ -33,7 +33,7 @@ std::shared_ptr<Cache> make(std::string_view kind, DType dt, int64_t capacity = 
 }
 
 // The cache's sequence to use: 0 in the sequence layout, a new id in the cell layout.
-int32_t new_seq(Cache& cache) { return cache.kind() == kCellKind ? *cache.seq_new() : 0; }
+int32_t new_seq(Cache& cache) { return *cache.open_seq(); }
 
 // Bytes of one row of each layer: layer 0 K 2 x 16, V 2 x 8; layer 1 K 12, V 20 (elements).
 int64_t k_row(int32_t layer, DType dt) { return (layer == 0 ? 32 : 12) * dtype_size(dt); }

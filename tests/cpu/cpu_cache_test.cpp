@@ -54,14 +54,19 @@ TEST(SequenceCache, ChunkedStepsMatchBruteForceAcrossDtypesThreadsAndGrowth) {
     }
 }
 
-TEST(SequenceCache, RingRunsReadOldestFirstAcrossTheWrap) {
-  // Positions 5..9 in a ring of 7 slots: slots 5, 6 then 0, 1, 2.
-  KeySet ks = detail::ring_keys(5, 9, 7);
+TEST(SequenceCache, KeysOfTheLayoutsRunsReadOldestFirstAcrossTheWrap) {
+  // Positions 5..9 in a ring of 7 slots, as SequenceLayout::visible gives them: slots 5, 6
+  // then 0, 1, 2.
+  SlotRuns runs;
+  runs.runs = {SlotRun{5, 7}, SlotRun{0, 3}};
+  runs.n = 2;
+  runs.first = 5;
+  KeySet ks = detail::keys_of(runs);
   ASSERT_EQ(ks.n_runs, 2);
+  ASSERT_EQ(ks.size(), 5);
   std::vector<int64_t> rows;
   for (int64_t j = 0; j < ks.size(); ++j) rows.push_back(ks.row(j));
   EXPECT_EQ(rows, (std::vector<int64_t>{5, 6, 0, 1, 2}));
-  EXPECT_EQ(detail::ring_keys(0, 3, 7).n_runs, 1);
 }
 
 TEST(SequenceCache, RewindThenContinueMatchesBruteForce) {
@@ -107,18 +112,134 @@ TEST(SequenceCache, CheckpointRestoresPastTheRingAndLaterStepsMatchBruteForce) {
   EXPECT_EQ(cell->checkpoint(0).status().code(), StatusCode::kUnimplemented);
 }
 
-TEST(SequenceCache, AttendOnlyLayerEqualsTheWritersAttention) {
-  CacheGeometry g{{LayerGeometry{2, 16, 16, 0}}};
-  auto cache = make(kSequenceKind, config(16, DType::kF32, 0, std::nullopt), {}, g);
-  std::mt19937 rng(3);
-  ASSERT_TRUE(cache->declare_step(std::vector<int32_t>{0, 0, 0}).ok());
-  auto q = testing::random_floats(rng, 3 * 4 * 16), k = testing::random_floats(rng, 3 * 2 * 16),
-       v = testing::random_floats(rng, 3 * 2 * 16);
-  std::vector<int64_t> pos = {0, 1, 2};
-  std::vector<float> out1(3 * 4 * 16), out2(out1.size());
-  ASSERT_TRUE(cache->update_and_attend({0, 3, 4, pos, q, k, v, 0.25f, 0.0f, out1}).ok());
-  ASSERT_TRUE(cache->update_and_attend({0, 3, 4, pos, q, {}, {}, 0.25f, 0.0f, out2}).ok());
-  EXPECT_EQ(out1, out2);
+// Both layouts: attend() reads what update_and_attend wrote in the step; each call refuses the
+// other's k/v convention, naming the field, and a refused call changes nothing.
+TEST(Caches, AttendOnlyIsAnExplicitCallThatEqualsTheWritersAttention) {
+  for (std::string_view kind : {kSequenceKind, kCellKind}) {
+    SCOPED_TRACE(std::string(kind));
+    CacheGeometry g{{LayerGeometry{2, 16, 16, 0}}};
+    auto cache = make(kind, config(16, DType::kF32, 0, std::nullopt), {}, g);
+    const int32_t seq = *cache->open_seq();
+    std::mt19937 rng(3);
+    ASSERT_TRUE(cache->declare_step(std::vector<int32_t>{seq, seq, seq}).ok());
+    auto q = testing::random_floats(rng, 3 * 4 * 16), k = testing::random_floats(rng, 3 * 2 * 16),
+         v = testing::random_floats(rng, 3 * 2 * 16);
+    std::vector<int64_t> pos = {0, 1, 2};
+    std::vector<float> out1(3 * 4 * 16), out2(out1.size());
+    EXPECT_EQ(cache->attend({0, 3, 4, pos, q, {}, {}, 0.25f, 0.0f, out2}).code(),
+              StatusCode::kFailedPrecondition);  // nothing written in this step yet
+    Status no_k = cache->update_and_attend({0, 3, 4, pos, q, {}, v, 0.25f, 0.0f, out1});
+    EXPECT_EQ(no_k.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(no_k.message().find("update_and_attend: layer 0: k has 0 floats"),
+              std::string::npos) << no_k.message();
+    Status no_v = cache->update_and_attend({0, 3, 4, pos, q, k, {}, 0.25f, 0.0f, out1});
+    EXPECT_EQ(no_v.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(no_v.message().find("v has 0 floats"), std::string::npos) << no_v.message();
+    EXPECT_EQ(cache->pos(seq), 0);  // the refusals placed nothing
+    ASSERT_TRUE(cache->update_and_attend({0, 3, 4, pos, q, k, v, 0.25f, 0.0f, out1}).ok());
+    Status with_k = cache->attend({0, 3, 4, pos, q, k, {}, 0.25f, 0.0f, out2});
+    EXPECT_EQ(with_k.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(with_k.message().find("attend: layer 0: k has 96 floats, expected none"),
+              std::string::npos) << with_k.message();
+    EXPECT_EQ(cache->attend({0, 3, 4, pos, q, {}, v, 0.25f, 0.0f, out2}).code(),
+              StatusCode::kInvalidArgument);
+    ASSERT_TRUE(cache->attend({0, 3, 4, pos, q, {}, {}, 0.25f, 0.0f, out2}).ok());
+    EXPECT_EQ(out1, out2);
+    EXPECT_EQ(cache->update_and_attend({0, 3, 4, pos, q, k, v, 0.25f, 0.0f, out1}).code(),
+              StatusCode::kFailedPrecondition);  // the layer is already written
+    EXPECT_EQ(cache->pos(seq), 3);
+  }
+}
+
+TEST(Caches, OpenSeqGivesAnEmptySequenceInEitherLayout) {
+  auto seq = make(kSequenceKind, config(40, DType::kF16, 0, 2));
+  EXPECT_EQ(*seq->open_seq(), 0);
+  CacheDriver drv(*seq, kQHeads, 2);
+  drv.step({0, 0});
+  EXPECT_EQ(seq->open_seq().status().code(), StatusCode::kResourceExhausted);  // 0 is in use
+  seq->clear();
+  EXPECT_EQ(*seq->open_seq(), 0);
+  CacheConfig c = config(40, DType::kF16, 0, 2);
+  c.max_seqs = 2;
+  auto cell = make(kCellKind, c);
+  EXPECT_EQ(*cell->open_seq(), 0);
+  EXPECT_EQ(*cell->open_seq(), 1);
+  EXPECT_EQ(cell->open_seq().status().code(), StatusCode::kResourceExhausted);  // 2 ids taken
+}
+
+// save_point/return_to go back past the sliding window in both layouts with no caller asking
+// kind(): the sequence layout restores a checkpoint, the cell layout hands over to a fork.
+// The driver checks every later output against its brute force.
+TEST(Caches, UndoPointsReturnPastTheWindowAndLaterStepsMatchBruteForce) {
+  for (std::string_view kind : {kSequenceKind, kCellKind}) {
+    SCOPED_TRACE(std::string(kind));
+    CacheConfig c = config(40, DType::kF16, 0, 2);
+    c.max_seqs = 3;
+    auto cache = make(kind, c);
+    const bool cell = kind == kCellKind;  // for the driver's model only
+    int32_t seq = *cache->open_seq();
+    CacheDriver drv(*cache, kQHeads, 21);
+    drv.on_new(seq);
+    drv.step({seq, seq});
+    drv.step({seq, seq});
+    EXPECT_EQ(cache->save_point(seq + 7).status().code(), StatusCode::kNotFound);
+    Result<UndoPoint> point = cache->save_point(seq);
+    ASSERT_TRUE(point.ok()) << point.status().to_string();
+    EXPECT_EQ(point->pos, 4);
+    EXPECT_TRUE(point->saved());
+    // Sequence layout: positions 0..3 of the sliding layer, 4 x 1 x (12 + 20) f16 = 256 bytes.
+    EXPECT_EQ(point->bytes(), cell ? 0 : 256);
+    EXPECT_EQ(point->fork >= 0, cell);
+    if (cell) drv.on_clone(seq, point->fork, 4);
+    for (int i = 0; i < 6; ++i) drv.step({seq, seq});
+    EXPECT_EQ(cache->rewind(seq, 4).code(), StatusCode::kOutOfRange);  // the window moved on
+    EXPECT_EQ(cache->return_to(seq + 7, *point).status().code(), StatusCode::kNotFound);
+    EXPECT_TRUE(point->saved());  // the refusal kept it
+    const int32_t fork = point->fork;
+    Result<int32_t> back = cache->return_to(seq, *point);
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    if (cell) {
+      EXPECT_EQ(*back, fork);  // the fork took over: consumed from the point
+      EXPECT_EQ(point->fork, -1);
+      EXPECT_EQ(cache->seq_len(seq), 0);  // the old sequence is removed
+      drv.on_rm(seq);
+    } else {
+      EXPECT_EQ(*back, 0);
+      drv.on_rewind(seq, 4);
+    }
+    seq = *back;
+    EXPECT_EQ(cache->pos(seq), 4);
+    drv.step({seq, seq});  // reads positions 1..5 through what the point kept
+    drv.step({seq});
+    cache->release(*point);
+    EXPECT_FALSE(point->saved());
+    // Without a window that looks back there is nothing to save: a rewind suffices.
+    auto flat = make(kind, c, {}, two_layers(1));
+    const int32_t f = *flat->open_seq();
+    Result<UndoPoint> none = flat->save_point(f);
+    ASSERT_TRUE(none.ok());
+    EXPECT_FALSE(none->saved());
+    EXPECT_EQ(*flat->return_to(f, *none), f);
+  }
+}
+
+TEST(CellCache, AnUndoPointWithoutAFreeIdIsRefusedAndReleaseFreesTheFork) {
+  CacheConfig c = config(40, DType::kF16, 0, 2);
+  c.max_seqs = 2;
+  auto cache = make(kCellKind, c);
+  const int32_t s = *cache->open_seq();
+  CacheDriver drv(*cache, kQHeads, 4);
+  drv.on_new(s);
+  drv.step({s, s, s});
+  Result<UndoPoint> p = cache->save_point(s);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(cache->pos(p->fork), 3);
+  EXPECT_EQ(cache->save_point(s).status().code(), StatusCode::kResourceExhausted);
+  const int32_t fork = p->fork;
+  cache->release(*p);
+  EXPECT_EQ(p->fork, -1);
+  EXPECT_EQ(cache->seq_len(fork), 0);  // the id and its claims are gone
+  EXPECT_TRUE(cache->save_point(s).ok());  // the id is free again
 }
 
 TEST(SequenceCache, RefusalsWriteNothingAndLaterOutputsEqualAFreshRun) {
@@ -147,7 +268,7 @@ TEST(SequenceCache, RefusalsWriteNothingAndLaterOutputsEqualAFreshRun) {
         std::vector<int64_t> wrong = {p[0] + 1};
         EXPECT_EQ(cache->update_and_attend({0, 1, 4, wrong, q, k, v, 1, 0, out}).code(),
                   StatusCode::kInvalidArgument);
-        EXPECT_EQ(cache->update_and_attend({0, 1, 4, p, q, {}, {}, 1, 0, out}).code(),
+        EXPECT_EQ(cache->attend({0, 1, 4, p, q, {}, {}, 1, 0, out}).code(),
                   StatusCode::kFailedPrecondition);  // attend only before the layer is placed
         EXPECT_EQ(cache->pos(0), 2 * s);
       }

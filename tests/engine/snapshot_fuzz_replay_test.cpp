@@ -28,7 +28,7 @@ std::vector<uint8_t> seed(std::string_view kind, DType dt, int64_t n, uint32_t r
   c.kv_dtype = dt;
   c.max_write = 2;
   auto cache = *cpu::make_cpu_cache(kind, g, c);
-  const int32_t seq = kind == kCellKind ? *cache->seq_new() : 0;
+  const int32_t seq = *cache->open_seq();
   std::mt19937 rng(rng_seed);
   std::uniform_real_distribution<float> u(-1, 1);
   for (int64_t p = 0; p < n; ++p) {

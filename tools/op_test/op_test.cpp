@@ -27,7 +27,8 @@ using nlohmann::json;
 
 struct LayerCall {
   int32_t layer = 0;
-  NpyArray q, k, v;  // k and v empty = attend only
+  NpyArray q, k, v;
+  bool attend_only = false;  // the case gave no "k"/"v": the layer reads, CacheKernel::attend
 };
 
 struct Verb {
@@ -171,6 +172,7 @@ Status parse_layer(const json& j, const Case& c, const std::filesystem::path& di
     return at.bad("the output [" + std::to_string(T) + ", " +
                   std::to_string(c.q_heads[call.layer]) + ", " + std::to_string(l.value_dim) +
                   "] would exceed " + std::to_string(kMaxOutputFloats * 4) + " bytes");
+  call.attend_only = !j.contains("k");
   if (j.contains("k")) {
     KVCACHE_RETURN_IF_ERROR(load_array(dir, j["k"], at, call.k));
     KVCACHE_RETURN_IF_ERROR(load_array(dir, j["v"], at, call.v));
@@ -307,7 +309,7 @@ Status parse_case(const std::filesystem::path& dir, Case& c) {
   return ok_status();
 }
 
-json run_verb(Cache& cache, const Verb& v) {
+json run_verb(CacheControl& cache, const Verb& v) {
   if (v.op == "seq_new") {
     Result<int32_t> r = cache.seq_new();
     return r.ok() ? json(*r) : json(nullptr);
@@ -339,6 +341,7 @@ Status run_tokens(Cache& cache, const Case& c, const Step& s,
   }
   // Check every call before declaring, so a refusal leaves the cache as it was.
   std::vector<AttendArgs> args(s.layers.size());
+  std::vector<cpu::AttendOp> ops(s.layers.size());
   std::vector<bool> written(c.geometry.layers.size(), false);
   outputs.resize(s.layers.size());
   for (size_t i = 0; i < s.layers.size(); ++i) {
@@ -349,17 +352,21 @@ Status run_tokens(Cache& cache, const Case& c, const Step& s,
                          call.k.data, call.v.data,
                          c.scale ? *c.scale : 1.0f / std::sqrt(static_cast<float>(l.head_dim)),
                          c.softcap, outputs[i]};
-    KVCACHE_RETURN_IF_ERROR(cpu::check_attend_args(c.geometry, args[i]));
+    ops[i] = call.attend_only ? cpu::AttendOp::kAttendOnly : cpu::AttendOp::kUpdateAndAttend;
+    KVCACHE_RETURN_IF_ERROR(cpu::check_attend_args(c.geometry, args[i], ops[i]));
     const std::string at = "op-test: layers[" + std::to_string(i) + "] (layer " +
                            std::to_string(call.layer) + "): ";
-    if (call.k.data.empty() && !written[call.layer])
+    const bool writes = ops[i] == cpu::AttendOp::kUpdateAndAttend;
+    if (!writes && !written[call.layer])
       return failed_precondition(at + "attend only needs the layer written earlier in the step");
-    if (!call.k.data.empty() && written[call.layer])
+    if (writes && written[call.layer])
       return failed_precondition(at + "the layer is already written in this step");
-    if (!call.k.data.empty()) written[call.layer] = true;
+    if (writes) written[call.layer] = true;
   }
   KVCACHE_RETURN_IF_ERROR(cache.declare_step(ids));
-  for (const AttendArgs& a : args) KVCACHE_RETURN_IF_ERROR(cache.update_and_attend(a));
+  for (size_t i = 0; i < args.size(); ++i)
+    KVCACHE_RETURN_IF_ERROR(ops[i] == cpu::AttendOp::kAttendOnly ? cache.attend(args[i])
+                                                                 : cache.update_and_attend(args[i]));
   return ok_status();
 }
 

@@ -1,6 +1,8 @@
-// The cache interface every backend implements: the application's face (admission, sequence
-// verbs) and the kernel's face (update_and_attend). Layer: core. Core declares it and never
-// touches the float data; a byte layer (cpu) implements it. See SPEC §3–§6.
+// The cache interface every backend implements, as two faces: CacheControl, what the
+// application drives (sequence verbs, admission, undo points, rows, counters), and CacheKernel,
+// what one layer of a forward calls (update_and_attend, attend). Cache is both, for factories
+// and owners; callers hold the face they drive. Layer: core. Core declares them and never
+// touches the float data; a byte layer (cpu) implements them. See SPEC §3–§6.
 #pragma once
 
 #include <cstdint>
@@ -21,8 +23,8 @@ inline constexpr std::string_view kCpuBackend = "cpu";
 
 // One layer's call of a step. Shapes are row-major float32:
 //   q [T, q_heads, head_dim], k [T, kv_heads, head_dim], v [T, kv_heads, value_dim],
-//   out [T, q_heads, value_dim]. k and v both empty = attend only (a KV-shared layer reading
-//   a cache layer that an earlier layer of this step already wrote).
+//   out [T, q_heads, value_dim]. k and v are given to update_and_attend and left empty for
+//   attend (a KV-shared layer reading a cache layer an earlier call of this step wrote).
 struct AttendArgs {
   int32_t layer = 0;                    // cache layer index
   int32_t n_tokens = 0;                 // T; must equal the declared step
@@ -45,6 +47,20 @@ class CacheCheckpoint {
   virtual int64_t bytes() const = 0;  // K/V bytes held
 };
 
+// What a return of one sequence to an earlier position needs past sliding windows, saved by
+// CacheControl::save_point(): a checkpoint (a copy of the rings' last W - 1 rows; sequence
+// layout) or a fork (a sequence pinning those cells, no bytes copied; cell layout), or nothing
+// when no layer looks back (W > 1), since a rewind then suffices. Move-only, owned by the
+// caller; hand it back to return_to() or release() of the cache that made it (a fork holds a
+// sequence id until then).
+struct UndoPoint {
+  int64_t pos = 0;                              // the position a return goes back to
+  std::unique_ptr<CacheCheckpoint> checkpoint;  // nullptr = none
+  int32_t fork = -1;                            // sequence holding the point; -1 = none
+  bool saved() const { return checkpoint != nullptr || fork >= 0; }
+  int64_t bytes() const { return checkpoint != nullptr ? checkpoint->bytes() : 0; }
+};
+
 // K/V rows of one cache layer for positions [first, first + n), in the cache's kv_dtype exactly
 // as stored, position-major: k holds n x kv_heads x head_dim elements, v n x kv_heads x
 // value_dim (so k.size() == n * kv_heads * head_dim * dtype_size). A big buffer: move it.
@@ -55,11 +71,12 @@ struct LayerRows {
   std::vector<uint8_t> k, v;
 };
 
-// Thread-safety: not thread-safe; one caller drives a cache (kernels may use threads inside).
-// Every call that returns a non-ok Status or refused result changes nothing.
-class Cache {
+// The application's face. Thread-safety: not thread-safe; one caller drives a cache (kernels
+// may use threads inside). Every call that returns a non-ok Status or refused result changes
+// nothing.
+class CacheControl {
  public:
-  virtual ~Cache() = default;
+  virtual ~CacheControl() = default;
 
   virtual std::string_view kind() const = 0;  // kSequenceKind or kCellKind
   virtual const CacheGeometry& geometry() const = 0;
@@ -96,6 +113,24 @@ class Cache {
     return unimplemented("restore: this cache has no rings to restore (use rewind)");
   }
 
+  // Layout-independent verbs, so no caller needs to ask kind().
+  // open_seq(): an empty sequence to start on — seq_new() on the cell layout, the one sequence 0
+  // on the sequence layout. ResourceExhausted: every id is taken (cell layout), or sequence 0
+  // holds positions (sequence layout: clear or rewind it first).
+  virtual Result<int32_t> open_seq() = 0;
+  // save_point(): what a later return of seq to pos(seq) needs (UndoPoint; nothing saved when no
+  // layer looks back). NotFound: seq not live. ResourceExhausted: no room for it (cell layout:
+  // no free sequence id for the fork) — a caller may go on without, undoing by rewind.
+  virtual Result<UndoPoint> save_point(int32_t seq) = 0;
+  // return_to(): seq back to the point's position — a rewind when the position is 0 or nothing
+  // is saved, else restore() from its checkpoint, else its fork takes over (seq is removed, the
+  // point's fork consumed). Returns the id now holding the sequence (the fork's id, or seq).
+  // Refusals (rewind's and restore's codes) change nothing and leave the point as it was.
+  Result<int32_t> return_to(int32_t seq, UndoPoint& point);
+  // release(): frees what the point holds (its fork's id and cells, its checkpoint's bytes);
+  // the point is then empty. Ignores a fork no longer live.
+  void release(UndoPoint& point);
+
   // Export / import of a sequence's K/V (snapshots, shared prefix blocks); run between steps.
   // read_rows(): copies out what the cache still holds of seq's positions [from, to): one
   // LayerRows per cache layer, in layer order, rows in logical position order. A full layer
@@ -127,13 +162,31 @@ class Cache {
   // room; a refusal leaves any earlier declaration standing.
   virtual Status declare_step(std::span<const int32_t> seq_ids) = 0;
 
-  // ---- kernel face ----
-  // Writes the step's K/V where the layout placed them and attends each query over what it
-  // may see. A shape or protocol error writes no byte and claims no cell.
-  virtual Status update_and_attend(const AttendArgs& args) = 0;
-
   // Bytes of K/V storage allocated now (grows lazily up to the maximum).
   virtual int64_t allocated_bytes() const = 0;
 };
+
+// The kernel's face: one layer's call of the step the application declared. Placement happens
+// inside (the step's first written layer places its tokens; the others reuse that placement).
+// Thread-safety: as CacheControl (the same object). A shape or protocol error writes no byte
+// and claims no cell.
+class CacheKernel {
+ public:
+  virtual ~CacheKernel() = default;
+
+  // Writes the step's K/V (args.k and args.v, both required) where the layout placed them and
+  // attends each query over what it may see. InvalidArgument naming the field for a bad shape
+  // (an empty k or v included); FailedPrecondition without a declared step or when the layer
+  // was already written in this step.
+  virtual Status update_and_attend(const AttendArgs& args) = 0;
+
+  // Attend only: a KV-shared layer reads cache layer args.layer, which update_and_attend wrote
+  // earlier in this step; writes nothing. args.k and args.v must be empty (InvalidArgument
+  // naming the one given); FailedPrecondition when the layer was not written in this step.
+  virtual Status attend(const AttendArgs& args) = 0;
+};
+
+// Both faces: what a factory builds and an owner holds (shared_ptr<Cache>).
+class Cache : public CacheControl, public CacheKernel {};
 
 }  // namespace kvcache

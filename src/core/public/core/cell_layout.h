@@ -89,6 +89,10 @@ class CellLayout {
   // held_first_pos(). Full pool: every position. Empty when not live.
   std::span<const int32_t> held(int32_t seq, int32_t pool) const;
   int64_t held_first_pos(int32_t seq, int32_t pool) const;
+  // Lowest position of the sequence a later query can still see in the pool: held_first_pos()
+  // on the full pool; on a Sliding(W) pool also >= pos(seq) - W + 1 (it may still hold an
+  // ended step's older cells, which no query reads). 0 when not live.
+  int64_t kept_from(int32_t seq, int32_t pool) const;
 
   // ---- a step ----
   // One id per token of the next forward. InvalidArgument: empty. NotFound: an id not live.

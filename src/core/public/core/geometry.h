@@ -84,6 +84,10 @@ std::optional<int64_t> bytes_per_cell(const CacheGeometry& geometry, DType dtype
 // else max_write, else capacity.
 int64_t step_limit(const CacheGeometry& geometry, const CacheConfig& config);
 
+// Whether some layer's window looks back at earlier positions (W > 1): only then can a ring or
+// a sliding pool lose what a return to an earlier position needs (CacheControl::save_point).
+bool looks_back(const CacheGeometry& geometry);
+
 // ---- the cell layout's pools (SPEC §4, §15) ----
 inline constexpr int32_t kDefaultCellSeqs = 256;
 int32_t cell_max_seqs(const CacheConfig& config);  // max_seqs or kDefaultCellSeqs

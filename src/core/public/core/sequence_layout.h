@@ -22,6 +22,14 @@ struct SlotRun {
   friend bool operator==(const SlotRun&, const SlotRun&) = default;
 };
 
+// Slots of a contiguous range of positions, oldest first: one run, or two when a ring wraps.
+struct SlotRuns {
+  std::array<SlotRun, 2> runs;
+  int32_t n = 0;      // 0..2 runs
+  int64_t first = 0;  // position held by the first slot of runs[0]
+  int64_t size() const { return (n > 0 ? runs[0].size() : 0) + (n > 1 ? runs[1].size() : 0); }
+};
+
 // One layer's plan for one step of T tokens starting at position `start`.
 struct SequencePlan {
   int64_t start = 0;             // position of the step's first token (the old length L)
@@ -58,6 +66,19 @@ class SequenceLayout {
   // (lowest position a ring still holds) + W - 1 whenever that ring (W > 1) has dropped a
   // position: otherwise the next step would read back positions the ring overwrote.
   int64_t rewind_floor() const;
+
+  // Slot of position pos in the layer: pos on a full layer, pos mod R on a ring. The one home
+  // of that rule; the byte layer reads and writes rows through it. Layer and pos must be valid.
+  int64_t slot(int32_t layer, int64_t pos) const;
+  // What a query at `pos` reads in the layer (SPEC §3): positions [lo, pos], lo = 0 on a full
+  // layer, max(0, pos - W + 1) on a sliding one, as slot runs. InvalidArgument: layer out of
+  // range. OutOfRange: pos outside [0, length()) or lo below held_from(layer) (the ring no
+  // longer holds it). The cell layout's visible() is its counterpart.
+  Result<SlotRuns> visible(int32_t layer, int64_t pos) const;
+  // What the next step reads back in the layer, and so what a checkpoint at length() copies and
+  // a restore() to it writes back: positions [max(0, L - W + 1), L) of a sliding layer as slot
+  // runs; none (n = 0) for a full layer or a layer out of range.
+  SlotRuns lookback(int32_t layer) const;
 
   // Pure: the plan for `layer` of a T-token step starting at `start`. InvalidArgument for a
   // layer out of range, T <= 0, T > step_limit or start + T > capacity.

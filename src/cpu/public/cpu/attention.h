@@ -63,14 +63,18 @@ void attend(const AttentionProblem& p, ThreadPool& pool, Isa isa = Isa::kAuto);
 void set_shared_prefix_attention(bool on);
 bool shared_prefix_attention();
 
-// Shape and range checks of one update_and_attend call against its layer (no state read):
-// layer in range, n_tokens > 0, q_heads a positive multiple of kv_heads, every span sized for
-// its shape (k and v both empty = attend only), finite scale, softcap >= 0. InvalidArgument
-// naming the field, the value and the expectation.
-Status check_attend_args(const CacheGeometry& geometry, const AttendArgs& args);
+// The two calls of the kernel face (CacheKernel): write then attend, or attend only.
+enum class AttendOp { kUpdateAndAttend, kAttendOnly };
 
-// "update_and_attend: layer L: ", the prefix of update_and_attend's errors. Called only on
-// failure: the per-step path builds no strings.
-std::string attend_context(int32_t layer);
+// Shape and range checks of one update_and_attend / attend call against its layer (no state
+// read): layer in range, n_tokens > 0, q_heads a positive multiple of kv_heads, every span
+// sized for its shape (k and v required by kUpdateAndAttend, empty for kAttendOnly), finite
+// scale, softcap >= 0. InvalidArgument naming the field, the value and the expectation.
+Status check_attend_args(const CacheGeometry& geometry, const AttendArgs& args,
+                         AttendOp op);
+
+// "update_and_attend: layer L: " (or "attend: layer L: "), the prefix of the call's errors.
+// Called only on failure: the per-step path builds no strings.
+std::string attend_context(int32_t layer, AttendOp op);
 
 }  // namespace kvcache::cpu

@@ -1,6 +1,7 @@
 // The decoder forward through the cache: a batch of tokens (from one or many sequences) goes
-// through every block, attention via Cache::update_and_attend. Layer: engine.
-// The engine borrows the model and shares the cache; it owns only scratch buffers.
+// through every block, attention via the cache's kernel face (CacheKernel). Layer: engine.
+// The engine borrows the model and shares the cache; it owns only scratch buffers. Callers
+// drive sequences through cache(), the application face; only the blocks see the kernel face.
 #pragma once
 
 #include <cstdint>
@@ -51,8 +52,9 @@ class Engine {
   Status forward(const Batch& batch, LogitsMode mode, Logits& out);
 
   const Model& model() const { return model_; }
-  Cache& cache() { return *cache_; }
-  const std::shared_ptr<Cache>& shared_cache() const { return cache_; }
+  CacheControl& cache() { return *cache_; }
+  const CacheControl& cache() const { return *cache_; }
+  const std::shared_ptr<Cache>& shared_cache() const { return cache_; }  // the owner's handle
 
  private:
   Engine(const Model& model, std::shared_ptr<Cache> cache);
@@ -61,7 +63,8 @@ class Engine {
   void add_residual(std::span<float> y, const std::vector<float>& post_norm, int64_t t);
 
   const Model& model_;
-  std::shared_ptr<Cache> cache_;
+  std::shared_ptr<Cache> cache_;  // owner; forward() admits steps through it
+  CacheKernel& kernel_;           // *cache_: what run_layer() calls
   RopeParams rope_, rope_swa_;  // full layers, sliding layers (gemma3: a different base)
   // Scratch, sized for the largest batch seen: x/h [T, d], q [T, Hq*Dk], k/v, att, ff.
   std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_;

@@ -55,7 +55,7 @@ struct CachedEngine {
   CacheSetup setup;              // the planned geometry, config and prefill chunk
   std::shared_ptr<Cache> cache;
   std::unique_ptr<Engine> engine;
-  int32_t seq = 0;               // the sequence to run: seq_new()'s id for the cell layout
+  int32_t seq = 0;               // the sequence to run: open_seq()'s id
 };
 
 // Everything a single-stream run needs.

@@ -105,15 +105,13 @@ class Session {
 
  private:
   struct Turn {
-    int64_t start_pos = 0;
-    std::vector<int32_t> pending;  // held-back tokens at the turn's start
-    std::shared_ptr<const CacheCheckpoint> checkpoint;  // sequence layout with rings
-    int32_t fork = -1;  // cell layout with sliding pools: the sequence at the turn's start
+    UndoPoint point;                // point.pos = the turn's start; what a return needs
+    std::vector<int32_t> pending;   // held-back tokens at the turn's start
     bool released = false;  // its saved state was dropped (older than the last undo_turns_)
   };
-  Status save(Turn& t);             // the checkpoint or fork of a turn's start
-  Status return_to(Turn& t);        // back to the turn's start (consumes its fork)
-  void drop(Turn& t);               // releases the turn's fork and checkpoint
+  Status save(Turn& t);             // the cache's undo point of a turn's start
+  Status return_to(Turn& t);        // back to the turn's start (seq_ may change: a fork)
+  void drop(Turn& t);               // releases the turn's undo point
   void trim_undo();                 // releases all but the newest undo_turns_ turns' state
   Engine& engine_;
   int64_t step_;

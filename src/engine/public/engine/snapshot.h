@@ -1,8 +1,9 @@
 // Session snapshots: one sequence's K/V rows and its tokens as a versioned, checksummed file
-// (format byte for byte in docs/snapshot.md), captured with Cache::read_rows and restored with
-// Cache::write_rows into either layout. Layer: engine. Decoding checks every size against the
-// bytes at hand and every checksum before it allocates payload or touches a cache; it knows
-// nothing of sessions, turns or chat messages (the caller keeps those).
+// (format byte for byte in docs/snapshot.md), captured with CacheControl::read_rows and
+// restored with CacheControl::write_rows into either layout. Layer: engine. Decoding checks
+// every size against the bytes at hand and every checksum before it allocates payload or
+// touches a cache; it knows nothing of sessions, turns or chat messages (the caller keeps
+// those).
 #pragma once
 
 #include <cstdint>
@@ -39,7 +40,7 @@ using SnapshotProgress = std::function<void(int64_t done, int64_t total)>;
 
 // Copies seq's K/V out of the cache (read_rows over [0, pos(seq))). InvalidArgument when
 // tokens holds fewer ids than the sequence has positions; the cache's errors otherwise.
-Result<Snapshot> capture_snapshot(const Cache& cache, int32_t seq, uint64_t fingerprint,
+Result<Snapshot> capture_snapshot(const CacheControl& cache, int32_t seq, uint64_t fingerprint,
                                   std::span<const int32_t> tokens);
 
 // The encoded size and bytes (header, then one section per layer). The snapshot must be
@@ -63,13 +64,13 @@ Result<Snapshot> load_snapshot(const std::string& path, const SnapshotProgress& 
 // Whether the snapshot's K/V may be used by this model and cache: InvalidArgument naming what
 // differs — the model fingerprint, the geometry (first differing layer and field), the kv
 // dtype — or a token id outside [0, vocab).
-Status check_snapshot(const Snapshot& snapshot, uint64_t fingerprint, const Cache& cache,
+Status check_snapshot(const Snapshot& snapshot, uint64_t fingerprint, const CacheControl& cache,
                       int32_t vocab);
 
 // check_snapshot, then writes positions [0, positions) into seq, which must be empty
 // (FailedPrecondition otherwise). The cache's write_rows refusals (e.g. ResourceExhausted
 // when it is too small) pass through; every refusal leaves the cache as it was.
-Status restore_snapshot(Cache& cache, int32_t seq, const Snapshot& snapshot, uint64_t fingerprint,
-                        int32_t vocab);
+Status restore_snapshot(CacheControl& cache, int32_t seq, const Snapshot& snapshot,
+                        uint64_t fingerprint, int32_t vocab);
 
 }  // namespace kvcache::engine

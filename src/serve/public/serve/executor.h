@@ -179,7 +179,7 @@ class Executor {
 
   ExecutorStats stats() const;
   const engine::CacheSetup& setup() const { return setup_; }
-  const Cache& cache() const { return *cache_; }
+  const CacheControl& cache() const { return *cache_; }
   int64_t max_session_tokens() const { return max_session_tokens_; }
   int64_t step_budget() const { return budget_; }
 
