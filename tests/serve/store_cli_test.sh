@@ -138,5 +138,5 @@ assert s["bytes_in"] > 0 and s["errors"] == 0 and s["checksum_failures"] == 0, s
 assert j1["store"]["hit_tokens"] == 0 and j1["store"]["puts"] >= 9, j1["store"]
 PY
 "$bin" batch --prompts-file "$tmp/p.jsonl" --kv-store "http://x" 2> "$tmp/err.bad" && fail "bad url accepted"
-grep -q 'kv-store http://x: expected redis://HOST:PORT\[/DB\]' "$tmp/err.bad" || fail "bad url message: $(cat "$tmp/err.bad")"
+grep -q -- '--kv-store: kv_store = "http://x": expected redis://HOST:PORT\[/DB\]' "$tmp/err.bad" || fail "bad url message: $(cat "$tmp/err.bad")"
 echo "store CLI: ok"

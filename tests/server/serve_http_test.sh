@@ -78,7 +78,7 @@ grep -q '^chat template plain' "$tmp/chat.err" || fail "run --chat: no template 
 [ "$(grep -o 'prefill: [0-9]* tokens' "$tmp/chat.err" | cut -d' ' -f2 | tr '\n' ' ')" = "46 29 " ] \
   || fail "run --chat prefills: $(grep prefill "$tmp/chat.err")"
 echo hi | "$bin" run --chat --chat-template nope > /dev/null 2> "$tmp/chat.err" && fail "unknown template accepted"
-grep -q "kvcache run: no chat template: --chat-template 'nope' is not one of" "$tmp/chat.err" || fail "template error"
+grep -q "kvcache run: --chat-template: no chat template: chat_template = 'nope' is not one of" "$tmp/chat.err" || fail "template error"
 
 # ---- server 1: defaults, prefix cache on --------------------------------------------------
 start_server one --max-sessions 4
@@ -366,7 +366,7 @@ stop_server
 
 # ---- server 3: one session, a queue of one, an unknown template --------------------------------
 start_server three --max-sessions 1 --max-queue 1 --chat-template nope
-grep -q "warning: no chat template: --chat-template 'nope'" "$tmp/err.three" || fail "template warning"
+grep -q "warning: --chat-template: no chat template: chat_template = 'nope'" "$tmp/err.three" || fail "template warning"
 error_param POST /v1/chat/completions '{"messages": [{"role": "user", "content": "hi"}]}'
 jcheck "'--chat-template' in j['error']['message'] and j['error']['param']=='messages'"
 $py - "$url" <<'PY' || fail "queue limit"
