@@ -299,7 +299,8 @@ Result<Model> Model::load(const GgufFile& f, const LoadOptions& options) {
   m.fingerprint_ = model_fingerprint(f);
   const HParams& h = m.hp_;
   if (static_cast<int32_t>(m.geometry_.layer_cache.size()) != h.n_layers)
-    return invalid_argument("load model: kvcache.layer_cache has " +
+    return invalid_argument("load model: " +
+                            std::string(gguf::key_pattern(gguf::Key::kLayerCache)) + " has " +
                             std::to_string(m.geometry_.layer_cache.size()) +
                             " entries, expected block_count = " + std::to_string(h.n_layers));
   std::vector<bool> owned(m.geometry_.cache.layers.size(), false);
@@ -308,7 +309,9 @@ Result<Model> Model::load(const GgufFile& f, const LoadOptions& options) {
     LayerWeights& w = m.layers_[i];
     w.cache = m.geometry_.layer_cache[i];
     if (w.cache < 0 || w.cache >= static_cast<int32_t>(owned.size()))
-      return invalid_argument("load model: kvcache.layer_cache[" + std::to_string(i) + "] = " +
+      return invalid_argument("load model: " +
+                              std::string(gguf::key_pattern(gguf::Key::kLayerCache)) + "[" +
+                              std::to_string(i) + "] = " +
                               std::to_string(w.cache) + ", out of range");
     const LayerGeometry& lg = m.geometry_.cache.layers[w.cache];
     if (lg.head_dim != h.head_dim || lg.value_dim != h.value_dim)

@@ -119,7 +119,8 @@ struct Exporter {
     if (!name.empty()) w.set_string(k(Key::kGeneralName), name);
     w.set_uint32(k(Key::kBlockCount), u32(cfg.num_layers));
     w.set_uint32(k(Key::kEmbeddingLength), u32(cfg.hidden_size));
-    if (cfg.intermediate_size > 0) w.set_uint32(k(Key::kFeedForwardLength), u32(cfg.intermediate_size));
+    if (cfg.intermediate_size > 0)
+      w.set_uint32(k(Key::kFeedForwardLength), u32(cfg.intermediate_size));
     if (cfg.max_position_embeddings > 0)
       w.set_uint32(k(Key::kContextLength), u32(cfg.max_position_embeddings));
     if (cfg.vocab_size > 0) w.set_uint32(k(Key::kVocabSize), u32(cfg.vocab_size));
