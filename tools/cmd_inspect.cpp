@@ -13,6 +13,7 @@
 #include "flag_names.h"
 #include "program/cache_summary.h"
 #include "program/gguf.h"
+#include "program/gguf_keys.h"
 #include "program/model_geometry.h"
 
 namespace kvcache::tools {
@@ -47,7 +48,9 @@ int run_inspect(const InspectArgs& a) {
     auto geometry = read_model_geometry(*file);
     if (!geometry.ok()) return fail(geometry.status());
     g = std::move(geometry).value();
-    if (auto name = file->get_string("general.architecture"); name.ok()) arch = *name;
+    if (auto name = file->get_string(gguf::key_pattern(gguf::Key::kGeneralArchitecture));
+        name.ok())
+      arch = *name;
   }
   if (!a.cache.windows.empty()) {
     Result<ModelGeometry> w = with_windows(g, a.cache.windows);

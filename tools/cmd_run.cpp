@@ -343,7 +343,7 @@ int chat(const RunFlags& f, Loaded& l, engine::Session& session, engine::Sampler
   Result<std::string> model_template = l.file->get_string("tokenizer.chat_template");
   const server::TemplateChoice choice = server::choose_chat_template(
       f.chat_template, model_template.ok() ? std::optional<std::string>(*model_template) : std::nullopt);
-  if (!choice.tmpl) return fail(choice.problem);
+  if (!choice.tmpl) return fail(flag_message(invalid_argument(choice.problem), {kChatFieldFlags}));
   const server::SpecialTokens specials = server::SpecialTokens::from_gguf(l.file.get());
   std::vector<server::ChatMessage> messages;
   if (!f.system.empty()) messages.push_back({"system", f.system});

@@ -89,7 +89,8 @@ void pick_template(const ServeFlags& f, const engine::LoadedModel& m, server::Se
   server::TemplateChoice c = server::choose_chat_template(
       f.chat_template, text.ok() ? std::optional<std::string>(*text) : std::nullopt);
   o.chat_template = c.tmpl;
-  o.chat_template_problem = c.problem;
+  if (!c.tmpl)
+    o.chat_template_problem = flag_message(invalid_argument(c.problem), {kChatFieldFlags});
   if (!o.chat_template)
     std::fprintf(stderr, "kvcache serve: warning: %s; chat requests will be refused\n",
                  o.chat_template_problem.c_str());

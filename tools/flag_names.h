@@ -36,7 +36,10 @@ inline constexpr FieldFlag kExecutorFieldFlags[] = {
     {"step_tokens", "--step-tokens"},
     {"block_tokens", "--kv-block-tokens"},
     {"initial_capacity", "--initial-capacity"},
+    {"kv_store", "--kv-store"},
 };
+// server::choose_chat_template's problem (run --chat, serve).
+inline constexpr FieldFlag kChatFieldFlags[] = {{"chat_template", "--chat-template"}};
 
 // "--flag: <message>" for the first table entry whose field the message names (the field
 // after the start or a space, followed by " =", "[" or ":"); else the message unchanged.

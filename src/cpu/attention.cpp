@@ -20,8 +20,7 @@ constexpr int64_t kMinSharedKeys = 128;  // shared cells worth a group's extra m
 constexpr int64_t kMinParallelWork = 1 << 18;  // multiply-adds below which one thread runs a call
 
 detail::ChunkFn chunk_fn(Isa isa) {
-  if (isa == Isa::kAuto || !isa_supported(isa)) isa = best_isa();
-  switch (isa) {
+  switch (resolve_isa(isa)) {
     case Isa::kAvx512: return detail::chunk_avx512;
     case Isa::kAvx2: return detail::chunk_avx2;
     default: return detail::chunk_scalar;
@@ -112,44 +111,6 @@ std::atomic<bool> g_shared_prefix{true};
 
 void set_shared_prefix_attention(bool on) { g_shared_prefix.store(on); }
 bool shared_prefix_attention() { return g_shared_prefix.load(); }
-
-bool isa_supported(Isa isa) {
-#if defined(__x86_64__) || defined(__i386__)
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
-  switch (isa) {
-    case Isa::kAuto:
-    case Isa::kScalar: return true;
-    case Isa::kAvx2: return avx2;
-    case Isa::kAvx512:
-      return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl");
-  }
-  return false;
-#else
-  return isa == Isa::kAuto || isa == Isa::kScalar;
-#endif
-}
-
-// The widest supported worker. Measured here (2-core Xeon VM, f16, 32/8 heads, dim 128, one
-// decode step, one thread, K/V resident in L2): the AVX-512 worker reads 15-16 GB/s of K/V,
-// the AVX2 one 9.5-10 GB/s (it is bound by 256-bit FMAs).
-Isa best_isa() {
-  static const Isa isa = isa_supported(Isa::kAvx512) ? Isa::kAvx512
-                         : isa_supported(Isa::kAvx2) ? Isa::kAvx2
-                                                     : Isa::kScalar;
-  return isa;
-}
-
-std::string_view to_string(Isa isa) {
-  switch (isa) {
-    case Isa::kAuto: return "auto";
-    case Isa::kScalar: return "scalar";
-    case Isa::kAvx2: return "avx2";
-    case Isa::kAvx512: return "avx512";
-  }
-  return "unknown";
-}
 
 void attend(const AttentionProblem& p, ThreadPool& pool, Isa isa) {
   if (p.n_tokens <= 0) return;

@@ -13,16 +13,12 @@
 #include <cstring>
 
 #include "cpu/attention_chunk.h"
+#include "cpu/simd_target.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
-#if defined(__clang__)  // clang ignores GCC target pragmas (the fuzz build uses clang)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
-#endif
+KVCACHE_SIMD_BEGIN("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
 
 namespace kvcache::cpu::detail {
 namespace {
@@ -253,45 +249,17 @@ void softmax_block(float* s, int64_t nb, int32_t dv, float& m, float& l, float* 
   m = m_new;
 }
 
-// This worker's parts for blocked_chunk (attention_chunk.h).
-template <DType kDtype>
-struct Worker {
-  static constexpr int kAcc = 16;
-  template <int kKeys>
-  static void run(const float* q, const TileRows<kKeys>& rows, bool prefetch, int32_t dim,
-                  float scale, float* s) {
-    logits_tile<kDtype, kKeys>(q, rows, prefetch, dim, scale, s);
-  }
-  static void softmax(float* s, int64_t nb, int32_t dv, float& m, float& l, float* acc) {
-    softmax_block(s, nb, dv, m, l, acc);
-  }
-  static void values(const AttentionProblem& p, const KeySet& keys, int32_t g, int32_t group,
-                     int64_t jb, int64_t nb, const float* w, float* acc) {
-    values_block<kDtype>(p, keys, g, group, jb, nb, w, acc);
-  }
-};
-
 }  // namespace
 
-void chunk_avx512(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int64_t j1,
-                  float* m, float* l, float* acc, float* scratch) {
-  blocked_chunk_for_dtype<Worker>(p, t, g, j0, j1, m, l, acc, scratch);
-}
+KVCACHE_ATTENTION_SIMD_ENTRY(chunk_avx512, 16)
 
 }  // namespace kvcache::cpu::detail
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+KVCACHE_SIMD_END()
 
-#else  // not x86: never selected by best_isa(); forwards to the portable worker.
+#else  // not x86: never selected by resolve_isa(); forwards to the portable worker.
 
 namespace kvcache::cpu::detail {
-void chunk_avx512(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int64_t j1,
-                  float* m, float* l, float* acc, float* scratch) {
-  chunk_scalar(p, t, g, j0, j1, m, l, acc, scratch);
-}
+KVCACHE_ATTENTION_SCALAR_ENTRY(chunk_avx512)
 }  // namespace kvcache::cpu::detail
 #endif

@@ -162,6 +162,41 @@ void chunk_avx2(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int
 void chunk_avx512(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int64_t j1,
                   float* m, float* l, float* acc, float* scratch);
 
+// The tail every SIMD worker file ends with, in namespace detail: the file's anonymous
+// namespace defines logits_tile<kDtype, kKeys>, softmax_block and values_block; this binds
+// them into the Worker blocked_chunk drives (`lanes` floats per accumulator register) and
+// defines the entry `name` (chunk_avx2, chunk_avx512).
+#define KVCACHE_ATTENTION_SIMD_ENTRY(name, lanes)                                                \
+  namespace {                                                                                   \
+  template <DType kDtype>                                                                       \
+  struct Worker {                                                                               \
+    static constexpr int kAcc = lanes;                                                          \
+    template <int kKeys>                                                                        \
+    static void run(const float* q, const TileRows<kKeys>& rows, bool prefetch, int32_t dim,   \
+                    float scale, float* s) {                                                    \
+      logits_tile<kDtype, kKeys>(q, rows, prefetch, dim, scale, s);                             \
+    }                                                                                           \
+    static void softmax(float* s, int64_t nb, int32_t dv, float& m, float& l, float* acc) {    \
+      softmax_block(s, nb, dv, m, l, acc);                                                      \
+    }                                                                                           \
+    static void values(const AttentionProblem& p, const KeySet& keys, int32_t g, int32_t group, \
+                       int64_t jb, int64_t nb, const float* w, float* acc) {                    \
+      values_block<kDtype>(p, keys, g, group, jb, nb, w, acc);                                  \
+    }                                                                                           \
+  };                                                                                            \
+  }                                                                                             \
+  void name(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int64_t j1, float* m,  \
+            float* l, float* acc, float* scratch) {                                             \
+    blocked_chunk_for_dtype<Worker>(p, t, g, j0, j1, m, l, acc, scratch);                       \
+  }
+
+// The same entry where the instruction set cannot exist (not x86): the portable worker.
+#define KVCACHE_ATTENTION_SCALAR_ENTRY(name)                                                   \
+  void name(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int64_t j1, float* m, \
+            float* l, float* acc, float* scratch) {                                            \
+    chunk_scalar(p, t, g, j0, j1, m, l, acc, scratch);                                         \
+  }
+
 // Tokens whose key lists (cell lists only) start with the same `shared` cells, in runs of at
 // most 16 tokens; groups sharing fewer than min_shared cells are left out. attention_shared.cpp.
 struct SharedGroup {

@@ -30,6 +30,11 @@ Result<CacheSetup> plan_cache(const Model& model, const CacheOptions& o) {
   if (o.initial_capacity < 0)
     return invalid_argument(str_cat("cache options: initial_capacity = ", o.initial_capacity,
                                     ", expected >= 0"));
+  if (o.max_seqs && *o.max_seqs < 1)
+    return invalid_argument(str_cat("cache options: max_seqs = ", *o.max_seqs, ", expected >= 1"));
+  if (o.max_seqs && o.kind != kCellKind)
+    return invalid_argument(str_cat("cache options: max_seqs = ", *o.max_seqs,
+                                    " applies to the cell kind only (kind = ", o.kind, ")"));
   int64_t step = o.max_step_tokens.value_or(
       model.geometry().max_step_tokens > 0 ? model.geometry().max_step_tokens
                                            : kDefaultStepTokens);
@@ -43,6 +48,7 @@ Result<CacheSetup> plan_cache(const Model& model, const CacheOptions& o) {
   s.config.kv_dtype = o.kv_dtype;
   s.config.initial_capacity = o.initial_capacity;
   s.config.max_write = static_cast<int32_t>(step);
+  s.config.max_seqs = o.max_seqs;
   KVCACHE_RETURN_IF_ERROR(validate(s.geometry, s.config, "run cache"));
   return s;
 }

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "program/fingerprint.h"
+#include "program/gguf_keys.h"
 #include "program/gguf_quant.h"
 
 namespace kvcache::engine {
@@ -23,26 +24,12 @@ std::string dims_text(const std::vector<int64_t>& dims) {
   return s + "]";
 }
 
-// The integer at `key`, or `fallback` when absent; other errors propagate.
-Result<int64_t> int_or(const GgufFile& f, const std::string& key, int64_t fallback) {
-  Result<int64_t> r = f.get_int(key);
-  if (r.ok()) return r;
-  if (r.status().code() == StatusCode::kNotFound) return fallback;
-  return r.status();
-}
-
-Result<double> float_or(const GgufFile& f, const std::string& key, double fallback) {
-  Result<double> r = f.get_float(key);
-  if (r.ok()) return r;
-  if (r.status().code() == StatusCode::kNotFound) return fallback;
-  return r.status();
-}
-
-Result<int32_t> positive_int(const GgufFile& f, const std::string& key) {
-  Result<int64_t> r = f.get_int(key);
+// A required integer key in [1, 2^24].
+Result<int32_t> positive_int(const gguf::KeyReader& keys, gguf::Key key) {
+  Result<int64_t> r = keys.get_int(key);
   if (!r.ok()) return Status(r.status().code(), "load model: " + r.status().message());
   if (*r <= 0 || *r > (int64_t{1} << 24))
-    return invalid_argument("load model: " + key + " = " + std::to_string(*r) +
+    return invalid_argument("load model: " + keys.name(key) + " = " + std::to_string(*r) +
                             ", expected in [1, 16777216]");
   return static_cast<int32_t>(*r);
 }
@@ -161,19 +148,19 @@ Status load_layer(const GgufFile& f, const HParams& hp, int32_t i, const LoadOpt
 constexpr const char* kArchitectures[] = {"llama", "qwen2", "qwen3", "gemma2", "gemma3"};
 
 // A float key that must be finite and >= 0 (a soft-cap or a RoPE base); `fallback` if absent.
-Result<float> nonnegative_float(const GgufFile& f, const std::string& key, double fallback) {
-  Result<double> r = float_or(f, key, fallback);
+Result<float> nonnegative_float(const gguf::KeyReader& keys, gguf::Key key, double fallback) {
+  Result<double> r = keys.get_float_or(key, fallback);
   if (!r.ok()) return Status(r.status().code(), "load model: " + r.status().message());
   if (!std::isfinite(*r) || *r < 0.0)
-    return invalid_argument("load model: " + key + " = " + std::to_string(*r) +
+    return invalid_argument("load model: " + keys.name(key) + " = " + std::to_string(*r) +
                             ", expected finite and >= 0");
   return static_cast<float>(*r);
 }
 
 // The per-architecture traits of docs/model_format.md: RoPE pairing, the attention scale
 // and the Gemma extras. hp.arch is one of kArchitectures.
-Status apply_architecture(const GgufFile& f, HParams& hp) {
-  const std::string a = hp.arch + ".";
+Status apply_architecture(const gguf::KeyReader& keys, HParams& hp) {
+  using gguf::Key;
   hp.rope_base_swa = hp.rope_base;
   hp.rope_linear_swa = hp.rope_linear;
   hp.attn_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hp.head_dim)));
@@ -188,14 +175,14 @@ Status apply_architecture(const GgufFile& f, HParams& hp) {
                         (hp.arch == "gemma3" && hp.n_layers == 62);
   const int32_t scalar = size_27b ? hp.d_model / hp.q_heads : hp.head_dim;
   if (scalar <= 0)
-    return invalid_argument("load model: " + a + "embedding_length / head_count = " +
+    return invalid_argument("load model: " + keys.name(Key::kEmbeddingLength) + " / head_count = " +
                             std::to_string(scalar) + ", expected > 0 (the attention scale)");
   hp.attn_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(scalar)));
   if (hp.arch == "gemma2") {
     // Absent keys: the Gemma 2 values, as llama.cpp defaults them.
-    Result<float> attn = nonnegative_float(f, a + "attn_logit_softcapping", 50.0);
+    Result<float> attn = nonnegative_float(keys, Key::kAttnLogitSoftcapping, 50.0);
     if (!attn.ok()) return attn.status();
-    Result<float> final_cap = nonnegative_float(f, a + "final_logit_softcapping", 30.0);
+    Result<float> final_cap = nonnegative_float(keys, Key::kFinalLogitSoftcapping, 30.0);
     if (!final_cap.ok()) return final_cap.status();
     hp.attn_softcap = *attn;
     hp.final_softcap = *final_cap;
@@ -203,10 +190,11 @@ Status apply_architecture(const GgufFile& f, HParams& hp) {
   }
   // gemma3: q/k norms, no soft-caps; sliding layers rotate with their own base, unscaled.
   hp.qk_norm_required = true;
-  Result<float> base_swa = nonnegative_float(f, a + "rope.freq_base_swa", 10000.0);
+  Result<float> base_swa = nonnegative_float(keys, Key::kRopeFreqBaseSwa, 10000.0);
   if (!base_swa.ok()) return base_swa.status();
   if (*base_swa == 0.0f)
-    return invalid_argument("load model: " + a + "rope.freq_base_swa = 0, expected > 0");
+    return invalid_argument("load model: " + keys.name(Key::kRopeFreqBaseSwa) +
+                            " = 0, expected > 0");
   hp.rope_base_swa = *base_swa;
   hp.rope_linear_swa = 1.0f;
   return ok_status();
@@ -226,39 +214,41 @@ Result<std::vector<float>> load_rope_freqs(const GgufFile& f, const HParams& hp)
 }  // namespace
 
 Result<HParams> read_hparams(const GgufFile& f) {
+  using gguf::Key;
   HParams hp;
-  Result<std::string> arch = f.get_string("general.architecture");
-  if (!arch.ok()) return Status(arch.status().code(), "load model: " + arch.status().message());
-  hp.arch = *arch;
+  Result<gguf::KeyReader> opened = gguf::KeyReader::open(f);
+  if (!opened.ok())
+    return Status(opened.status().code(), "load model: " + opened.status().message());
+  const gguf::KeyReader& keys = *opened;
+  hp.arch = keys.arch();
   if (std::find(std::begin(kArchitectures), std::end(kArchitectures), hp.arch) ==
       std::end(kArchitectures))
     return invalid_argument("load model: general.architecture = \"" + hp.arch +
                             "\" is not supported, expected one of llama, qwen2, qwen3, gemma2, "
                             "gemma3");
-  const std::string a = hp.arch + ".";
-  Result<int32_t> v = positive_int(f, a + "block_count");
+  Result<int32_t> v = positive_int(keys, Key::kBlockCount);
   if (!v.ok()) return v.status();
   hp.n_layers = *v;
-  if (!(v = positive_int(f, a + "embedding_length")).ok()) return v.status();
+  if (!(v = positive_int(keys, Key::kEmbeddingLength)).ok()) return v.status();
   hp.d_model = *v;
-  if (!(v = positive_int(f, a + "feed_forward_length")).ok()) return v.status();
+  if (!(v = positive_int(keys, Key::kFeedForwardLength)).ok()) return v.status();
   hp.d_ff = *v;
-  if (!(v = positive_int(f, a + "attention.head_count")).ok()) return v.status();
+  if (!(v = positive_int(keys, Key::kHeadCount)).ok()) return v.status();
   hp.q_heads = *v;
-  Result<int64_t> kl = int_or(f, a + "attention.key_length", hp.d_model / hp.q_heads);
-  Result<int64_t> vl = int_or(f, a + "attention.value_length", hp.d_model / hp.q_heads);
+  Result<int64_t> kl = keys.get_int_or(Key::kKeyLength, hp.d_model / hp.q_heads);
+  Result<int64_t> vl = keys.get_int_or(Key::kValueLength, hp.d_model / hp.q_heads);
   if (!kl.ok()) return kl.status();
   if (!vl.ok()) return vl.status();
   if (*kl <= 0 || *kl > 65536 || *vl <= 0 || *vl > 65536)
-    return invalid_argument("load model: " + a + "attention.key_length/value_length = " +
+    return invalid_argument("load model: " + keys.name(Key::kKeyLength) + "/value_length = " +
                             std::to_string(*kl) + "/" + std::to_string(*vl) +
                             ", expected in [1, 65536]");
   hp.head_dim = static_cast<int32_t>(*kl);
   hp.value_dim = static_cast<int32_t>(*vl);
-  Result<double> eps = float_or(f, a + "attention.layer_norm_rms_epsilon", 1e-5);
-  Result<double> base = float_or(f, a + "rope.freq_base", 10000.0);
-  Result<int64_t> rdim = int_or(f, a + "rope.dimension_count", hp.head_dim);
-  Result<int64_t> ctx = int_or(f, a + "context_length", 0);
+  Result<double> eps = keys.get_float_or(Key::kRmsEpsilon, 1e-5);
+  Result<double> base = keys.get_float_or(Key::kRopeFreqBase, 10000.0);
+  Result<int64_t> rdim = keys.get_int_or(Key::kRopeDimensionCount, hp.head_dim);
+  Result<int64_t> ctx = keys.get_int_or(Key::kContextLength, 0);
   if (!eps.ok()) return eps.status();
   if (!base.ok()) return base.status();
   if (!rdim.ok()) return rdim.status();
@@ -267,26 +257,26 @@ Result<HParams> read_hparams(const GgufFile& f) {
     return invalid_argument("load model: rms epsilon and rope.freq_base must be > 0 (got " +
                             std::to_string(*eps) + ", " + std::to_string(*base) + ")");
   if (*rdim < 0 || *rdim > hp.head_dim || *rdim % 2 != 0)
-    return invalid_argument("load model: " + a + "rope.dimension_count = " +
+    return invalid_argument("load model: " + keys.name(Key::kRopeDimensionCount) + " = " +
                             std::to_string(*rdim) + ", expected even and <= key_length " +
                             std::to_string(hp.head_dim));
   hp.rms_eps = static_cast<float>(*eps);
   hp.rope_base = static_cast<float>(*base);
   hp.rope_dim = static_cast<int32_t>(*rdim);
   hp.context_length = *ctx;
-  Result<std::string> scaling = f.get_string(a + "rope.scaling.type");
+  Result<std::string> scaling = keys.get_string(Key::kRopeScalingType);
   if (scaling.ok() && *scaling == "linear") {
-    Result<double> factor = float_or(f, a + "rope.scaling.factor", 1.0);
+    Result<double> factor = keys.get_float_or(Key::kRopeScalingFactor, 1.0);
     if (!factor.ok()) return factor.status();
     if (!(*factor > 0.0))
-      return invalid_argument("load model: " + a + "rope.scaling.factor = " +
+      return invalid_argument("load model: " + keys.name(Key::kRopeScalingFactor) + " = " +
                               std::to_string(*factor) + ", expected > 0");
     hp.rope_linear = static_cast<float>(*factor);
   } else if (scaling.ok() && *scaling != "none") {
-    return invalid_argument("load model: " + a + "rope.scaling.type = \"" + *scaling +
-                            "\" is not supported, expected \"linear\" or \"none\"");
+    return invalid_argument("load model: " + keys.name(Key::kRopeScalingType) + " = \"" +
+                            *scaling + "\" is not supported, expected \"linear\" or \"none\"");
   }
-  KVCACHE_RETURN_IF_ERROR(apply_architecture(f, hp));
+  KVCACHE_RETURN_IF_ERROR(apply_architecture(keys, hp));
   const gguf::TensorInfo* embd = f.tensor("token_embd.weight");
   if (embd == nullptr) return not_found("load model: tensor token_embd.weight is missing");
   if (embd->dims.size() != 2 || embd->dims[0] != hp.d_model || embd->dims[1] <= 0 ||
@@ -309,7 +299,8 @@ Result<Model> Model::load(const GgufFile& f, const LoadOptions& options) {
   m.fingerprint_ = model_fingerprint(f);
   const HParams& h = m.hp_;
   if (static_cast<int32_t>(m.geometry_.layer_cache.size()) != h.n_layers)
-    return invalid_argument("load model: kvcache.layer_cache has " +
+    return invalid_argument("load model: " +
+                            std::string(gguf::key_pattern(gguf::Key::kLayerCache)) + " has " +
                             std::to_string(m.geometry_.layer_cache.size()) +
                             " entries, expected block_count = " + std::to_string(h.n_layers));
   std::vector<bool> owned(m.geometry_.cache.layers.size(), false);
@@ -318,7 +309,9 @@ Result<Model> Model::load(const GgufFile& f, const LoadOptions& options) {
     LayerWeights& w = m.layers_[i];
     w.cache = m.geometry_.layer_cache[i];
     if (w.cache < 0 || w.cache >= static_cast<int32_t>(owned.size()))
-      return invalid_argument("load model: kvcache.layer_cache[" + std::to_string(i) + "] = " +
+      return invalid_argument("load model: " +
+                              std::string(gguf::key_pattern(gguf::Key::kLayerCache)) + "[" +
+                              std::to_string(i) + "] = " +
                               std::to_string(w.cache) + ", out of range");
     const LayerGeometry& lg = m.geometry_.cache.layers[w.cache];
     if (lg.head_dim != h.head_dim || lg.value_dim != h.value_dim)

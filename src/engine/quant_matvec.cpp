@@ -178,30 +178,6 @@ void quantize_activations(const float* x, int64_t cols, Q8Activations& out) {
   }
 }
 
-bool matvec_isa_supported(cpu::Isa isa) {
-#if defined(__x86_64__)
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
-  switch (isa) {
-    case cpu::Isa::kAuto: case cpu::Isa::kScalar: return true;
-    case cpu::Isa::kAvx2: return avx2;
-    case cpu::Isa::kAvx512:
-      return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
-  }
-  return false;
-#else
-  return isa == cpu::Isa::kAuto || isa == cpu::Isa::kScalar;
-#endif
-}
-
-cpu::Isa matvec_best_isa() {
-  static const cpu::Isa isa = matvec_isa_supported(cpu::Isa::kAvx512) ? cpu::Isa::kAvx512
-                              : matvec_isa_supported(cpu::Isa::kAvx2) ? cpu::Isa::kAvx2
-                                                                      : cpu::Isa::kScalar;
-  return isa;
-}
-
 namespace quant_detail {
 RowKernel scalar_kernel(TensorType type) {
   if (type == TensorType::kF16) return scalar_halves<false>;
@@ -212,7 +188,7 @@ RowKernel scalar_kernel(TensorType type) {
 
 void matvec(const Weight& w, const float* x, float* y, bool accumulate, cpu::Isa isa) {
   if (w.rows == 0) return;
-  if (isa == cpu::Isa::kAuto || !matvec_isa_supported(isa)) isa = matvec_best_isa();
+  isa = cpu::resolve_isa(isa, cpu::KernelFamily::kInt8Dot);
   quant_detail::RowKernel fn = isa == cpu::Isa::kAvx512 ? quant_detail::avx512_kernel(w.type)
                                : isa == cpu::Isa::kAvx2 ? quant_detail::avx2_kernel(w.type)
                                                         : quant_detail::scalar_kernel(w.type);
@@ -227,7 +203,7 @@ void matvec(const Weight& w, const float* x, float* y, bool accumulate, cpu::Isa
 void matvec_batch(const Weight& w, const float* x, float* y, int64_t t, bool accumulate,
                   cpu::Isa isa) {
   if (w.rows == 0 || t <= 0) return;
-  if (isa == cpu::Isa::kAuto || !matvec_isa_supported(isa)) isa = matvec_best_isa();
+  isa = cpu::resolve_isa(isa, cpu::KernelFamily::kInt8Dot);
   quant_detail::RowKernel fn = isa == cpu::Isa::kAvx512 ? quant_detail::avx512_kernel(w.type)
                                : isa == cpu::Isa::kAvx2 ? quant_detail::avx2_kernel(w.type)
                                                         : quant_detail::scalar_kernel(w.type);

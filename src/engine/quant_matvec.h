@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cpu/attention.h"
+#include "cpu/isa.h"
 #include "engine/weight.h"
 
 namespace kvcache::engine {
@@ -28,10 +28,12 @@ struct Q8Activations {
 // cols must be a multiple of 32.
 void quantize_activations(const float* x, int64_t cols, Q8Activations& out);
 
-// Whether the kernels of `isa` run here: kScalar always; kAvx2 needs AVX2+FMA+F16C; kAvx512
-// also AVX-512 F/BW/VL and VNNI. kAuto picks the best.
-bool matvec_isa_supported(cpu::Isa isa);
-cpu::Isa matvec_best_isa();
+// The matvec kernels are cpu/isa.h's KernelFamily::kInt8Dot (their AVX-512 level needs VNNI);
+// these name that family for callers and hold no rule of their own.
+inline bool matvec_isa_supported(cpu::Isa isa) {
+  return cpu::isa_supported(isa, cpu::KernelFamily::kInt8Dot);
+}
+inline cpu::Isa matvec_best_isa() { return cpu::best_isa(cpu::KernelFamily::kInt8Dot); }
 
 // y[w.rows] = W x (+ y when accumulate). w.type is not F32. `isa` must be supported (kAuto
 // always is); rows are shared over cpu::global_pool().

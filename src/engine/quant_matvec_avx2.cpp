@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cpu/simd_target.h"
 #include "engine/quant_matvec.h"
 #include "program/gguf_quant.h"
 #include "core/half.h"
@@ -12,12 +13,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#if defined(__clang__)  // clang ignores GCC target pragmas (the fuzz build uses clang)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-#endif
+KVCACHE_SIMD_BEGIN("avx2,fma,f16c")
 
 namespace kvcache::engine {
 namespace {
@@ -40,11 +36,7 @@ quant_detail::HalfBatchKernel quant_detail::avx2_half_batch(gguf::TensorType typ
 
 }  // namespace kvcache::engine
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+KVCACHE_SIMD_END()
 
 #else
 namespace kvcache::engine {

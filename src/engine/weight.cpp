@@ -10,6 +10,7 @@
 #include <immintrin.h>
 #endif
 
+#include "cpu/isa.h"
 #include "cpu/thread_pool.h"
 #include "engine/kernels.h"
 #include "engine/quant_matvec.h"
@@ -65,8 +66,8 @@ __attribute__((target("avx2,f16c"))) void f16_row_f16c(const uint8_t* h, float* 
 void Weight::row(int64_t r, std::span<float> out) const {
   const auto n = static_cast<int64_t>(row_bytes());
 #if defined(__x86_64__)
-  static const bool f16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-  if (type == gguf::TensorType::kF16 && f16c) return f16_row_f16c(row_data(r), out.data(), cols);
+  if (type == gguf::TensorType::kF16 && cpu::isa_supported(cpu::Isa::kAvx2))
+    return f16_row_f16c(row_data(r), out.data(), cols);
 #endif
   // The loader admits only computable types whose rows are whole blocks: this cannot fail.
   const bool ok = gguf::dequantize(type, bytes.subspan(static_cast<size_t>(r * n),

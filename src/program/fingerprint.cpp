@@ -10,6 +10,7 @@
 #include <xxhash.h>
 
 #include "program/byte_writer.h"
+#include "program/gguf_keys.h"
 
 namespace kvcache {
 namespace {
@@ -49,7 +50,7 @@ uint64_t model_fingerprint(const gguf::GgufFile& file) {
   Record r;
   r.put_string("kvcache.fingerprint.v1");
   std::string arch;
-  if (const gguf::Value* a = file.find("general.architecture");
+  if (const gguf::Value* a = file.find(gguf::key_pattern(gguf::Key::kGeneralArchitecture));
       a != nullptr && a->type == gguf::ValueType::kString)
     arch = std::get<std::string>(a->data);
   r.put_string(arch);

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "program/file_bytes.h"
+#include "program/gguf_keys.h"
 #include "program/hf_import.h"
 #include "program/safetensors.h"
 
@@ -111,30 +112,32 @@ struct Exporter {
   }
 
   void hyperparameters() {
-    const std::string p = cfg.arch + ".";
+    using gguf::Key;
+    auto k = [this](Key key) { return gguf::key_name(key, cfg.arch); };
     auto u32 = [](int64_t v) { return static_cast<uint32_t>(v); };
-    w.set_string("general.architecture", cfg.arch);
-    if (!name.empty()) w.set_string("general.name", name);
-    w.set_uint32(p + "block_count", u32(cfg.num_layers));
-    w.set_uint32(p + "embedding_length", u32(cfg.hidden_size));
-    if (cfg.intermediate_size > 0) w.set_uint32(p + "feed_forward_length", u32(cfg.intermediate_size));
+    w.set_string(k(Key::kGeneralArchitecture), cfg.arch);
+    if (!name.empty()) w.set_string(k(Key::kGeneralName), name);
+    w.set_uint32(k(Key::kBlockCount), u32(cfg.num_layers));
+    w.set_uint32(k(Key::kEmbeddingLength), u32(cfg.hidden_size));
+    if (cfg.intermediate_size > 0)
+      w.set_uint32(k(Key::kFeedForwardLength), u32(cfg.intermediate_size));
     if (cfg.max_position_embeddings > 0)
-      w.set_uint32(p + "context_length", u32(cfg.max_position_embeddings));
-    if (cfg.vocab_size > 0) w.set_uint32(p + "vocab_size", u32(cfg.vocab_size));
-    w.set_uint32(p + "attention.head_count", u32(cfg.num_heads));
-    w.set_uint32(p + "attention.head_count_kv", u32(cfg.num_kv_heads));
-    w.set_uint32(p + "attention.key_length", u32(cfg.head_dim));
-    w.set_uint32(p + "attention.value_length", u32(cfg.head_dim));
-    w.set_float32(p + "attention.layer_norm_rms_epsilon", static_cast<float>(cfg.rms_norm_eps));
-    w.set_float32(p + "rope.freq_base", static_cast<float>(cfg.rope_theta));
-    w.set_uint32(p + "rope.dimension_count", u32(cfg.head_dim));
+      w.set_uint32(k(Key::kContextLength), u32(cfg.max_position_embeddings));
+    if (cfg.vocab_size > 0) w.set_uint32(k(Key::kVocabSize), u32(cfg.vocab_size));
+    w.set_uint32(k(Key::kHeadCount), u32(cfg.num_heads));
+    w.set_uint32(k(Key::kHeadCountKv), u32(cfg.num_kv_heads));
+    w.set_uint32(k(Key::kKeyLength), u32(cfg.head_dim));
+    w.set_uint32(k(Key::kValueLength), u32(cfg.head_dim));
+    w.set_float32(k(Key::kRmsEpsilon), static_cast<float>(cfg.rms_norm_eps));
+    w.set_float32(k(Key::kRopeFreqBase), static_cast<float>(cfg.rope_theta));
+    w.set_uint32(k(Key::kRopeDimensionCount), u32(cfg.head_dim));
     if (cfg.rope_linear_factor) {
-      w.set_string(p + "rope.scaling.type", "linear");
-      w.set_float32(p + "rope.scaling.factor", static_cast<float>(*cfg.rope_linear_factor));
+      w.set_string(k(Key::kRopeScalingType), "linear");
+      w.set_float32(k(Key::kRopeScalingFactor), static_cast<float>(*cfg.rope_linear_factor));
     }
     bool any_sliding = false;
     for (bool s : cfg.sliding) any_sliding = any_sliding || s;
-    if (any_sliding) w.set_uint32(p + "attention.sliding_window", u32(cfg.sliding_window));
+    if (any_sliding) w.set_uint32(k(Key::kSlidingWindow), u32(cfg.sliding_window));
   }
 };
 

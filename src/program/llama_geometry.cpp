@@ -10,28 +10,32 @@
 #include <map>
 
 #include "core/str_cat.h"
+#include "program/gguf_keys.h"
 #include "program/model_geometry.h"
 
 namespace kvcache {
 namespace {
 
+using gguf::Key;
+
 constexpr int64_t kMaxLayers = kMaxModelLayers;
 
 // A per-layer integer key: a scalar broadcast to every layer or an array of n_layers.
 // NotFound when absent (callers supply defaults).
-Result<std::vector<int64_t>> per_layer_ints(const gguf::GgufFile& f, const std::string& key,
+Result<std::vector<int64_t>> per_layer_ints(const gguf::KeyReader& keys, Key k,
                                             int64_t n_layers) {
-  const gguf::Value* v = f.find(key);
+  const std::string key = keys.name(k);
+  const gguf::Value* v = keys.find(k);
   if (!v) return not_found("gguf: " + key + " is missing");
   if (v->type == gguf::ValueType::kArray) {
-    auto a = f.get_int_array(key);
+    auto a = keys.get_int_array(k);
     if (!a.ok()) return a.status();
     if (static_cast<int64_t>(a->size()) != n_layers)
       return invalid_argument("gguf: " + key + " has " + std::to_string(a->size()) +
                               " entries, expected " + std::to_string(n_layers) + " (block_count)");
     return a;
   }
-  auto s = f.get_int(key);
+  auto s = keys.get_int(k);
   if (!s.ok()) return s.status();
   return std::vector<int64_t>(static_cast<size_t>(n_layers), *s);
 }
@@ -56,11 +60,6 @@ Status check_positive(const gguf::GgufFile& f, const std::string& key,
   return ok_status();
 }
 
-Result<int64_t> optional_int(const gguf::GgufFile& f, const std::string& key, int64_t fallback) {
-  if (!f.find(key)) return fallback;
-  return f.get_int(key);
-}
-
 // Period used when the file names a sliding window but no pattern; 1 = no layer slides.
 int64_t arch_period(const std::string& arch) {
   static const std::map<std::string, int64_t> kPeriods = {
@@ -72,11 +71,10 @@ int64_t arch_period(const std::string& arch) {
 // The window used when {arch}.attention.sliding_window is absent; 0 = no sliding layer.
 int64_t arch_default_window(const std::string& arch) { return arch == "gemma2" ? 4096 : 0; }
 
-Result<std::vector<bool>> sliding_layers(const gguf::GgufFile& f, const std::string& arch,
-                                         int64_t n_layers) {
-  const std::string key = arch + ".attention.sliding_window_pattern";
+Result<std::vector<bool>> sliding_layers(const gguf::KeyReader& keys, int64_t n_layers) {
+  const std::string key = keys.name(Key::kSlidingWindowPattern);
   std::vector<bool> out(static_cast<size_t>(n_layers));
-  const gguf::Value* v = f.find(key);
+  const gguf::Value* v = keys.find(Key::kSlidingWindowPattern);
   if (v && v->type == gguf::ValueType::kArray) {
     if (v->elem_type != gguf::ValueType::kBool)
       return invalid_argument("gguf: " + key + " has type ARRAY of " +
@@ -89,9 +87,9 @@ Result<std::vector<bool>> sliding_layers(const gguf::GgufFile& f, const std::str
     for (size_t i = 0; i < es.size(); ++i) out[i] = std::get<bool>(es[i].data);
     return out;
   }
-  int64_t period = arch_period(arch);
+  int64_t period = arch_period(keys.arch());
   if (v) {
-    auto p = f.get_int(key);
+    auto p = keys.get_int(Key::kSlidingWindowPattern);
     if (!p.ok()) return p.status();
     if (*p < 0)
       return invalid_argument("gguf: " + key + " = " + std::to_string(*p) + ", expected >= 0");
@@ -136,44 +134,43 @@ Result<ModelGeometry> share_kv_layers(const std::vector<LayerGeometry>& per_laye
 }
 
 Result<ModelGeometry> derive_llama_geometry(const gguf::GgufFile& f) {
-  auto arch_r = f.get_string("general.architecture");
-  if (!arch_r.ok())
-    return Status(arch_r.status().code(),
+  auto opened = gguf::KeyReader::open(f);
+  if (!opened.ok())
+    return Status(opened.status().code(),
                   "gguf: no kvcache.* keys and no usable general.architecture to derive the cache "
-                  "geometry from (" + arch_r.status().message() + ")");
-  const std::string arch = *arch_r;
-  const std::string p = arch + ".";
-  auto n_r = f.get_int(p + "block_count");
+                  "geometry from (" + opened.status().message() + ")");
+  const gguf::KeyReader& keys = *opened;
+  auto n_r = keys.get_int(Key::kBlockCount);
   if (!n_r.ok()) return n_r.status();
   const int64_t n = *n_r;
   if (n <= 0 || n > kMaxLayers)
-    return invalid_argument("gguf: " + p + "block_count = " + std::to_string(n) + ", expected 1.." +
-                            std::to_string(kMaxLayers));
-  auto heads = per_layer_ints(f, p + "attention.head_count", n);
+    return invalid_argument("gguf: " + keys.name(Key::kBlockCount) + " = " + std::to_string(n) +
+                            ", expected 1.." + std::to_string(kMaxLayers));
+  auto heads = per_layer_ints(keys, Key::kHeadCount, n);
   if (!heads.ok()) return heads.status();
-  KVCACHE_RETURN_IF_ERROR(check_positive(f, p + "attention.head_count", *heads));
+  KVCACHE_RETURN_IF_ERROR(check_positive(f, keys.name(Key::kHeadCount), *heads));
   std::vector<int64_t> kv_heads = *heads;
-  if (f.find(p + "attention.head_count_kv")) {
-    auto kv = per_layer_ints(f, p + "attention.head_count_kv", n);
+  if (keys.find(Key::kHeadCountKv)) {
+    auto kv = per_layer_ints(keys, Key::kHeadCountKv, n);
     if (!kv.ok()) return kv.status();
     kv_heads = *kv;
   }
-  KVCACHE_RETURN_IF_ERROR(check_positive(f, p + "attention.head_count_kv", kv_heads));
+  KVCACHE_RETURN_IF_ERROR(check_positive(f, keys.name(Key::kHeadCountKv), kv_heads));
 
-  auto embd = optional_int(f, p + "embedding_length", 0);
+  auto embd = keys.get_int_or(Key::kEmbeddingLength, 0);
   if (!embd.ok()) return embd.status();
-  auto key_len = optional_int(f, p + "attention.key_length", 0);
+  auto key_len = keys.get_int_or(Key::kKeyLength, 0);
   if (!key_len.ok()) return key_len.status();
-  auto value_len = optional_int(f, p + "attention.value_length", 0);
+  auto value_len = keys.get_int_or(Key::kValueLength, 0);
   if (!value_len.ok()) return value_len.status();
-  auto window = optional_int(f, p + "attention.sliding_window", arch_default_window(arch));
+  auto window = keys.get_int_or(Key::kSlidingWindow, arch_default_window(keys.arch()));
   if (!window.ok()) return window.status();
   if (*window < 0 || *window > std::numeric_limits<int32_t>::max())
-    return invalid_argument("gguf: " + p + "attention.sliding_window = " + std::to_string(*window) +
-                            ", expected >= 0");
+    return invalid_argument("gguf: " + keys.name(Key::kSlidingWindow) + " = " +
+                            std::to_string(*window) + ", expected >= 0");
   std::vector<bool> sliding(static_cast<size_t>(n), false);
   if (*window > 0) {
-    auto s = sliding_layers(f, arch, n);
+    auto s = sliding_layers(keys, n);
     if (!s.ok()) return s.status();
     sliding = *s;
   }
@@ -187,8 +184,8 @@ Result<ModelGeometry> derive_llama_geometry(const gguf::GgufFile& f) {
     if (k <= 0 || v <= 0 || k > std::numeric_limits<int32_t>::max() ||
         v > std::numeric_limits<int32_t>::max())
       return invalid_argument("gguf: layer " + std::to_string(i) + ": key/value width " +
-                              std::to_string(k) + "/" + std::to_string(v) + " from " + p +
-                              "attention.key_length/value_length or embedding_length / "
+                              std::to_string(k) + "/" + std::to_string(v) + " from " +
+                              keys.name(Key::kKeyLength) + "/value_length or embedding_length / "
                               "head_count, expected > 0");
     LayerGeometry l;
     l.kv_heads = static_cast<int32_t>(kv_heads[ui]);
@@ -197,11 +194,11 @@ Result<ModelGeometry> derive_llama_geometry(const gguf::GgufFile& f) {
     l.window = sliding[ui] ? static_cast<int32_t>(*window) : 0;
     per_layer.push_back(l);
   }
-  auto shared = optional_int(f, p + "attention.shared_kv_layers", 0);
+  auto shared = keys.get_int_or(Key::kSharedKvLayers, 0);
   if (!shared.ok()) return shared.status();
-  auto g = share_kv_layers(per_layer, *shared, "gguf: " + p + "attention.shared_kv_layers");
+  auto g = share_kv_layers(per_layer, *shared, "gguf: " + keys.name(Key::kSharedKvLayers));
   if (!g.ok()) return g.status();
-  auto ctx = optional_int(f, p + "context_length", 0);
+  auto ctx = keys.get_int_or(Key::kContextLength, 0);
   if (ctx.ok() && *ctx > 0 && *ctx <= std::numeric_limits<uint32_t>::max()) g->max_context = *ctx;
   return g;
 }

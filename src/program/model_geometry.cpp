@@ -3,18 +3,20 @@
 // exactly as the file holds it.
 #include <limits>
 
+#include "program/gguf_keys.h"
 #include "program/model_geometry.h"
 
 namespace kvcache {
 namespace {
 
-constexpr const char* kKvHeads = "kvcache.cache.kv_heads";
-constexpr const char* kHeadDims = "kvcache.cache.head_dims";
-constexpr const char* kValueDims = "kvcache.cache.value_dims";
-constexpr const char* kWindows = "kvcache.cache.windows";
-constexpr const char* kLayerCache = "kvcache.layer_cache";
-constexpr const char* kMaxContext = "kvcache.max_context";
-constexpr const char* kMaxStepTokens = "kvcache.max_step_tokens";
+// Fixed names from the key table (its entries are string literals, so .data() ends in NUL).
+constexpr const char* kKvHeads = gguf::key_pattern(gguf::Key::kCacheKvHeads).data();
+constexpr const char* kHeadDims = gguf::key_pattern(gguf::Key::kCacheHeadDims).data();
+constexpr const char* kValueDims = gguf::key_pattern(gguf::Key::kCacheValueDims).data();
+constexpr const char* kWindows = gguf::key_pattern(gguf::Key::kCacheWindows).data();
+constexpr const char* kLayerCache = gguf::key_pattern(gguf::Key::kLayerCache).data();
+constexpr const char* kMaxContext = gguf::key_pattern(gguf::Key::kMaxContext).data();
+constexpr const char* kMaxStepTokens = gguf::key_pattern(gguf::Key::kMaxStepTokens).data();
 
 struct RawGeometry {
   std::vector<int64_t> kv_heads, head_dims, value_dims, windows, layer_cache;
@@ -138,9 +140,9 @@ Status read_u32(const gguf::GgufFile& f, const char* key, int64_t* out) {
 
 // {arch}.block_count when the file has both; nullopt otherwise.
 std::optional<int64_t> block_count(const gguf::GgufFile& f) {
-  auto arch = f.get_string("general.architecture");
-  if (!arch.ok()) return std::nullopt;
-  auto n = f.get_int(*arch + ".block_count");
+  auto keys = gguf::KeyReader::open(f);
+  if (!keys.ok()) return std::nullopt;
+  auto n = keys->get_int(gguf::Key::kBlockCount);
   if (!n.ok()) return std::nullopt;
   return *n;
 }

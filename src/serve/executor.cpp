@@ -80,11 +80,11 @@ Result<std::unique_ptr<Executor>> Executor::create(const engine::Model& model,
   co.initial_capacity = o.initial_capacity;
   co.kv_dtype = o.kv_dtype;
   if (o.step_tokens > 0) co.max_step_tokens = o.step_tokens;
-  Result<engine::CacheSetup> setup = engine::plan_cache(model, co);
-  if (!setup.ok()) return setup.status();
   // Sequences the layout serves at once: the sessions plus as many retained prefixes. It sizes
   // the sliding-window pools (each sequence keeps its last W - 1 positions there).
-  setup->config.max_seqs = std::min(2 * o.max_sessions, kDefaultMaxSeqs);
+  co.max_seqs = std::min(2 * o.max_sessions, kDefaultMaxSeqs);
+  Result<engine::CacheSetup> setup = engine::plan_cache(model, co);
+  if (!setup.ok()) return setup.status();
   Result<std::shared_ptr<Cache>> cache = engine::build_cache(*setup);
   if (!cache.ok()) return cache.status();
   Result<std::unique_ptr<engine::Engine>> eng = engine::Engine::create(model, *cache);

@@ -25,7 +25,7 @@ bool parse_int(std::string_view s, int lo, int hi, int& out) {
 }  // namespace
 
 Result<StoreAddress> parse_store_url(std::string_view url) {
-  const std::string at = "--kv-store " + std::string(url) + ": ";
+  const std::string at = "kv_store = \"" + std::string(url) + "\": ";
   constexpr std::string_view kScheme = "redis://";
   if (url.substr(0, kScheme.size()) != kScheme)
     return invalid_argument(at + "expected redis://HOST:PORT[/DB]");

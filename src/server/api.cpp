@@ -244,7 +244,7 @@ std::optional<ApiError> resolve_max_tokens(ApiRequest& r, int64_t prompt_tokens,
   if (room < 1)
     return ApiError{413,
                     std::string("'") + where + "' is " + std::to_string(prompt_tokens) +
-                        " tokens; the session budget (--max-session-tokens) is " +
+                        " tokens; the session budget max_session_tokens is " +
                         std::to_string(lim.max_session_tokens),
                     "invalid_request_error", where, "context_length_exceeded"};
   int64_t want = r.max_tokens ? *r.max_tokens : (r.chat ? room : kDefaultCompletionTokens);

@@ -168,7 +168,8 @@ TemplateChoice choose_chat_template(std::string_view name,
   if (!name.empty()) {
     c.tmpl = chat_template_from_name(name);
     if (!c.tmpl)
-      c.problem = "no chat template: --chat-template '" + std::string(name) + "' is not one of " + known;
+      c.problem =
+          "no chat template: chat_template = '" + std::string(name) + "' is not one of " + known;
     return c;
   }
   if (!model_template) {
@@ -178,7 +179,7 @@ TemplateChoice choose_chat_template(std::string_view name,
   c.tmpl = detect_chat_template(*model_template);
   if (!c.tmpl)
     c.problem = "the model's tokenizer.chat_template is not one the server knows; pick one with "
-                "--chat-template (" + known + ")";
+                "chat_template: " + known;
   return c;
 }
 

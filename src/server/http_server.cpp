@@ -173,8 +173,8 @@ void HttpServer::Impl::saved_prefix(const httplib::Request& req, httplib::Respon
                                     bool save) {
   if (opt.snapshot_dir.empty())
     return reply_error(res, status_error(404,
-                                         "saved prefixes are off (start kvcache serve with "
-                                         "--snapshot-dir DIR)",
+                                         "saved prefixes are off (this server has no "
+                                         "snapshot_dir)",
                                          "invalid_request_error", "not_found"));
   const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded() || !body.is_object())

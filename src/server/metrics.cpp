@@ -21,7 +21,7 @@ std::string number(double v) {
   return buf;
 }
 
-// The shared prefix-block store (all 0 without --kv-store).
+// The shared prefix-block store (all 0 without a kv_store).
 void store_metrics(std::string& out, const serve::ExecutorStats& s) {
   metric(out, "kvcache_store_hit_tokens_total", "counter",
          "Prompt tokens written into cells from store blocks instead of prefilled.",

@@ -109,6 +109,18 @@ TEST(CacheSetup, DefaultsComeFromTheModel) {
   EXPECT_EQ(s.kind, "sequence");
 }
 
+TEST(CacheSetup, MaxSeqsReachesTheCellConfigAndDefaultsToTheLayouts) {
+  Model m = tiny_model(TinySpec{});
+  CacheOptions o;
+  o.kind = "cell";
+  EXPECT_FALSE(plan_cache(m, o)->config.max_seqs.has_value());  // the layout's default
+  o.max_seqs = 12;
+  Result<CacheSetup> s = plan_cache(m, o);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->config.max_seqs, 12);
+  EXPECT_TRUE(build_cache(*s).ok());
+}
+
 TEST(CacheSetup, InvalidOptionsAreRefusedByName) {
   Model m = tiny_model(TinySpec{});
   CacheOptions o;
@@ -127,6 +139,14 @@ TEST(CacheSetup, InvalidOptionsAreRefusedByName) {
   o.max_step_tokens = -3;
   EXPECT_NE(plan_cache(m, o).status().message().find("cache options: max_step_tokens = -3"),
             std::string::npos);
+  o = CacheOptions{};
+  o.kind = "cell";
+  o.max_seqs = 0;
+  EXPECT_EQ(plan_cache(m, o).status().message(), "cache options: max_seqs = 0, expected >= 1");
+  o = CacheOptions{};
+  o.max_seqs = 4;  // the sequence layout holds one sequence
+  EXPECT_EQ(plan_cache(m, o).status().message(),
+            "cache options: max_seqs = 4 applies to the cell kind only (kind = sequence)");
   o = CacheOptions{};
   o.windows = {};  // an empty override is no override
   EXPECT_TRUE(plan_cache(m, o).ok());

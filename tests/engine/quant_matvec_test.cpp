@@ -192,6 +192,25 @@ TEST(QuantMatvec, HalfPrecisionAvx512ProductsEqualTheAvx2OnesBitwise) {
       }
 }
 
+// The kernels dispatch through cpu/isa.h: under a scalar ceiling kAuto runs the scalar
+// kernel, bitwise, for every type.
+TEST(QuantMatvec, AutoUnderAScalarCeilingRunsTheScalarKernel) {
+  for (TensorType type : kTypes) {
+    const int64_t rows = 37, cols = col_grid(type).back();
+    const Weight w = quantized(type, rows, cols, 41);
+    const std::vector<float> x = rnd(static_cast<size_t>(cols), 42);
+    std::vector<float> scalar(static_cast<size_t>(rows)), capped(scalar.size(), -9.0f);
+    matvec(w, x.data(), scalar.data(), false, cpu::Isa::kScalar);
+    {
+      cpu::ScopedIsaCeiling cap(cpu::Isa::kScalar);
+      EXPECT_EQ(matvec_best_isa(), cpu::Isa::kScalar);
+      matvec(w, x.data(), capped.data(), false, cpu::Isa::kAuto);
+    }
+    EXPECT_EQ(std::memcmp(scalar.data(), capped.data(), scalar.size() * sizeof(float)), 0)
+        << gguf::to_string(type);
+  }
+}
+
 // A tiny model stored as each type: the engine on the file's blocks against the same model
 // decoded to f32 at load (keep_quantized = false). The only difference is the int8 rounding
 // of the activations in the T = 1 products (block types), so the tolerance (max |diff| over

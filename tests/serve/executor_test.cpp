@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/cell_layout.h"
 #include "serve/executor.h"
 #include "serve_test_util.h"
 
@@ -194,6 +195,23 @@ TEST(Executor, CreationRefusesImpossibleBudgets) {
   o.pool_cells = 100;  // smaller than one session's 256 tokens
   EXPECT_EQ(Executor::create(testing::tiny(), nullptr, o).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+// The executor plans its cell cache through engine::plan_cache alone: the sessions plus as
+// many retained prefixes (2 * max_sessions, at most kDefaultMaxSeqs) size the layout.
+TEST(Executor, CachePlanCarriesTheSequenceBound) {
+  ExecutorOptions o;
+  o.max_sessions = 3;
+  auto a = Executor::create(testing::tiny(), nullptr, o);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ((*a)->setup().kind, "cell");
+  EXPECT_EQ((*a)->setup().config.max_seqs, 6);
+  EXPECT_EQ((*a)->setup().config.capacity, 3 * 256);  // max_sessions * the default budget
+  o.max_sessions = kDefaultMaxSeqs / 2;
+  o.max_session_tokens = 16;
+  auto b = Executor::create(testing::tiny(), nullptr, o);
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ((*b)->setup().config.max_seqs, kDefaultMaxSeqs);
 }
 
 TEST(Executor, OpenRefusesAtMaxSessionsAndIdsAreNeverReused) {

@@ -6,18 +6,9 @@
 # `kvcache batch --kv-store --json` reports the store counters. Usage: store_cli_test.sh KVCACHE_BIN
 set -euo pipefail
 bin=$1
-tmp=$(mktemp -d)
-pids=()
-redis_pid=
-cleanup() {
-  for p in "${pids[@]}" $redis_pid; do kill -KILL "$p" 2>/dev/null || true; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; for f in "$tmp"/err.*; do echo "--- $f" >&2; tail -5 "$f" >&2; done; exit 1; }
+. "$(dirname "$0")/../server/lib.sh"
 [ -x /usr/bin/redis-server ] || fail "needs Debian's redis-server (scripts/setup.sh)"
-if ! "$bin" run --max-new-tokens 1 >/dev/null 2>&1; then echo "SKIP: no embedded model"; exit 0; fi
-py=/usr/bin/python3
+skip_without_model
 # A free port below the ephemeral range (32768+), so that while Redis is down for the outage
 # no other process's port-0 bind can take it before the restart.
 port=$($py -c '
@@ -37,6 +28,7 @@ start_redis() {
   /usr/bin/redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
     --dir "$tmp" --loglevel warning > "$tmp/err.redis" 2>&1 &
   redis_pid=$!
+  pids+=("$redis_pid")
   disown "$redis_pid"  # killed on purpose below: no job-control notice
   for _ in $(seq 300); do
     kill -0 "$redis_pid" 2>/dev/null || fail "redis-server exited (port $port taken?)"
@@ -46,21 +38,6 @@ start_redis() {
   fail "redis-server did not answer"
 }
 
-# start_server NAME FLAGS...: sets the variable url_NAME.
-start_server() {
-  local name=$1
-  shift
-  "$bin" serve --host 127.0.0.1 --port 0 "$@" 2> "$tmp/err.$name" &
-  pids+=("$!")
-  for _ in $(seq 300); do
-    grep -q '^listening on http://' "$tmp/err.$name" && break
-    sleep 0.1
-  done
-  local u
-  u=$(grep -o '^listening on http://127.0.0.1:[0-9]*' "$tmp/err.$name" | sed 's/^listening on //')
-  [ -n "$u" ] || fail "$name: no 'listening on' line"
-  printf -v "url_$name" '%s' "$u"
-}
 
 # complete URL PROMPT OUT: a greedy completion; fails unless 200.
 complete() {
@@ -138,5 +115,5 @@ assert s["bytes_in"] > 0 and s["errors"] == 0 and s["checksum_failures"] == 0, s
 assert j1["store"]["hit_tokens"] == 0 and j1["store"]["puts"] >= 9, j1["store"]
 PY
 "$bin" batch --prompts-file "$tmp/p.jsonl" --kv-store "http://x" 2> "$tmp/err.bad" && fail "bad url accepted"
-grep -q 'kv-store http://x: expected redis://HOST:PORT\[/DB\]' "$tmp/err.bad" || fail "bad url message: $(cat "$tmp/err.bad")"
+grep -q -- '--kv-store: kv_store = "http://x": expected redis://HOST:PORT\[/DB\]' "$tmp/err.bad" || fail "bad url message: $(cat "$tmp/err.bad")"
 echo "store CLI: ok"

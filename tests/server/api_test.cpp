@@ -119,6 +119,8 @@ TEST(ApiParse, MaxTokensResolvesAgainstTheSessionBudget) {
   ASSERT_TRUE(e);
   EXPECT_EQ(e->status, 413);
   EXPECT_EQ(e->param, "prompt");
+  // The body names the server's option, not a command-line flag.
+  EXPECT_EQ(e->message, "'prompt' is 256 tokens; the session budget max_session_tokens is 256");
 }
 
 TEST(ApiResponse, ShapesFollowTheOpenAiObjects) {

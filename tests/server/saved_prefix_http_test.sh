@@ -6,32 +6,8 @@
 # corrupt file and a server without --snapshot-dir are refused. Usage: KVCACHE_BIN
 set -euo pipefail
 bin=$1
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; for f in "$tmp"/err.*; do echo "--- $f" >&2; tail -5 "$f" >&2; done; exit 1; }
-if ! "$bin" run --max-new-tokens 1 >/dev/null 2>&1; then echo "SKIP: no embedded model"; exit 0; fi
-py=/usr/bin/python3
-
-start_server() {  # start_server NAME FLAGS...: sets pid and url
-  local name=$1
-  shift
-  "$bin" serve --host 127.0.0.1 --port 0 "$@" 2> "$tmp/err.$name" &
-  pid=$!
-  pids+=("$pid")
-  for _ in $(seq 100); do
-    grep -q '^listening on http://' "$tmp/err.$name" && break
-    kill -0 "$pid" 2>/dev/null || fail "$name: the server exited"
-    sleep 0.1
-  done
-  url=$(grep -o '^listening on http://127.0.0.1:[0-9]*' "$tmp/err.$name" | sed 's/^listening on //')
-  [ -n "$url" ] || fail "$name: no 'listening on' line"
-}
-stop_server() { kill -TERM "$pid"; wait "$pid" || fail "exit code $? after SIGTERM"; }
+. "$(dirname "$0")/lib.sh"
+skip_without_model
 post() {  # post PATH BODY: prints the status, body in $tmp/body
   curl -sS --max-time 60 -o "$tmp/body" -w '%{http_code}' -X POST "$url$1" \
     -H 'Content-Type: application/json' --data-binary "$2"
@@ -96,6 +72,6 @@ stop_server
 
 start_server d
 expect 404 /v1/cache/restore '{"name":"genesis"}'
-grep -q -- "--snapshot-dir" "$tmp/body" || fail "off: $(cat "$tmp/body")"
+grep -q "saved prefixes are off (this server has no snapshot_dir)" "$tmp/body" || fail "off: $(cat "$tmp/body")"
 stop_server
 echo PASS

@@ -7,42 +7,8 @@
 # SIGTERM -> exit 0 within a few seconds. Usage: serve_http_test.sh KVCACHE_BIN
 set -euo pipefail
 bin=$1
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; for f in "$tmp"/err.*; do echo "--- $f" >&2; tail -5 "$f" >&2; done; exit 1; }
-if ! "$bin" run --max-new-tokens 1 >/dev/null 2>&1; then echo "SKIP: no embedded model"; exit 0; fi
-py=/usr/bin/python3
-
-# start_server NAME FLAGS...: sets pid and url (reads the port from "listening on").
-start_server() {
-  local name=$1
-  shift
-  "$bin" serve --host 127.0.0.1 --port 0 "$@" 2> "$tmp/err.$name" &
-  pid=$!
-  pids+=("$pid")
-  for _ in $(seq 100); do
-    grep -q '^listening on http://' "$tmp/err.$name" && break
-    kill -0 "$pid" 2>/dev/null || fail "$name: the server exited"
-    sleep 0.1
-  done
-  url=$(grep -o '^listening on http://127.0.0.1:[0-9]*' "$tmp/err.$name" | sed 's/^listening on //')
-  [ -n "$url" ] || fail "$name: no 'listening on' line"
-}
-
-# stop_server: SIGTERM, then exit 0 within 5 s.
-stop_server() {
-  kill -TERM "$pid"
-  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -0 "$pid" 2>/dev/null && fail "still running 5 s after SIGTERM"
-  local rc=0
-  wait "$pid" || rc=$?
-  [ "$rc" -eq 0 ] || fail "exit code $rc after SIGTERM"
-}
+. "$(dirname "$0")/lib.sh"
+skip_without_model
 
 # req METHOD PATH [BODY] [curl args...]: prints the status, body in $tmp/body.
 req() {
@@ -78,7 +44,7 @@ grep -q '^chat template plain' "$tmp/chat.err" || fail "run --chat: no template 
 [ "$(grep -o 'prefill: [0-9]* tokens' "$tmp/chat.err" | cut -d' ' -f2 | tr '\n' ' ')" = "46 29 " ] \
   || fail "run --chat prefills: $(grep prefill "$tmp/chat.err")"
 echo hi | "$bin" run --chat --chat-template nope > /dev/null 2> "$tmp/chat.err" && fail "unknown template accepted"
-grep -q "kvcache run: no chat template: --chat-template 'nope' is not one of" "$tmp/chat.err" || fail "template error"
+grep -q "kvcache run: --chat-template: no chat template: chat_template = 'nope' is not one of" "$tmp/chat.err" || fail "template error"
 
 # ---- server 1: defaults, prefix cache on --------------------------------------------------
 start_server one --max-sessions 4
@@ -366,7 +332,7 @@ stop_server
 
 # ---- server 3: one session, a queue of one, an unknown template --------------------------------
 start_server three --max-sessions 1 --max-queue 1 --chat-template nope
-grep -q "warning: no chat template: --chat-template 'nope'" "$tmp/err.three" || fail "template warning"
+grep -q "warning: --chat-template: no chat template: chat_template = 'nope'" "$tmp/err.three" || fail "template warning"
 error_param POST /v1/chat/completions '{"messages": [{"role": "user", "content": "hi"}]}'
 jcheck "'--chat-template' in j['error']['message'] and j['error']['param']=='messages'"
 $py - "$url" <<'PY' || fail "queue limit"

@@ -29,28 +29,12 @@ if ! installed; then
 fi
 flock -u 9
 
-tmp=$(mktemp -d)
-pid=
-cleanup() { [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
-"$bin" serve --host 127.0.0.1 --port 0 --api-key sekret 2> "$tmp/err" &
-pid=$!
-for _ in $(seq 100); do
-  grep -q '^listening on http://' "$tmp/err" && break
-  kill -0 "$pid" 2>/dev/null || { cat "$tmp/err"; exit 1; }
-  sleep 0.1
-done
-url=$(grep -o '^listening on http://127.0.0.1:[0-9]*' "$tmp/err" | sed 's/^listening on //')
-[ -n "$url" ] || { echo "FAIL: no 'listening on' line"; exit 1; }
+. "$here/lib.sh"
+start_server node --api-key sekret
 mkdir -p "$artifacts"
 case $what in
   openai) timeout 120 node "$here/openai_client_test.cjs" "$npm_dir" "$url" sekret ;;
   page) timeout 120 node "$here/chat_page_test.cjs" "$npm_dir" "$url" sekret "$artifacts/chat_page.png" ;;
   *) echo "unknown test $what"; exit 2 ;;
 esac
-kill -TERM "$pid"
-for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-rc=0
-wait "$pid" || rc=$?
-pid=
-[ "$rc" -eq 0 ] || { echo "FAIL: exit code $rc after SIGTERM"; exit 1; }
+stop_server

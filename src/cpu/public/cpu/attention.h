@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "core/cache.h"
+#include "cpu/isa.h"
 #include "cpu/kv_pool.h"
 #include "cpu/thread_pool.h"
 
@@ -48,13 +49,9 @@ struct AttentionProblem {
 // Double accumulation, two-pass softmax, one query head at a time. Single-threaded.
 void attend_reference(const AttentionProblem& p);
 
-// Instruction sets the optimized kernel has; kAuto picks the best the CPU supports.
-enum class Isa { kAuto, kScalar, kAvx2, kAvx512 };
-Isa best_isa();
-bool isa_supported(Isa isa);  // kAuto and kScalar always
-std::string_view to_string(Isa isa);
-// Optimized kernel. `isa` must be supported by this CPU (kAuto always is). Splits work over
-// (token, kv head) and, when that gives too few tasks for the pool, over the key range too.
+// Optimized kernel; `isa` is resolved by cpu/isa.h (KernelFamily::kFloat): kAuto or a level
+// this CPU lacks runs the best supported one. Splits work over (token, kv head) and, when that
+// gives too few tasks for the pool, over the key range too.
 void attend(const AttentionProblem& p, ThreadPool& pool, Isa isa = Isa::kAuto);
 
 // Tokens whose cell lists start with the same cells (forks, prefix hits, one prefill chunk)

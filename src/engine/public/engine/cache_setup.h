@@ -27,6 +27,9 @@ struct CacheOptions {
   DType kv_dtype = DType::kF32;
   std::optional<int64_t> max_step_tokens;   // default: the model's, else kDefaultStepTokens
   std::vector<int32_t> windows;             // override (program's with_windows); 0 = Full
+  // Cell kind only: most live sequences (>= 1); with the step it sizes the sliding-window
+  // pools. Default: the layout's (kDefaultCellSeqs).
+  std::optional<int32_t> max_seqs;
 };
 
 struct CacheSetup {
@@ -37,8 +40,8 @@ struct CacheSetup {
 };
 
 // InvalidArgument naming the CacheOptions field ("cache options: capacity = 0, ...") and
-// value for an unknown kind, capacity <= 0, step <= 0, a bad window list, or a
-// geometry/config the core validation refuses.
+// value for an unknown kind, capacity <= 0, step <= 0, a bad window list, max_seqs < 1 or set
+// for the sequence kind, or a geometry/config the core validation refuses.
 Result<CacheSetup> plan_cache(const Model& model, const CacheOptions& options);
 
 // The one default capacity of a sequence (run's cache, each executor session):

@@ -1,6 +1,6 @@
 // A plain forward without any cache: direct causal attention over all tokens of one sequence,
 // every product in double. Layer: engine. Slow by design; the correctness oracle for the
-// cached forward (tests, `kvcache run --dump-logits --reference`).
+// cached forward (tests, and the run tool's reference logits dump).
 #pragma once
 
 #include <cstdint>

@@ -45,7 +45,7 @@ struct UndoCost {
                                  // W - 1 cells per sliding pool; no bytes copied)
 };
 
-// The one chunked-prefill loop (sessions, run --dump-logits, the tests): feeds `tokens` to
+// The one chunked-prefill loop (sessions, the run tool's logits dump, the tests): feeds `tokens` to
 // `seq` at its next positions, at most step_tokens per forward, with logits `mode` into `out`;
 // on_chunk (optional) sees `out` after each chunk. Stops at the first refused chunk (earlier
 // chunks stay in the cache). InvalidArgument when step_tokens < 1.

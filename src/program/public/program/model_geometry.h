@@ -57,7 +57,7 @@ bool sliding_by_period(int64_t layer, int64_t period);
 // "windows[1] = -2") for an empty list or a negative entry.
 Result<ModelGeometry> with_windows(const ModelGeometry& g, std::span<const int32_t> windows);
 
-// A built-in example (inspect --example): Gemma-3-like, 26 layers, 4 kv heads, head_dim 256,
+// A built-in example (the inspect tool's): Gemma-3-like, 26 layers, 4 kv heads, head_dim 256,
 // five Sliding(512) layers then one Full, max_context 32768.
 ModelGeometry example_model_geometry();
 

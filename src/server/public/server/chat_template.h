@@ -16,7 +16,7 @@
 
 namespace kvcache::server {
 
-// Serialized by name (--chat-template); append only.
+// Serialized by name (the chat_template option); append only.
 enum class ChatTemplate { kPlain, kChatml, kLlama3, kGemma, kMistral, kPhi3 };
 
 std::string_view to_string(ChatTemplate t);
@@ -24,10 +24,11 @@ std::optional<ChatTemplate> chat_template_from_name(std::string_view name);
 // nullopt when the text has none of the known markers (the caller warns; chat is refused).
 std::optional<ChatTemplate> detect_chat_template(std::string_view jinja_text);
 
-// The template a model is served with: `name` (a --chat-template value) when given, else
+// The template a model is served with: `name` (the chat_template option) when given, else
 // detected from the model's own template text; plain when the model has none. tmpl is nullopt
-// for an unknown name or an unrecognised template, and `problem` says why, naming
-// --chat-template (callers warn at startup and refuse chat requests with it).
+// for an unknown name or an unrecognised template, and `problem` says why, naming the option
+// as "chat_template" (the CLI maps it to its flag; callers warn at startup and refuse chat
+// requests with it).
 struct TemplateChoice {
   std::optional<ChatTemplate> tmpl;
   std::string problem;

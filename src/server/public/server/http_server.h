@@ -28,7 +28,7 @@ struct ServerOptions {
   int http_threads = 64;                 // connections served at once
   std::string model_name;                // /v1/models id
   std::optional<ChatTemplate> chat_template;  // nullopt = unknown: chat requests get a 400
-  std::string chat_template_problem;     // the 400's message then (names --chat-template)
+  std::string chat_template_problem;     // the 400's message then (names the option or flag)
   std::string snapshot_dir;              // saved prefixes (POST /v1/cache/*) here; empty = off
 };
 
