@@ -167,7 +167,7 @@ void attend(const AttentionProblem& p, ThreadPool& pool, Isa isa) {
     static ThreadPool serial(1);
     return attend_unsplit(p, serial, fn);
   }
-  // Tokens that share leading cells (forks, prefix hits, one prefill chunk) read them once.
+  // Tokens that share leading rows (forks, prefix hits, one prefill chunk) read them once.
   if (shared_prefix_attention()) {
     const std::vector<detail::SharedGroup> groups = detail::find_shared_groups(p, kMinSharedKeys);
     if (!groups.empty()) return detail::attend_shared(p, groups, pool, fn);

@@ -162,8 +162,8 @@ void chunk_avx2(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int
 void chunk_avx512(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int64_t j1,
                   float* m, float* l, float* acc, float* scratch);
 
-// Tokens whose key lists (cell lists only) start with the same `shared` cells, in runs of at
-// most 16 tokens; groups sharing fewer than min_shared cells are left out. attention_shared.cpp.
+// Tokens whose key sets (cell lists or runs) start with the same `shared` rows, in runs of at
+// most 16 tokens; groups sharing fewer than min_shared rows are left out. attention_shared.cpp.
 struct SharedGroup {
   std::vector<int32_t> tokens;
   int64_t shared = 0;
