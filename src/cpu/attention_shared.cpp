@@ -103,7 +103,7 @@ std::vector<SharedGroup> find_shared_groups(const AttentionProblem& p, int64_t m
 }
 
 void attend_shared(const AttentionProblem& p, std::span<const SharedGroup> groups,
-                   ThreadPool& pool, ChunkFn fn) {
+                   ThreadPool& pool, ChunkFn fn, ChunkFn wide) {
   const int32_t hkv = p.kv.kv_heads, qpk = p.q_heads / hkv;
   const int32_t dk = p.kv.head_dim, dv = p.kv.value_dim;
   std::vector<int32_t> group_of(p.n_tokens, -1);
@@ -158,8 +158,8 @@ void attend_shared(const AttentionProblem& p, std::span<const SharedGroup> group
       const AttentionProblem& vp = virt[task.group].problem;
       const int32_t heads = vp.q_heads / hkv;
       st.fit(heads, dv);
-      fn(vp, 0, task.g, task.j0, task.j1, st.m(), st.l(), st.acc(),
-         thread_logits(int64_t{heads} * kKeyBlock).data());
+      wide(vp, 0, task.g, task.j0, task.j1, st.m(), st.l(), st.acc(),
+           thread_logits(int64_t{heads} * kKeyBlock).data());
       return;
     }
     const int64_t k = i - n_shared_tasks;

@@ -310,6 +310,46 @@ TEST(AttentionKernel, SequenceLayoutChunkReadsHistoryOncePerGroupAndMatchesRefer
       }
 }
 
+// The wide worker (heads across lanes, for shared groups' virtual tokens) straight against
+// the reference: head counts that fill 1..4 vectors or leave lanes empty, more than 64 (it
+// hands over to chunk_avx512), key counts around the 32-key block and its 4/6-key tiles, dims
+// that are no multiple of its 4/6-dim value tiles, every dtype, runs and cell lists.
+TEST(AttentionKernel, WideWorkerMatchesReferenceOverHeadsKeysAndDims) {
+  if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 here";
+  std::mt19937 rng(53);
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
+    for (int32_t group : {1, 5, 16, 17, 48, 64, 80})
+      for (int64_t context : {1, 7, 32, 33, 101})
+        for (int mode : {0, 2}) {
+          const int32_t dim = group % 2 ? 40 : 64, dv = group % 2 ? 22 : 64;
+          Shape shape{1, 2 * group, 2, dim, dv, context, 0, dt, mode, 0.0f};
+          const int64_t rows = context + 3;
+          LayerPool pool = filled_pool(rng, shape, rows);
+          Keys keys = make_keys(rng, shape, rows);
+          auto q = random_floats(rng, size_t(shape.hq) * dim, -2.0f, 2.0f);
+          AttentionProblem p;
+          p.n_tokens = 1;
+          p.q_heads = shape.hq;
+          p.q = q.data();
+          p.scale = 1.0f / std::sqrt(float(dim));
+          p.kv = pool.view();
+          p.keys = keys.sets;
+          std::vector<float> want(size_t(shape.hq) * dv), got(want.size());
+          p.out = want.data();
+          attend_reference(p);
+          std::vector<float> m(group), l(group), acc(size_t(group) * dv);
+          std::vector<float> scratch(size_t(group) * detail::kKeyBlock);
+          for (int32_t g = 0; g < 2; ++g) {
+            detail::chunk_avx512_wide(p, 0, g, 0, context, m.data(), l.data(), acc.data(),
+                                      scratch.data());
+            for (int32_t h = 0; h < group; ++h)
+              for (int32_t d = 0; d < dv; ++d)
+                got[(size_t(g) * group + h) * dv + d] = acc[size_t(h) * dv + d] / l[h];
+          }
+          expect_close(got, want, 2e-5, describe(shape));
+        }
+}
+
 TEST(AttentionKernel, ReferenceMatchesBruteForceFromInputs) {
   std::mt19937 rng(99);
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
