@@ -42,7 +42,7 @@ inline __m512 load16(const std::byte* row, int32_t d) {
 
 inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
 
-#include "cpu/attention_avx512.inc"
+#include "cpu/exp_avx512.inc"
 
 // 16 elements of a stored row from element d, lanes outside `m` read as zero (dim tails).
 template <DType kDtype>

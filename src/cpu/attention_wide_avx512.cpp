@@ -30,7 +30,7 @@ namespace {
 
 constexpr int kMaxVecs = 4;  // head vectors: up to 64 heads
 
-#include "cpu/attention_avx512.inc"
+#include "cpu/exp_avx512.inc"
 
 // Row `row` (n elements of dtype) widened to f32 into out.
 inline void widen(DType dtype, const std::byte* row, int32_t n, float* out) {

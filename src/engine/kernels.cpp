@@ -9,6 +9,7 @@
 #include <functional>
 #include <immintrin.h>
 
+#include "cpu/attention.h"
 #include "cpu/thread_pool.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
@@ -126,12 +127,19 @@ void rope(std::span<float> x, std::span<const int64_t> positions, int32_t heads,
   });
 }
 
+void swiglu_reference(std::span<float> g, std::span<const float> u) {
+  for (size_t i = 0; i < g.size(); ++i) {
+    const float v = g[i];
+    g[i] = v / (1.0f + std::exp(-v)) * u[i];
+  }
+}
+
 void swiglu(std::span<float> g, std::span<const float> u) {
+  static const bool avx512 = cpu::isa_supported(cpu::Isa::kAvx512);
   split_items(static_cast<int64_t>(g.size()), 1, [&](int64_t i0, int64_t i1) {
-    for (auto i = static_cast<size_t>(i0); i < static_cast<size_t>(i1); ++i) {
-      const float v = g[i];
-      g[i] = v / (1.0f + std::exp(-v)) * u[i];
-    }
+    if (avx512) return kernels_detail::swiglu_avx512(g.data() + i0, u.data() + i0, i1 - i0);
+    swiglu_reference(g.subspan(static_cast<size_t>(i0), static_cast<size_t>(i1 - i0)),
+                     u.subspan(static_cast<size_t>(i0), static_cast<size_t>(i1 - i0)));
   });
 }
 
