@@ -1,8 +1,9 @@
-// Attention over shared prefixes: tokens whose key lists start with the same rows (forks and
+// Attention over shared prefixes: tokens whose key sets start with the same rows (forks and
 // prefix hits of the cell layout, or the tokens of one prefill chunk in either layout: cell
-// lists or the sequence layout's runs) read those K/V rows once for all of their queries — the group's q heads are stacked into one virtual token, as GQA
-// stacks the heads of one kv head — and each token then reads only its own suffix; the two
-// online-softmax states merge per head. Layer: cpu; internal to attention.cpp.
+// lists or the sequence layout's runs) read those K/V rows once for all of their queries —
+// the group's q heads are stacked into one virtual token, as GQA stacks the heads of one kv
+// head — and each token then reads only its own suffix; the two online-softmax states merge
+// per head. Layer: cpu; internal to attention.cpp.
 #include <algorithm>
 #include <cmath>
 #include <map>

@@ -142,7 +142,8 @@ void wide_chunk(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int
     __m512 alpha[kV];
     for (int v = 0; v < kV; ++v) {
       __m512 mx = m[v];
-      for (int64_t b = 0; b < nb; ++b) mx = _mm512_max_ps(mx, _mm512_loadu_ps(&w.s[b * kW + 16 * v]));
+      for (int64_t b = 0; b < nb; ++b)
+        mx = _mm512_max_ps(mx, _mm512_loadu_ps(&w.s[b * kW + 16 * v]));
       alpha[v] = exp16(_mm512_sub_ps(m[v], mx));  // m = -inf: exp16 clamps, gives ~0
       __m512 sum = _mm512_setzero_ps();
       for (int64_t b = 0; b < nb; ++b) {

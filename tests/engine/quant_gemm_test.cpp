@@ -28,7 +28,8 @@ std::vector<float> normal(size_t n, uint64_t seed) {
 
 Weight q8_weight(int64_t rows, int64_t cols, uint64_t seed) {
   const std::vector<float> dense = normal(static_cast<size_t>(rows * cols), seed);
-  std::vector<uint8_t> bytes(static_cast<size_t>(rows * *gguf::row_bytes(gguf::TensorType::kQ8_0, cols)));
+  const int64_t row_bytes = *gguf::row_bytes(gguf::TensorType::kQ8_0, cols);
+  std::vector<uint8_t> bytes(static_cast<size_t>(rows * row_bytes));
   EXPECT_TRUE(gguf::quantize(gguf::TensorType::kQ8_0, dense, bytes));
   return Weight::from_bytes(gguf::TensorType::kQ8_0, rows, cols, std::move(bytes));
 }
