@@ -5,7 +5,8 @@
 // ~100M-parameter llama (d 768, 12 layers, 12 q / 4 kv heads, ff 2048, vocab 32000, tied)
 // stored as F16, Q8_0 and Q4_K_M (the last two made in process by kvcache quantize's code),
 // with decode's effective bandwidth: (weight + K/V bytes read per token) * tok/s / probe.
-// Output: Google Benchmark (--benchmark_format=json).
+// (3) One prefill product per path (int8 GEMM, f32 tiles + sgemm) against the f32
+// multiply-add probe. Output: Google Benchmark (--benchmark_format=json).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include "cpu/kv_pool.h"
 #include "cpu/thread_pool.h"
 #include "engine/model.h"
+#include "engine/quant_gemm.h"
 #include "engine/quant_matvec.h"
 #include "engine/runtime.h"
 #include "program/gguf.h"
@@ -116,6 +118,44 @@ void matvec_args(benchmark::internal::Benchmark* b) {
 }
 
 // ---- the 100M model as F16, Q8_0 and Q4_K_M ---------------------------------------------
+
+// ---- prefill products ---------------------------------------------------------------------
+
+// One product of a 512-token chunk, Y[512, 2048] = X[512, 768] W^T (the benchmark model's FFN
+// up projection), through matmul's dispatch. range(0): the weight type — Q8_0 takes the int8
+// GEMM where the CPU has AVX-512 VNNI (quant_gemm.h), F16 the tiles decoded to f32 + sgemm that
+// every other type takes; range(1): threads. Multiply-adds per second and their ratio to the
+// f32 multiply-add probe of this process (the int8 GEMM may pass 1).
+void BM_PrefillProduct(benchmark::State& bs) {
+  constexpr int64_t kT = 512, kIn = 768, kOut = 2048;
+  const auto type = static_cast<TensorType>(bs.range(0));
+  const int threads = static_cast<int>(bs.range(1));
+  cpu::set_global_threads(threads);
+  std::mt19937_64 g(5);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> dense(static_cast<size_t>(kOut * kIn)), x(static_cast<size_t>(kT * kIn));
+  for (float& v : dense) v = d(g);
+  for (float& v : x) v = d(g);
+  std::vector<uint8_t> bytes(static_cast<size_t>(kOut * *gguf::row_bytes(type, kIn)));
+  (void)gguf::quantize(type, dense, bytes);
+  const Weight w = Weight::from_bytes(type, kOut, kIn, std::move(bytes));
+  std::vector<float> y(static_cast<size_t>(kT * kOut));
+  const double fps = bench::measure_fma_probe(threads, 3);
+  for (auto _ : bs) {
+    matmul(x, w, y, kT);
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double macs = double(kT) * kIn * kOut;
+  bs.counters["macs_per_s"] = Counter(macs, Counter::kIsIterationInvariantRate);
+  bs.counters["fma_probe_ratio"] = Counter(macs / fps, Counter::kIsIterationInvariantRate);
+  bs.SetLabel(gguf::to_string(type) +
+              (q8_gemm_available(w) ? " int8 gemm" : " f32 tiles + sgemm"));
+}
+
+void prefill_product_args(benchmark::internal::Benchmark* b) {
+  for (TensorType type : {TensorType::kQ8_0, TensorType::kF16})
+    for (int threads : {1, 2}) b->Args({static_cast<int64_t>(type), threads});
+}
 
 using bench::BenchModel;
 constexpr int kLayers = BenchModel::kLayers, kKvHeads = BenchModel::kKvHeads;
@@ -231,6 +271,8 @@ BENCHMARK(BM_ReadProbe)->Arg(1)->Arg(2)->UseManualTime()->Iterations(3)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Matvec)->Apply(matvec_args)->Iterations(8)->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+BENCHMARK(BM_PrefillProduct)->Apply(prefill_product_args)->Iterations(10)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Model)->Apply(model_args)->Iterations(8)->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -27,6 +27,12 @@ detail::ChunkFn chunk_fn(Isa isa) {
   }
 }
 
+// The worker for problems with many heads per kv head (shared groups' virtual tokens).
+detail::ChunkFn wide_chunk_fn(Isa isa) {
+  if (isa == Isa::kAuto || !isa_supported(isa)) isa = best_isa();
+  return isa == Isa::kAvx512 ? detail::chunk_avx512_wide : chunk_fn(isa);
+}
+
 struct Scratch {
   std::vector<float> m, l, acc, logits;
   void fit(int64_t group, int64_t value_dim) {
@@ -128,10 +134,10 @@ void attend(const AttentionProblem& p, ThreadPool& pool, Isa isa) {
     static ThreadPool serial(1);
     return attend_unsplit(p, serial, fn);
   }
-  // Tokens that share leading cells (forks, prefix hits, one prefill chunk) read them once.
+  // Tokens that share leading rows (forks, prefix hits, one prefill chunk) read them once.
   if (shared_prefix_attention()) {
     const std::vector<detail::SharedGroup> groups = detail::find_shared_groups(p, kMinSharedKeys);
-    if (!groups.empty()) return detail::attend_shared(p, groups, pool, fn);
+    if (!groups.empty()) return detail::attend_shared(p, groups, pool, fn, wide_chunk_fn(isa));
   }
   if (pairs >= want || longest < 2 * kMinSplitKeys) return attend_unsplit(p, pool, fn);
   const int64_t splits = (want + pairs - 1) / pairs;

@@ -161,6 +161,11 @@ void chunk_avx2(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int
                 float* m, float* l, float* acc, float* scratch);
 void chunk_avx512(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int64_t j1,
                   float* m, float* l, float* acc, float* scratch);
+// The AVX-512 worker for many heads per kv head (a shared group's virtual token): heads across
+// the lanes, keys widened once per block (attention_wide_avx512.cpp). Above 64 heads or with
+// a soft-cap it runs chunk_avx512.
+void chunk_avx512_wide(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int64_t j1,
+                       float* m, float* l, float* acc, float* scratch);
 
 // The tail every SIMD worker file ends with, in namespace detail: the file's anonymous
 // namespace defines logits_tile<kDtype, kKeys>, softmax_block and values_block; this binds
@@ -197,15 +202,16 @@ void chunk_avx512(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, i
     chunk_scalar(p, t, g, j0, j1, m, l, acc, scratch);                                         \
   }
 
-// Tokens whose key lists (cell lists only) start with the same `shared` cells, in runs of at
-// most 16 tokens; groups sharing fewer than min_shared cells are left out. attention_shared.cpp.
+// Tokens whose key sets (cell lists or runs) start with the same `shared` rows, in runs of at
+// most 16 tokens; groups sharing fewer than min_shared rows are left out. attention_shared.cpp.
 struct SharedGroup {
   std::vector<int32_t> tokens;
   int64_t shared = 0;
 };
 std::vector<SharedGroup> find_shared_groups(const AttentionProblem& p, int64_t min_shared);
-// Attention for every token of p, reading each group's shared cells once for all its members.
+// Attention for every token of p, reading each group's shared cells once for all its members:
+// `wide` computes the groups' virtual tokens (many heads per kv head), fn each token's own keys.
 void attend_shared(const AttentionProblem& p, std::span<const SharedGroup> groups,
-                   ThreadPool& pool, ChunkFn fn);
+                   ThreadPool& pool, ChunkFn fn, ChunkFn wide);
 
 }  // namespace kvcache::cpu::detail

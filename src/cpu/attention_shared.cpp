@@ -1,8 +1,9 @@
-// Attention over shared prefixes: tokens whose key lists start with the same cells (forks and
-// prefix hits of the cell layout, or the tokens of one prefill chunk) read those K/V rows once
-// for all of their queries — the group's q heads are stacked into one virtual token, as GQA
-// stacks the heads of one kv head — and each token then reads only its own suffix; the two
-// online-softmax states merge per head. Layer: cpu; internal to attention.cpp.
+// Attention over shared prefixes: tokens whose key sets start with the same rows (forks and
+// prefix hits of the cell layout, or the tokens of one prefill chunk in either layout: cell
+// lists or the sequence layout's runs) read those K/V rows once for all of their queries —
+// the group's q heads are stacked into one virtual token, as GQA stacks the heads of one kv
+// head — and each token then reads only its own suffix; the two online-softmax states merge
+// per head. Layer: cpu; internal to attention.cpp.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -36,11 +37,42 @@ std::vector<float>& thread_logits(int64_t n) {
   return s;
 }
 
-int64_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
-  const size_t n = std::min(a.size(), b.size());
-  size_t i = 0;
-  while (i < n && a[i] == b[i]) ++i;
-  return static_cast<int64_t>(i);
+// Keys j, j + 1, ... of k that lie in consecutive rows, counted from j (< k.size()): the rest
+// of the run j is in, or 1 for a cell list.
+int64_t contiguous_from(const KeySet& k, int64_t j) {
+  if (k.n_runs == 0) return 1;
+  return j < k.run_size[0] ? k.run_size[0] - j : k.size() - j;
+}
+
+// How many leading keys a and b have in common (same rows in the same order). Runs compare a
+// stretch at a time: two stretches of consecutive rows that start at the same row agree for
+// as long as both last.
+int64_t common_prefix(const KeySet& a, const KeySet& b) {
+  const int64_t n = std::min(a.size(), b.size());
+  if (a.n_runs == 0 && b.n_runs == 0) {
+    int64_t i = 0;
+    while (i < n && a.cells[static_cast<size_t>(i)] == b.cells[static_cast<size_t>(i)]) ++i;
+    return i;
+  }
+  int64_t j = 0;
+  while (j < n && a.row(j) == b.row(j))
+    j = std::min(n, j + std::min(contiguous_from(a, j), contiguous_from(b, j)));
+  return j;
+}
+
+// The first n keys of k (n <= k.size()).
+KeySet key_prefix(const KeySet& k, int64_t n) {
+  KeySet out;
+  if (k.n_runs == 0) {
+    out.cells = k.cells.first(static_cast<size_t>(n));
+    return out;
+  }
+  out.run_begin[0] = k.run_begin[0];
+  out.run_begin[1] = k.run_begin[1];
+  out.run_size[0] = std::min(n, k.run_size[0]);
+  out.run_size[1] = n - out.run_size[0];
+  out.n_runs = out.run_size[1] > 0 ? 2 : 1;
+  return out;
 }
 
 }  // namespace
@@ -48,11 +80,11 @@ int64_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
 std::vector<SharedGroup> find_shared_groups(const AttentionProblem& p, int64_t min_shared) {
   std::vector<SharedGroup> groups;
   if (p.n_tokens < 2) return groups;
-  std::map<int32_t, std::vector<int32_t>> by_first;  // first cell -> tokens
+  std::map<int64_t, std::vector<int32_t>> by_first;  // first row -> tokens
   for (int32_t t = 0; t < p.n_tokens; ++t) {
     const KeySet& k = p.keys[t];
-    if (k.n_runs != 0 || k.cells.empty()) return {};  // cell lists only
-    by_first[k.cells[0]].push_back(t);
+    if (k.size() == 0) return {};
+    by_first[k.row(0)].push_back(t);
   }
   // Runs of at most kMaxGroupTokens tokens keep a group's states in cache (its virtual heads
   // are n * q_heads / kv_heads wide); each run shares what all of its members share.
@@ -63,7 +95,7 @@ std::vector<SharedGroup> find_shared_groups(const AttentionProblem& p, int64_t m
       const KeySet& lead = p.keys[tokens[b]];
       int64_t shared = lead.size();
       for (size_t i = b + 1; i < e; ++i)
-        shared = std::min(shared, common_prefix(lead.cells, p.keys[tokens[i]].cells));
+        shared = std::min(shared, common_prefix(lead, p.keys[tokens[i]]));
       if (shared >= min_shared)
         groups.push_back({std::vector<int32_t>(tokens.begin() + b, tokens.begin() + e), shared});
     }
@@ -72,7 +104,7 @@ std::vector<SharedGroup> find_shared_groups(const AttentionProblem& p, int64_t m
 }
 
 void attend_shared(const AttentionProblem& p, std::span<const SharedGroup> groups,
-                   ThreadPool& pool, ChunkFn fn) {
+                   ThreadPool& pool, ChunkFn fn, ChunkFn wide) {
   const int32_t hkv = p.kv.kv_heads, qpk = p.q_heads / hkv;
   const int32_t dk = p.kv.head_dim, dv = p.kv.value_dim;
   std::vector<int32_t> group_of(p.n_tokens, -1);
@@ -81,7 +113,7 @@ void attend_shared(const AttentionProblem& p, std::span<const SharedGroup> group
   // Each group as one virtual token with n * qpk heads per kv head, over the shared cells.
   struct Virtual {
     std::vector<float> q;  // [hkv, n * qpk, dk]
-    KeySet keys;
+    KeySet keys;  // the lead token's first `shared` keys
     AttentionProblem problem;
     int64_t pieces = 0;
   };
@@ -105,7 +137,7 @@ void attend_shared(const AttentionProblem& p, std::span<const SharedGroup> group
         std::copy_n(p.q + (int64_t{t} * p.q_heads + int64_t{g} * qpk) * dk, qpk * dk,
                     v.q.data() + ((int64_t{g} * n + i) * qpk) * dk);
     }
-    v.keys.cells = p.keys[sg.tokens[0]].cells.first(static_cast<size_t>(sg.shared));
+    v.keys = key_prefix(p.keys[sg.tokens[0]], sg.shared);
     v.problem = p;
     v.problem.n_tokens = 1;
     v.problem.q_heads = hkv * n * qpk;
@@ -127,8 +159,8 @@ void attend_shared(const AttentionProblem& p, std::span<const SharedGroup> group
       const AttentionProblem& vp = virt[task.group].problem;
       const int32_t heads = vp.q_heads / hkv;
       st.fit(heads, dv);
-      fn(vp, 0, task.g, task.j0, task.j1, st.m(), st.l(), st.acc(),
-         thread_logits(int64_t{heads} * kKeyBlock).data());
+      wide(vp, 0, task.g, task.j0, task.j1, st.m(), st.l(), st.acc(),
+           thread_logits(int64_t{heads} * kKeyBlock).data());
       return;
     }
     const int64_t k = i - n_shared_tasks;

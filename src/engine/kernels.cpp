@@ -9,6 +9,7 @@
 #include <functional>
 #include <immintrin.h>
 
+#include "cpu/attention.h"
 #include "cpu/thread_pool.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
@@ -35,6 +36,16 @@ void split_rows(int64_t rows, int64_t macs, const std::function<void(int64_t, in
   cpu::ThreadPool& pool = cpu::global_pool();
   if (pool.size() == 1 || macs < kMinParallelMacs || rows < 2 * 16) return fn(0, rows);
   pool.parallel_for(rows, fn);
+}
+
+// Element-wise work of a prefill chunk (a 512-token SwiGLU is a million exps): fn(i0, i1) over
+// items [0, n) of `per_item` elements each, shared on the pool from kMinParallelElements
+// elements on; each element is computed as alone, so the split never changes a result.
+constexpr int64_t kMinParallelElements = 1 << 14;
+void split_items(int64_t n, int64_t per_item, const std::function<void(int64_t, int64_t)>& fn) {
+  cpu::ThreadPool& pool = cpu::global_pool();
+  if (pool.size() == 1 || n < 2 || n * per_item < kMinParallelElements) return fn(0, n);
+  pool.parallel_for(n, fn);
 }
 
 }  // namespace
@@ -73,14 +84,16 @@ void matmul_reference(std::span<const float> x, std::span<const float> w, std::s
 
 void rmsnorm_rows(std::span<const float> x, std::span<const float> weight, std::span<float> out,
                   int64_t rows, int64_t d, float eps) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x.data() + r * d;
-    double ss = 0.0;
-    for (int64_t i = 0; i < d; ++i) ss += double{xr[i]} * xr[i];
-    const auto inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
-    float* o = out.data() + r * d;
-    for (int64_t i = 0; i < d; ++i) o[i] = xr[i] * inv * weight[i];
-  }
+  split_items(rows, d, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x.data() + r * d;
+      double ss = 0.0;
+      for (int64_t i = 0; i < d; ++i) ss += double{xr[i]} * xr[i];
+      const auto inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
+      float* o = out.data() + r * d;
+      for (int64_t i = 0; i < d; ++i) o[i] = xr[i] * inv * weight[i];
+    }
+  });
 }
 
 void rope(std::span<float> x, std::span<const int64_t> positions, int32_t heads,
@@ -88,30 +101,46 @@ void rope(std::span<float> x, std::span<const int64_t> positions, int32_t heads,
   const int32_t half = p.rope_dim / 2;
   if (half == 0) return;
   const auto tokens = static_cast<int64_t>(positions.size());
-  for (int64_t t = 0; t < tokens; ++t) {
-    const double pos = static_cast<double>(positions[t]) / p.linear;
-    for (int32_t j = 0; j < half; ++j) {
-      double freq = std::pow(static_cast<double>(p.base), -2.0 * j / p.rope_dim);
-      if (!p.freq_factors.empty()) freq /= static_cast<double>(p.freq_factors[j]);
-      const double angle = pos * freq;
-      const auto c = static_cast<float>(std::cos(angle)), s = static_cast<float>(std::sin(angle));
-      const int32_t i0 = p.interleaved ? 2 * j : j;
-      const int32_t i1 = p.interleaved ? 2 * j + 1 : j + half;
-      for (int32_t h = 0; h < heads; ++h) {
-        float* v = x.data() + (t * heads + h) * p.head_dim;
-        const float a = v[i0], b = v[i1];
-        v[i0] = a * c - b * s;
-        v[i1] = a * s + b * c;
+  std::vector<double> freqs(static_cast<size_t>(half));  // the same for every token
+  for (int32_t j = 0; j < half; ++j) {
+    double freq = std::pow(static_cast<double>(p.base), -2.0 * j / p.rope_dim);
+    if (!p.freq_factors.empty()) freq /= static_cast<double>(p.freq_factors[j]);
+    freqs[static_cast<size_t>(j)] = freq;
+  }
+  split_items(tokens, int64_t{half} * heads, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const double pos = static_cast<double>(positions[t]) / p.linear;
+      for (int32_t j = 0; j < half; ++j) {
+        const double angle = pos * freqs[static_cast<size_t>(j)];
+        const auto c = static_cast<float>(std::cos(angle));
+        const auto s = static_cast<float>(std::sin(angle));
+        const int32_t i0 = p.interleaved ? 2 * j : j;
+        const int32_t i1 = p.interleaved ? 2 * j + 1 : j + half;
+        for (int32_t h = 0; h < heads; ++h) {
+          float* v = x.data() + (t * heads + h) * p.head_dim;
+          const float a = v[i0], b = v[i1];
+          v[i0] = a * c - b * s;
+          v[i1] = a * s + b * c;
+        }
       }
     }
-  }
+  });
 }
 
-void swiglu(std::span<float> g, std::span<const float> u) {
+void swiglu_reference(std::span<float> g, std::span<const float> u) {
   for (size_t i = 0; i < g.size(); ++i) {
     const float v = g[i];
     g[i] = v / (1.0f + std::exp(-v)) * u[i];
   }
+}
+
+void swiglu(std::span<float> g, std::span<const float> u) {
+  static const bool avx512 = cpu::isa_supported(cpu::Isa::kAvx512);
+  split_items(static_cast<int64_t>(g.size()), 1, [&](int64_t i0, int64_t i1) {
+    if (avx512) return kernels_detail::swiglu_avx512(g.data() + i0, u.data() + i0, i1 - i0);
+    swiglu_reference(g.subspan(static_cast<size_t>(i0), static_cast<size_t>(i1 - i0)),
+                     u.subspan(static_cast<size_t>(i0), static_cast<size_t>(i1 - i0)));
+  });
 }
 
 float gelu_tanh(float x) {
@@ -121,7 +150,10 @@ float gelu_tanh(float x) {
 }
 
 void gelu_tanh_gated(std::span<float> g, std::span<const float> u) {
-  for (size_t i = 0; i < g.size(); ++i) g[i] = gelu_tanh(g[i]) * u[i];
+  split_items(static_cast<int64_t>(g.size()), 1, [&](int64_t i0, int64_t i1) {
+    for (auto i = static_cast<size_t>(i0); i < static_cast<size_t>(i1); ++i)
+      g[i] = gelu_tanh(g[i]) * u[i];
+  });
 }
 
 void softcap(std::span<float> x, float cap) {

@@ -13,6 +13,7 @@
 #include "cpu/isa.h"
 #include "cpu/thread_pool.h"
 #include "engine/kernels.h"
+#include "engine/quant_gemm.h"
 #include "engine/quant_matvec.h"
 #include "program/gguf_quant.h"
 #include "core/half.h"
@@ -144,6 +145,7 @@ void matmul(std::span<const float> x, const Weight& w, std::span<float> y, int64
   assert(static_cast<int64_t>(y.size()) >= t * w.rows);
   if (t == 1) matvec(w, x.data(), y.data(), accumulate);
   else if (t > 1 && t <= kSmallBatch) matvec_batch(w, x.data(), y.data(), t, accumulate);
+  else if (t > kSmallBatch && q8_gemm_available(w)) q8_gemm(w, x.data(), y.data(), t, accumulate);
   else if (t > kSmallBatch) gemm_tiles(x, w, y, t, accumulate);
 }
 

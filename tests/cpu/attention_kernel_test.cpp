@@ -243,9 +243,111 @@ TEST(AttentionKernel, SharedGroupsNeedEnoughSharedCellsAndCellLists) {
   EXPECT_EQ(groups[0].tokens, (std::vector<int32_t>{0, 1}));
   EXPECT_EQ(groups[0].shared, 3);
   EXPECT_TRUE(detail::find_shared_groups(p, 4).empty());
-  sets[1].n_runs = 1;  // a run (sequence layout): never grouped
-  sets[1].run_size[0] = 4;
-  EXPECT_TRUE(detail::find_shared_groups(p, 1).empty());
+}
+
+// The sequence layout's key sets are runs: a ring of 100 rows holding a chunk's keys from row
+// 90 on, wrapped after row 99. Token 0 sees rows 90..99, 0..4 (15 keys), token 1 one more,
+// token 2 starts elsewhere (a window moved it), token 3 stops inside the first run.
+TEST(AttentionKernel, SharedGroupsFollowRunsAcrossTheRingWrap) {
+  auto runs = [](int64_t b0, int64_t n0, int64_t b1, int64_t n1) {
+    KeySet k;
+    k.n_runs = n1 > 0 ? 2 : 1;
+    k.run_begin[0] = b0;
+    k.run_size[0] = n0;
+    k.run_begin[1] = b1;
+    k.run_size[1] = n1;
+    return k;
+  };
+  std::vector<KeySet> sets = {runs(90, 10, 0, 5), runs(90, 10, 0, 6), runs(91, 9, 0, 6),
+                              runs(90, 7, 0, 0)};
+  AttentionProblem p;
+  p.n_tokens = 2;
+  p.keys = sets;
+  auto groups = detail::find_shared_groups(p, 1);
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].tokens, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(groups[0].shared, 15);  // all of token 0's keys, across the wrap
+  EXPECT_TRUE(detail::find_shared_groups(p, 16).empty());
+  p.n_tokens = 4;  // token 2 has its own first row; token 3 shares only rows 90..96
+  groups = detail::find_shared_groups(p, 1);
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].tokens, (std::vector<int32_t>{0, 1, 3}));
+  EXPECT_EQ(groups[0].shared, 7);
+  sets[1] = runs(90, 10, 50, 6);  // same first run, second run elsewhere: shares the first only
+  p.n_tokens = 2;
+  groups = detail::find_shared_groups(p, 1);
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].shared, 10);
+}
+
+// A prefill chunk of the sequence layout (one run, or two across a ring wrap) after a long
+// history: every token's keys start at the same row, so the chunk is grouped (16 tokens a
+// group) and each group reads the history once; results equal the reference's.
+TEST(AttentionKernel, SequenceLayoutChunkReadsHistoryOncePerGroupAndMatchesReference) {
+  std::mt19937 rng(41);
+  ThreadPool p1(1), p2(2);
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
+    for (int mode : {0, 1})
+      for (int32_t T : {17, 40}) {
+        Shape shape{T, 8, 2, 64, 48, 600 + T, 0, dt, mode, 0.0f};
+        const int64_t rows = shape.context + 3;
+        LayerPool pool = filled_pool(rng, shape, rows);
+        Keys keys = make_keys(rng, shape, rows);
+        auto q = random_floats(rng, size_t(T) * shape.hq * shape.dim, -2.0f, 2.0f);
+        AttentionProblem p;
+        p.n_tokens = T;
+        p.q_heads = shape.hq;
+        p.q = q.data();
+        p.scale = 0.125f;
+        p.kv = pool.view();
+        p.keys = keys.sets;
+        const auto groups = detail::find_shared_groups(p, 128);
+        // 17 tokens: one group of 16 (the 17th alone is no group); 40: 16 + 16 + 8.
+        ASSERT_EQ(groups.size(), T == 17 ? 1u : 3u) << describe(shape);
+        EXPECT_EQ(groups[0].tokens.size(), 16u);
+        EXPECT_EQ(groups[0].shared, 601);  // the first token's keys: 600 of history + itself
+        expect_matches_reference(p, {&p1, &p2}, describe(shape));
+      }
+}
+
+// The wide worker (heads across lanes, for shared groups' virtual tokens) straight against
+// the reference: head counts that fill 1..4 vectors or leave lanes empty, more than 64 (it
+// hands over to chunk_avx512), key counts around the 32-key block and its 4/6-key tiles, dims
+// that are no multiple of its 4/6-dim value tiles, every dtype, runs and cell lists.
+TEST(AttentionKernel, WideWorkerMatchesReferenceOverHeadsKeysAndDims) {
+  if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 here";
+  std::mt19937 rng(53);
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
+    for (int32_t group : {1, 5, 16, 17, 48, 64, 80})
+      for (int64_t context : {1, 7, 32, 33, 101})
+        for (int mode : {0, 2}) {
+          const int32_t dim = group % 2 ? 40 : 64, dv = group % 2 ? 22 : 64;
+          Shape shape{1, 2 * group, 2, dim, dv, context, 0, dt, mode, 0.0f};
+          const int64_t rows = context + 3;
+          LayerPool pool = filled_pool(rng, shape, rows);
+          Keys keys = make_keys(rng, shape, rows);
+          auto q = random_floats(rng, size_t(shape.hq) * dim, -2.0f, 2.0f);
+          AttentionProblem p;
+          p.n_tokens = 1;
+          p.q_heads = shape.hq;
+          p.q = q.data();
+          p.scale = 1.0f / std::sqrt(float(dim));
+          p.kv = pool.view();
+          p.keys = keys.sets;
+          std::vector<float> want(size_t(shape.hq) * dv), got(want.size());
+          p.out = want.data();
+          attend_reference(p);
+          std::vector<float> m(group), l(group), acc(size_t(group) * dv);
+          std::vector<float> scratch(size_t(group) * detail::kKeyBlock);
+          for (int32_t g = 0; g < 2; ++g) {
+            detail::chunk_avx512_wide(p, 0, g, 0, context, m.data(), l.data(), acc.data(),
+                                      scratch.data());
+            for (int32_t h = 0; h < group; ++h)
+              for (int32_t d = 0; d < dv; ++d)
+                got[(size_t(g) * group + h) * dv + d] = acc[size_t(h) * dv + d] / l[h];
+          }
+          expect_close(got, want, 2e-5, describe(shape));
+        }
 }
 
 TEST(AttentionKernel, ReferenceMatchesBruteForceFromInputs) {

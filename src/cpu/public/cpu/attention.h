@@ -54,8 +54,8 @@ void attend_reference(const AttentionProblem& p);
 // gives too few tasks for the pool, over the key range too.
 void attend(const AttentionProblem& p, ThreadPool& pool, Isa isa = Isa::kAuto);
 
-// Tokens whose cell lists start with the same cells (forks, prefix hits, one prefill chunk)
-// read those rows once per group (attention_shared.cpp). On by default; a process-wide switch
+// Tokens whose key sets start with the same rows (forks, prefix hits, one prefill chunk, in
+// either layout) read those rows once per group (attention_shared.cpp). On by default; a process-wide switch
 // so benchmarks can measure what it saves. Set it only while no kernel runs.
 void set_shared_prefix_attention(bool on);
 bool shared_prefix_attention();

@@ -41,8 +41,14 @@ struct RopeParams {
 void rope(std::span<float> x, std::span<const int64_t> positions, int32_t heads,
           const RopeParams& p);
 
-// g[i] = silu(g[i]) * u[i].
+// g[i] = silu(g[i]) * u[i]. AVX-512 where the CPU has it (a polynomial exp: within a few ulp
+// of swiglu_reference), shared over the pool for a prefill chunk.
 void swiglu(std::span<float> g, std::span<const float> u);
+// The scalar form with std::exp (readable; what the AVX-512 path is tested against).
+void swiglu_reference(std::span<float> g, std::span<const float> u);
+namespace kernels_detail {
+void swiglu_avx512(float* g, const float* u, int64_t n);  // kernels_avx512.cpp
+}  // namespace kernels_detail
 
 // The tanh approximation of GELU: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 float gelu_tanh(float x);
