@@ -8,7 +8,7 @@
 
 #include "cpu/thread_pool.h"
 #include "engine/quant_matvec.h"
-#include "program/half.h"
+#include "core/half.h"
 
 namespace kvcache::engine {
 
@@ -62,7 +62,7 @@ void q8_gemm_reference(const Weight& w, const float* x, float* y, int64_t t, boo
         int32_t dot = 0;
         for (int l = 0; l < 32; ++l)
           dot += int32_t{static_cast<int8_t>(blk[2 + l])} * a.q[static_cast<size_t>(32 * b + l)];
-        acc = std::fma(static_cast<float>(dot), program_detail::f16_to_f32(h) * a.d[b], acc);
+        acc = std::fma(static_cast<float>(dot), kvcache::f16_to_f32(h) * a.d[b], acc);
       }
       float& out = y[j * w.rows + r];
       out = accumulate ? out + acc : acc;

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "engine/quant_gemm.h"
-#include "program/half.h"
+#include "core/half.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
