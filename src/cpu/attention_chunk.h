@@ -162,8 +162,9 @@ void chunk_avx2(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int
 void chunk_avx512(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int64_t j1,
                   float* m, float* l, float* acc, float* scratch);
 // The AVX-512 worker for many heads per kv head (a shared group's virtual token): heads across
-// the lanes, keys widened once per block (attention_wide_avx512.cpp). Above 64 heads or with
-// a soft-cap it runs chunk_avx512.
+// the lanes, keys widened once per block (attention_wide_avx512.cpp). Above kWideMaxHeads
+// heads or with a soft-cap it runs chunk_avx512.
+inline constexpr int32_t kWideMaxHeads = 64;
 void chunk_avx512_wide(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int64_t j1,
                        float* m, float* l, float* acc, float* scratch);
 
@@ -203,7 +204,8 @@ void chunk_avx512_wide(const AttentionProblem& p, int32_t t, int32_t g, int64_t 
   }
 
 // Tokens whose key sets (cell lists or runs) start with the same `shared` rows, in runs of at
-// most 16 tokens; groups sharing fewer than min_shared rows are left out. attention_shared.cpp.
+// most 16 tokens — fewer where 16 would stack more than kWideMaxHeads q heads on a kv head
+// (at least 2) —; groups sharing fewer than min_shared rows are left out. attention_shared.cpp.
 struct SharedGroup {
   std::vector<int32_t> tokens;
   int64_t shared = 0;

@@ -87,10 +87,14 @@ std::vector<SharedGroup> find_shared_groups(const AttentionProblem& p, int64_t m
     by_first[k.row(0)].push_back(t);
   }
   // Runs of at most kMaxGroupTokens tokens keep a group's states in cache (its virtual heads
-  // are n * q_heads / kv_heads wide); each run shares what all of its members share.
+  // are n * q_heads / kv_heads wide) and within the wide worker's heads; each run shares what
+  // all of its members share.
+  const int32_t per_kv = p.kv.kv_heads > 0 ? std::max(1, p.q_heads / p.kv.kv_heads) : 1;
+  const size_t most = std::clamp<size_t>(static_cast<size_t>(kWideMaxHeads / per_kv), 2,
+                                         kMaxGroupTokens);
   for (const auto& [cell, tokens] : by_first) {
-    for (size_t b = 0; b + 1 < tokens.size(); b += kMaxGroupTokens) {
-      const size_t e = std::min(tokens.size(), b + kMaxGroupTokens);
+    for (size_t b = 0; b + 1 < tokens.size(); b += most) {
+      const size_t e = std::min(tokens.size(), b + most);
       if (e - b < 2) break;
       const KeySet& lead = p.keys[tokens[b]];
       int64_t shared = lead.size();

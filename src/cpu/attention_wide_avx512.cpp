@@ -28,7 +28,7 @@
 namespace kvcache::cpu::detail {
 namespace {
 
-constexpr int kMaxVecs = 4;  // head vectors: up to 64 heads
+constexpr int kMaxVecs = kWideMaxHeads / 16;  // head vectors
 
 #include "cpu/exp_avx512.inc"
 

@@ -310,6 +310,32 @@ TEST(AttentionKernel, SequenceLayoutChunkReadsHistoryOncePerGroupAndMatchesRefer
       }
 }
 
+// 7 q heads per kv head (28 / 4): groups of 64 / 7 = 9 tokens keep the stacked heads (63)
+// within the wide worker's 64; 20 tokens make groups of 9, 9 and 2. Results equal the reference.
+TEST(AttentionKernel, SharedGroupsShrinkToKeepStackedHeadsWithinTheWideWorker) {
+  std::mt19937 rng(43);
+  ThreadPool p2(2);
+  const int32_t T = 20;
+  Shape shape{T, 28, 4, 32, 32, 300 + T, 0, DType::kF16, 0, 0.0f};
+  const int64_t rows = shape.context + 3;
+  LayerPool pool = filled_pool(rng, shape, rows);
+  Keys keys = make_keys(rng, shape, rows);
+  auto q = random_floats(rng, size_t(T) * shape.hq * shape.dim, -2.0f, 2.0f);
+  AttentionProblem p;
+  p.n_tokens = T;
+  p.q_heads = shape.hq;
+  p.q = q.data();
+  p.scale = 0.2f;
+  p.kv = pool.view();
+  p.keys = keys.sets;
+  const auto groups = detail::find_shared_groups(p, 128);
+  ASSERT_EQ(groups.size(), 3u);
+  EXPECT_EQ(groups[0].tokens.size(), 9u);
+  EXPECT_EQ(groups[1].tokens.size(), 9u);
+  EXPECT_EQ(groups[2].tokens.size(), 2u);
+  expect_matches_reference(p, {&p2}, describe(shape));
+}
+
 // The wide worker (heads across lanes, for shared groups' virtual tokens) straight against
 // the reference: head counts that fill 1..4 vectors or leave lanes empty, more than 64 (it
 // hands over to chunk_avx512), key counts around the 32-key block and its 4/6-key tiles, dims
