@@ -14,16 +14,12 @@
 #include <vector>
 
 #include "cpu/attention_chunk.h"
+#include "cpu/simd_target.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
-#if defined(__clang__)  // clang ignores GCC target pragmas (the fuzz build uses clang)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
-#endif
+KVCACHE_SIMD_BEGIN("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
 
 namespace kvcache::cpu::detail {
 namespace {
@@ -188,11 +184,7 @@ void chunk_avx512_wide(const AttentionProblem& p, int32_t t, int32_t g, int64_t 
 
 }  // namespace kvcache::cpu::detail
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+KVCACHE_SIMD_END()
 
 #else  // not x86: never selected; forwards to the portable worker.
 

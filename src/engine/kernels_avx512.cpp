@@ -7,17 +7,13 @@
 
 #include <cstdint>
 
+#include "cpu/simd_target.h"
 #include "engine/kernels.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#if defined(__clang__)  // clang ignores GCC target pragmas (the fuzz build uses clang)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx2,fma")
-#endif
+KVCACHE_SIMD_BEGIN("avx512f,avx512bw,avx512vl,avx2,fma")
 
 namespace kvcache::engine::kernels_detail {
 namespace {
@@ -39,11 +35,7 @@ void swiglu_avx512(float* g, const float* u, int64_t n) {
 
 }  // namespace kvcache::engine::kernels_detail
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+KVCACHE_SIMD_END()
 
 #else
 namespace kvcache::engine::kernels_detail {

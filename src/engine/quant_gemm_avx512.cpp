@@ -11,18 +11,14 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/quant_gemm.h"
 #include "core/half.h"
+#include "cpu/simd_target.h"
+#include "engine/quant_gemm.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#if defined(__clang__)  // clang ignores GCC target pragmas (the fuzz build uses clang)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")
-#endif
+KVCACHE_SIMD_BEGIN("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")
 
 namespace kvcache::engine {
 namespace {
@@ -174,11 +170,7 @@ quant_detail::Q8GemmRowsFn quant_detail::avx512_q8_gemm_rows() { return gemm_row
 
 }  // namespace kvcache::engine
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+KVCACHE_SIMD_END()
 
 #else
 namespace kvcache::engine {
