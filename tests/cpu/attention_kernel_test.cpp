@@ -115,20 +115,33 @@ void expect_matches_reference(AttentionProblem p, std::vector<ThreadPool*> pools
     }
 }
 
-void run_differential(const Shape& s, std::mt19937& rng, std::vector<ThreadPool*> pools) {
-  const int64_t rows = s.context + 3;
-  LayerPool pool = filled_pool(rng, s, rows);
-  Keys keys = make_keys(rng, s, rows);
-  auto q = random_floats(rng, size_t(s.t) * s.hq * s.dim, -2.0f, 2.0f);
+// A random layer, key sets and queries for `s`, and the problem over them (not movable: the
+// problem points into the members).
+struct RandomProblem {
+  RandomProblem(std::mt19937& rng, const Shape& s, float scale)
+      : pool(filled_pool(rng, s, s.context + 3)),
+        keys(make_keys(rng, s, s.context + 3)),
+        q(random_floats(rng, size_t(s.t) * s.hq * s.dim, -2.0f, 2.0f)) {
+    p.n_tokens = s.t;
+    p.q_heads = s.hq;
+    p.q = q.data();
+    p.scale = scale;
+    p.softcap = s.softcap;
+    p.kv = pool.view();
+    p.keys = keys.sets;
+  }
+  RandomProblem(const RandomProblem&) = delete;
+  RandomProblem& operator=(const RandomProblem&) = delete;
+
+  LayerPool pool;
+  Keys keys;
+  std::vector<float> q;
   AttentionProblem p;
-  p.n_tokens = s.t;
-  p.q_heads = s.hq;
-  p.q = q.data();
-  p.scale = 1.0f / std::sqrt(float(s.dim));
-  p.softcap = s.softcap;
-  p.kv = pool.view();
-  p.keys = keys.sets;
-  expect_matches_reference(p, std::move(pools), describe(s));
+};
+
+void run_differential(const Shape& s, std::mt19937& rng, std::vector<ThreadPool*> pools) {
+  RandomProblem r(rng, s, 1.0f / std::sqrt(float(s.dim)));
+  expect_matches_reference(r.p, std::move(pools), describe(s));
 }
 
 TEST(AttentionKernel, OptimizedMatchesReferenceOverSampledGrid) {
@@ -290,17 +303,8 @@ TEST(AttentionKernel, SequenceLayoutChunkReadsHistoryOncePerGroupAndMatchesRefer
     for (int mode : {0, 1})
       for (int32_t T : {17, 40}) {
         Shape shape{T, 8, 2, 64, 48, 600 + T, 0, dt, mode, 0.0f};
-        const int64_t rows = shape.context + 3;
-        LayerPool pool = filled_pool(rng, shape, rows);
-        Keys keys = make_keys(rng, shape, rows);
-        auto q = random_floats(rng, size_t(T) * shape.hq * shape.dim, -2.0f, 2.0f);
-        AttentionProblem p;
-        p.n_tokens = T;
-        p.q_heads = shape.hq;
-        p.q = q.data();
-        p.scale = 0.125f;
-        p.kv = pool.view();
-        p.keys = keys.sets;
+        RandomProblem r(rng, shape, 0.125f);
+        const AttentionProblem& p = r.p;
         const auto groups = detail::find_shared_groups(p, 128);
         // 17 tokens: one group of 16 (the 17th alone is no group); 40: 16 + 16 + 8.
         ASSERT_EQ(groups.size(), T == 17 ? 1u : 3u) << describe(shape);
@@ -317,17 +321,8 @@ TEST(AttentionKernel, SharedGroupsShrinkToKeepStackedHeadsWithinTheWideWorker) {
   ThreadPool p2(2);
   const int32_t T = 20;
   Shape shape{T, 28, 4, 32, 32, 300 + T, 0, DType::kF16, 0, 0.0f};
-  const int64_t rows = shape.context + 3;
-  LayerPool pool = filled_pool(rng, shape, rows);
-  Keys keys = make_keys(rng, shape, rows);
-  auto q = random_floats(rng, size_t(T) * shape.hq * shape.dim, -2.0f, 2.0f);
-  AttentionProblem p;
-  p.n_tokens = T;
-  p.q_heads = shape.hq;
-  p.q = q.data();
-  p.scale = 0.2f;
-  p.kv = pool.view();
-  p.keys = keys.sets;
+  RandomProblem r(rng, shape, 0.2f);
+  const AttentionProblem& p = r.p;
   const auto groups = detail::find_shared_groups(p, 128);
   ASSERT_EQ(groups.size(), 3u);
   EXPECT_EQ(groups[0].tokens.size(), 9u);
@@ -349,17 +344,8 @@ TEST(AttentionKernel, WideWorkerMatchesReferenceOverHeadsKeysAndDims) {
         for (int mode : {0, 2}) {
           const int32_t dim = group % 2 ? 40 : 64, dv = group % 2 ? 22 : 64;
           Shape shape{1, 2 * group, 2, dim, dv, context, 0, dt, mode, 0.0f};
-          const int64_t rows = context + 3;
-          LayerPool pool = filled_pool(rng, shape, rows);
-          Keys keys = make_keys(rng, shape, rows);
-          auto q = random_floats(rng, size_t(shape.hq) * dim, -2.0f, 2.0f);
-          AttentionProblem p;
-          p.n_tokens = 1;
-          p.q_heads = shape.hq;
-          p.q = q.data();
-          p.scale = 1.0f / std::sqrt(float(dim));
-          p.kv = pool.view();
-          p.keys = keys.sets;
+          RandomProblem r(rng, shape, 1.0f / std::sqrt(float(dim)));
+          AttentionProblem& p = r.p;
           std::vector<float> want(size_t(shape.hq) * dv), got(want.size());
           p.out = want.data();
           attend_reference(p);
