@@ -65,30 +65,31 @@ Result<std::vector<const LayerRows*>> match_rows(const CacheGeometry& g, DType d
   }
   for (int32_t i = 0; i < n_layers; ++i) {
     const LayerRows* r = by_layer[i];
-    const std::string at = "write_rows: " + layer_name(g, i);
+    // The layer's name is built only when a check fails (write_rows runs on every step).
+    const auto at = [&] { return str_cat("write_rows: ", layer_name(g, i)); };
     const int64_t lo = need[i];
     if (r == nullptr) {
       if (lo >= to) continue;  // needs nothing (a window of 1, or an empty append)
-      return invalid_argument(str_cat(at, ": no rows given, needs positions [", lo, ", ",
+      return invalid_argument(str_cat(at(), ": no rows given, needs positions [", lo, ", ",
                                       to, ")"));
     }
     if (r->first < 0 || r->n < 0)
-      return invalid_argument(str_cat(at, ": rows first = ", r->first, ", n = ", r->n,
+      return invalid_argument(str_cat(at(), ": rows first = ", r->first, ", n = ", r->n,
                                       ", expected both >= 0"));
     if (lo < to && (r->first > lo || r->first + r->n < to))
-      return invalid_argument(str_cat(at, ": rows for positions [", r->first, ", ",
+      return invalid_argument(str_cat(at(), ": rows for positions [", r->first, ", ",
                                       r->first + r->n, "), needs [", lo, ", ", to,
                                       ")"));
     const LayerGeometry& l = g.layers[i];
     const auto kb = rows_bytes(r->n, l.kv_heads, l.head_dim, dtype);
     const auto vb = rows_bytes(r->n, l.kv_heads, l.value_dim, dtype);
     if (!kb || static_cast<int64_t>(r->k.size()) != *kb)
-      return invalid_argument(str_cat(at, ": k has ", static_cast<int64_t>(r->k.size()),
+      return invalid_argument(str_cat(at(), ": k has ", static_cast<int64_t>(r->k.size()),
                                       " bytes, expected ", r->n, " rows x ", l.kv_heads,
                                       " heads x ", l.head_dim, " x ", dtype_size(dtype),
                                       " bytes (", to_string(dtype), ")"));
     if (!vb || static_cast<int64_t>(r->v.size()) != *vb)
-      return invalid_argument(str_cat(at, ": v has ", static_cast<int64_t>(r->v.size()),
+      return invalid_argument(str_cat(at(), ": v has ", static_cast<int64_t>(r->v.size()),
                                       " bytes, expected ", r->n, " rows x ", l.kv_heads,
                                       " heads x ", l.value_dim, " x ", dtype_size(dtype),
                                       " bytes (", to_string(dtype), ")"));
