@@ -20,6 +20,7 @@
 
 #include "cache_flags.h"
 #include "commands.h"
+#include "core/str_cat.h"
 #include "cpu/thread_pool.h"
 #include "engine/runtime.h"
 #include "flag_names.h"
@@ -128,9 +129,9 @@ Status read_number(const json& obj, const char* key, T lo, T hi, T& out, const s
   const double d = v.get<double>();
   if (!std::isfinite(d) || d < static_cast<double>(lo) || d > static_cast<double>(hi) ||
       (std::is_integral_v<T> && d != std::floor(d)))
-    return invalid_argument(at + ": \"" + key + "\" = " + v.dump() + ", expected " +
-                            (std::is_integral_v<T> ? "an integer" : "a number") + " in [" +
-                            std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return invalid_argument(str_cat(at, ": \"", key, "\" = ", v.dump(), ", expected ",
+                                    (std::is_integral_v<T> ? "an integer" : "a number"), " in [",
+                                    lo, ", ", hi, "]"));
   out = std::is_integral_v<T> ? static_cast<T>(v.get<int64_t>()) : static_cast<T>(d);
   return ok_status();
 }
@@ -150,8 +151,8 @@ Status read_prompt(const json& obj, const engine::LoadedModel& m,
     const int64_t vocab = m.model->hparams().vocab;
     for (const json& v : a) {
       if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= vocab)
-        return invalid_argument(at + ": prompt_ids entry " + v.dump() + ", expected an id in [0, " +
-                                std::to_string(vocab) + ")");
+        return invalid_argument(str_cat(at, ": prompt_ids entry ", v.dump(),
+                                        ", expected an id in [0, ", vocab, ")"));
       out.push_back(static_cast<int32_t>(v.get<int64_t>()));
     }
   }
@@ -207,7 +208,7 @@ Result<std::vector<Input>> read_inputs(const BatchFlags& f, const engine::Loaded
   std::string line;
   for (int64_t no = 1; std::getline(lines, line); ++no) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string at = f.prompts_file + ":" + std::to_string(no);
+    const std::string at = str_cat(f.prompts_file, ":", no);
     json obj = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (obj.is_discarded()) return invalid_argument(at + ": not valid JSON");
     Input in;
@@ -286,8 +287,8 @@ int run_batch(const BatchFlags& f) {
   std::vector<int64_t> ids;  // request id per input
   for (size_t i = 0; i < inputs->size(); ++i) {
     Result<int64_t> id = e.submit((*inputs)[i].prompt, (*inputs)[i].params);
-    if (!id.ok()) return fail(f.prompts_file + ": request " + std::to_string(i + 1) + ": " +
-                              id.status().message());
+    if (!id.ok()) return fail(str_cat(f.prompts_file, ": request ", i + 1, ": ",
+                                      id.status().message()));
     ids.push_back(*id);
   }
   std::vector<std::optional<serve::RequestResult>> results(inputs->size());

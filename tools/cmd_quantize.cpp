@@ -6,6 +6,7 @@
 #include <string>
 
 #include "commands.h"
+#include "core/str_cat.h"
 #include "program/gguf.h"
 #include "program/gguf_quantize.h"
 
@@ -37,7 +38,7 @@ int run_quantize(const QuantizeArgs& a) {
   if (Status s = w.write(a.out); !s.ok()) return fail(s);
   std::string types;
   for (const auto& [type, n] : r->tensors_by_type)
-    types += (types.empty() ? "" : ", ") + std::to_string(n) + " " + gguf::to_string(type);
+    types += str_cat((types.empty() ? "" : ", "), n, " ", gguf::to_string(type));
   std::fprintf(stderr,
                "kvcache quantize: wrote %s (%s): %s; %lld fell back (row length); tensor data "
                "%.1f MB -> %.1f MB\n",

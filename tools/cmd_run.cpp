@@ -198,7 +198,7 @@ double per_s(int64_t n, double s) { return s > 0.0 ? static_cast<double>(n) / s 
 // the cell layout.
 std::string undo_summary(const Loaded& l, int32_t turns) {
   const int64_t per_turn = summary_json(l).value("checkpoint_bytes", int64_t{0});
-  const std::string n = std::to_string(turns);
+  const std::string n = str_cat(turns);
   if (per_turn <= 0)
     return "undo: no sliding window looks back; every turn is undone by a rewind (nothing saved)\n";
   const std::string most = human_bytes(per_turn * turns);
@@ -217,11 +217,11 @@ Status check_fits(const Loaded& l, int64_t pos, size_t prompt) {
   const int64_t capacity = l.setup.config.capacity;
   const auto n = static_cast<int64_t>(prompt);
   if (pos + n <= capacity) return ok_status();
-  std::string m = "the prompt is " + std::to_string(n) + " tokens";
-  if (pos > 0) m += " after the conversation's " + std::to_string(pos);
-  m += ", but the cache holds " + std::to_string(capacity) + " positions; raise --capacity";
+  std::string m = str_cat("the prompt is ", n, " tokens");
+  if (pos > 0) m += str_cat(" after the conversation's ", pos);
+  m += str_cat(", but the cache holds ", capacity, " positions; raise --capacity");
   if (l.model->hparams().context_length > 0)
-    m += " (the model's context is " + std::to_string(l.model->hparams().context_length) + ")";
+    m += str_cat(" (the model's context is ", l.model->hparams().context_length, ")");
   return out_of_range(m);
 }
 

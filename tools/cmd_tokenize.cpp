@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "core/str_cat.h"
 #include "engine/tokenizer.h"
 #include "program/gguf.h"
 
@@ -38,8 +39,8 @@ Result<std::string> read_text(const std::string& path) {
   const uintmax_t size = std::filesystem::file_size(path, ec);
   if (ec) return not_found("--text-file: cannot read " + path + ": " + ec.message());
   if (size > kMaxTextBytes)
-    return invalid_argument("--text-file: " + path + " has " + std::to_string(size) +
-                            " bytes, expected at most 2^30");
+    return invalid_argument(str_cat("--text-file: ", path, " has ", size,
+                                    " bytes, expected at most 2^30"));
   std::ifstream in(path, std::ios::binary);
   std::ostringstream ss;
   ss << in.rdbuf();
@@ -73,7 +74,7 @@ int run_tokenize(const TokenizeArgs& a) {
     return 0;
   }
   std::string line;
-  for (int32_t id : *ids) line += (line.empty() ? "" : " ") + std::to_string(id);
+  for (int32_t id : *ids) line += str_cat((line.empty() ? "" : " "), id);
   std::printf("%s\n", line.c_str());
   return 0;
 }

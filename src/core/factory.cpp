@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 
+#include "core/str_cat.h"
+
 namespace kvcache {
 namespace {
 std::string key_of(std::string_view backend, std::string_view kind) {
@@ -71,7 +73,7 @@ CacheRegistry& CacheRegistry::global() {
 
 std::string CacheRegistry::mint_key() {
   std::lock_guard lock(mu_);
-  return "kvcache-" + std::to_string(next_key_++);
+  return str_cat("kvcache-", next_key_++);
 }
 
 Status CacheRegistry::install(const std::string& key, std::shared_ptr<Cache> cache) {

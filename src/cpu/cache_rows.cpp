@@ -3,14 +3,14 @@
 #include <algorithm>
 #include <string>
 
+#include "core/str_cat.h"
+
 namespace kvcache::cpu::detail {
 namespace {
 
-std::string str(int64_t v) { return std::to_string(v); }
-
 std::string layer_name(const CacheGeometry& g, int32_t layer) {
   const LayerGeometry& l = g.layers[static_cast<size_t>(layer)];
-  return "layer " + str(layer) + (l.sliding() ? " (sliding " + str(l.window) + ")" : " (full)");
+  return str_cat("layer ", layer, (l.sliding() ? str_cat(" (sliding ", l.window, ")") : " (full)"));
 }
 
 // n x heads x dim x esize, nullopt on overflow.
@@ -24,21 +24,21 @@ std::optional<int64_t> rows_bytes(int64_t n, int32_t heads, int32_t dim, DType d
 
 Status check_read_range(int32_t seq, int64_t from, int64_t to, int64_t end) {
   if (from < 0 || from > to)
-    return invalid_argument("read_rows: positions [" + str(from) + ", " + str(to) +
-                            "), expected 0 <= from <= to");
+    return invalid_argument(str_cat("read_rows: positions [", from, ", ", to,
+                                    "), expected 0 <= from <= to"));
   if (to > end)
-    return out_of_range("read_rows: positions [" + str(from) + ", " + str(to) + ") of sequence " +
-                        str(seq) + ", which has positions [0, " + str(end) + ") only");
+    return out_of_range(str_cat("read_rows: positions [", from, ", ", to, ") of sequence ",
+                                seq, ", which has positions [0, ", end, ") only"));
   return ok_status();
 }
 
 Status check_append(int32_t seq, int64_t from, int64_t to, int64_t end) {
   if (from != end)
-    return invalid_argument("write_rows: append at position " + str(from) + " to sequence " +
-                            str(seq) + ", expected its next position " + str(end));
+    return invalid_argument(str_cat("write_rows: append at position ", from, " to sequence ",
+                                    seq, ", expected its next position ", end));
   if (to < from)
-    return invalid_argument("write_rows: positions [" + str(from) + ", " + str(to) +
-                            "), expected to >= from");
+    return invalid_argument(str_cat("write_rows: positions [", from, ", ", to,
+                                    "), expected to >= from"));
   return ok_status();
 }
 
@@ -57,41 +57,42 @@ Result<std::vector<const LayerRows*>> match_rows(const CacheGeometry& g, DType d
   std::vector<const LayerRows*> by_layer(g.layers.size(), nullptr);
   for (const LayerRows& r : rows) {
     if (r.layer < 0 || r.layer >= n_layers)
-      return invalid_argument("write_rows: rows for layer " + str(r.layer) + ", expected 0.." +
-                              str(n_layers - 1));
+      return invalid_argument(str_cat("write_rows: rows for layer ", r.layer, ", expected 0..",
+                                      n_layers - 1));
     if (by_layer[r.layer] != nullptr)
-      return invalid_argument("write_rows: two sets of rows for layer " + str(r.layer));
+      return invalid_argument(str_cat("write_rows: two sets of rows for layer ", r.layer));
     by_layer[r.layer] = &r;
   }
   for (int32_t i = 0; i < n_layers; ++i) {
     const LayerRows* r = by_layer[i];
-    const std::string at = "write_rows: " + layer_name(g, i);
+    // The layer's name is built only when a check fails (write_rows runs on every step).
+    const auto at = [&] { return str_cat("write_rows: ", layer_name(g, i)); };
     const int64_t lo = need[i];
     if (r == nullptr) {
       if (lo >= to) continue;  // needs nothing (a window of 1, or an empty append)
-      return invalid_argument(at + ": no rows given, needs positions [" + str(lo) + ", " +
-                              str(to) + ")");
+      return invalid_argument(str_cat(at(), ": no rows given, needs positions [", lo, ", ",
+                                      to, ")"));
     }
     if (r->first < 0 || r->n < 0)
-      return invalid_argument(at + ": rows first = " + str(r->first) + ", n = " + str(r->n) +
-                              ", expected both >= 0");
+      return invalid_argument(str_cat(at(), ": rows first = ", r->first, ", n = ", r->n,
+                                      ", expected both >= 0"));
     if (lo < to && (r->first > lo || r->first + r->n < to))
-      return invalid_argument(at + ": rows for positions [" + str(r->first) + ", " +
-                              str(r->first + r->n) + "), needs [" + str(lo) + ", " + str(to) +
-                              ")");
+      return invalid_argument(str_cat(at(), ": rows for positions [", r->first, ", ",
+                                      r->first + r->n, "), needs [", lo, ", ", to,
+                                      ")"));
     const LayerGeometry& l = g.layers[i];
     const auto kb = rows_bytes(r->n, l.kv_heads, l.head_dim, dtype);
     const auto vb = rows_bytes(r->n, l.kv_heads, l.value_dim, dtype);
     if (!kb || static_cast<int64_t>(r->k.size()) != *kb)
-      return invalid_argument(at + ": k has " + str(static_cast<int64_t>(r->k.size())) +
-                              " bytes, expected " + str(r->n) + " rows x " + str(l.kv_heads) +
-                              " heads x " + str(l.head_dim) + " x " + str(dtype_size(dtype)) +
-                              " bytes (" + std::string(to_string(dtype)) + ")");
+      return invalid_argument(str_cat(at(), ": k has ", static_cast<int64_t>(r->k.size()),
+                                      " bytes, expected ", r->n, " rows x ", l.kv_heads,
+                                      " heads x ", l.head_dim, " x ", dtype_size(dtype),
+                                      " bytes (", to_string(dtype), ")"));
     if (!vb || static_cast<int64_t>(r->v.size()) != *vb)
-      return invalid_argument(at + ": v has " + str(static_cast<int64_t>(r->v.size())) +
-                              " bytes, expected " + str(r->n) + " rows x " + str(l.kv_heads) +
-                              " heads x " + str(l.value_dim) + " x " + str(dtype_size(dtype)) +
-                              " bytes (" + std::string(to_string(dtype)) + ")");
+      return invalid_argument(str_cat(at(), ": v has ", static_cast<int64_t>(r->v.size()),
+                                      " bytes, expected ", r->n, " rows x ", l.kv_heads,
+                                      " heads x ", l.value_dim, " x ", dtype_size(dtype),
+                                      " bytes (", to_string(dtype), ")"));
   }
   return by_layer;
 }

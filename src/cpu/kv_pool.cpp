@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/str_cat.h"
 #include "cpu/dtype_convert.h"
 
 namespace kvcache::cpu {
@@ -30,8 +31,8 @@ int64_t LayerPool::bytes() const {
 Status LayerPool::reserve(int64_t needed) {
   if (needed <= rows_) return ok_status();
   if (needed > max_rows_)
-    return invalid_argument("pool.reserve: " + std::to_string(needed) + " rows, expected <= " +
-                            std::to_string(max_rows_));
+    return invalid_argument(str_cat("pool.reserve: ", needed, " rows, expected <= ",
+                                    max_rows_));
   const int64_t target = std::min(max_rows_, std::max(needed, rows_ * 2));
   const int64_t es = dtype_size(dtype_);
   const int64_t k_row = layer_.head_dim * es, v_row = layer_.value_dim * es;
@@ -40,8 +41,8 @@ Status LayerPool::reserve(int64_t needed) {
   AlignedBytes k = aligned_alloc_bytes(k_bytes);
   AlignedBytes v = aligned_alloc_bytes(v_bytes);
   if (!k || !v)
-    return resource_exhausted("pool.reserve: allocating " + std::to_string(k_bytes + v_bytes) +
-                              " bytes (" + std::to_string(target) + " rows of K and V) failed");
+    return resource_exhausted(str_cat("pool.reserve: allocating ", k_bytes + v_bytes,
+                                      " bytes (", target, " rows of K and V) failed"));
   for (int32_t h = 0; h < layer_.kv_heads && rows_ > 0; ++h) {
     std::memcpy(k.get() + h * target * k_row, k_.get() + h * rows_ * k_row,
                 static_cast<size_t>(rows_ * k_row));

@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "core/str_cat.h"
 #include "program/fingerprint.h"
 #include "program/gguf_keys.h"
 #include "program/gguf_quant.h"
@@ -20,7 +21,7 @@ using gguf::GgufFile;
 
 std::string dims_text(const std::vector<int64_t>& dims) {
   std::string s = "[";
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  for (size_t i = 0; i < dims.size(); ++i) s += str_cat((i ? ", " : ""), dims[i]);
   return s + "]";
 }
 
@@ -29,8 +30,8 @@ Result<int32_t> positive_int(const gguf::KeyReader& keys, gguf::Key key) {
   Result<int64_t> r = keys.get_int(key);
   if (!r.ok()) return Status(r.status().code(), "load model: " + r.status().message());
   if (*r <= 0 || *r > (int64_t{1} << 24))
-    return invalid_argument("load model: " + keys.name(key) + " = " + std::to_string(*r) +
-                            ", expected in [1, 16777216]");
+    return invalid_argument(str_cat("load model: ", keys.name(key), " = ", *r,
+                                    ", expected in [1, 16777216]"));
   return static_cast<int32_t>(*r);
 }
 
@@ -76,11 +77,11 @@ Result<Weight> load_weight(const GgufFile& f, const std::string& name, int64_t r
                             "or Q6_K");
   const std::optional<int64_t> rb = gguf::row_bytes(info->type, cols);
   if (!rb || static_cast<int64_t>(info->bytes.size()) != rows * *rb)
-    return invalid_argument("load model: tensor " + name + " holds " +
-                            std::to_string(info->bytes.size()) + " bytes, expected " +
-                            (rb ? std::to_string(rows * *rb) : std::string("whole blocks")) +
-                            " for " + std::to_string(rows) + " rows of " + std::to_string(cols) +
-                            " " + gguf::to_string(info->type) + " values");
+    return invalid_argument(str_cat("load model: tensor ", name, " holds ",
+                                    info->bytes.size(), " bytes, expected ",
+                                    (rb ? str_cat(rows * *rb) : std::string("whole blocks")),
+                                    " for ", rows, " rows of ", cols,
+                                    " ", gguf::to_string(info->type), " values"));
   const bool quantized = info->type != TensorType::kF32 && info->type != TensorType::kF16 &&
                          info->type != TensorType::kBF16;
   if ((info->type == TensorType::kF16 && !o.keep_f16) || (quantized && !o.keep_quantized)) {
@@ -103,7 +104,7 @@ Result<Weight> load_weight(const GgufFile& f, const std::string& name, int64_t r
 
 Status load_layer(const GgufFile& f, const HParams& hp, int32_t i, const LoadOptions& o,
                   LayerWeights& w) {
-  const std::string p = "blk." + std::to_string(i) + ".";
+  const std::string p = str_cat("blk.", i, ".");
   const int64_t d = hp.d_model, qd = int64_t{hp.q_heads} * hp.head_dim;
   const int64_t kd = int64_t{w.kv_heads} * hp.head_dim, vd = int64_t{w.kv_heads} * hp.value_dim;
   auto get = [&](std::vector<float>& dst, const std::string& n, int64_t r, int64_t c,
@@ -152,8 +153,8 @@ Result<float> nonnegative_float(const gguf::KeyReader& keys, gguf::Key key, doub
   Result<double> r = keys.get_float_or(key, fallback);
   if (!r.ok()) return Status(r.status().code(), "load model: " + r.status().message());
   if (!std::isfinite(*r) || *r < 0.0)
-    return invalid_argument("load model: " + keys.name(key) + " = " + std::to_string(*r) +
-                            ", expected finite and >= 0");
+    return invalid_argument(str_cat("load model: ", keys.name(key), " = ", *r,
+                                    ", expected finite and >= 0"));
   return static_cast<float>(*r);
 }
 
@@ -175,8 +176,9 @@ Status apply_architecture(const gguf::KeyReader& keys, HParams& hp) {
                         (hp.arch == "gemma3" && hp.n_layers == 62);
   const int32_t scalar = size_27b ? hp.d_model / hp.q_heads : hp.head_dim;
   if (scalar <= 0)
-    return invalid_argument("load model: " + keys.name(Key::kEmbeddingLength) + " / head_count = " +
-                            std::to_string(scalar) + ", expected > 0 (the attention scale)");
+    return invalid_argument(str_cat("load model: ", keys.name(Key::kEmbeddingLength),
+                                    " / head_count = ", scalar,
+                                    ", expected > 0 (the attention scale)"));
   hp.attn_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(scalar)));
   if (hp.arch == "gemma2") {
     // Absent keys: the Gemma 2 values, as llama.cpp defaults them.
@@ -206,8 +208,8 @@ Result<std::vector<float>> load_rope_freqs(const GgufFile& f, const HParams& hp)
   if (!r.ok()) return r.status();
   for (size_t j = 0; j < r->size(); ++j)
     if (!std::isfinite((*r)[j]) || !((*r)[j] > 0.0f))
-      return invalid_argument("load model: rope_freqs.weight[" + std::to_string(j) + "] = " +
-                              std::to_string((*r)[j]) + ", expected finite and > 0");
+      return invalid_argument(str_cat("load model: rope_freqs.weight[", j, "] = ",
+                                      (*r)[j], ", expected finite and > 0"));
   return r;
 }
 
@@ -240,9 +242,9 @@ Result<HParams> read_hparams(const GgufFile& f) {
   if (!kl.ok()) return kl.status();
   if (!vl.ok()) return vl.status();
   if (*kl <= 0 || *kl > 65536 || *vl <= 0 || *vl > 65536)
-    return invalid_argument("load model: " + keys.name(Key::kKeyLength) + "/value_length = " +
-                            std::to_string(*kl) + "/" + std::to_string(*vl) +
-                            ", expected in [1, 65536]");
+    return invalid_argument(str_cat("load model: ", keys.name(Key::kKeyLength), "/value_length = ",
+                                    *kl, "/", *vl,
+                                    ", expected in [1, 65536]"));
   hp.head_dim = static_cast<int32_t>(*kl);
   hp.value_dim = static_cast<int32_t>(*vl);
   Result<double> eps = keys.get_float_or(Key::kRmsEpsilon, 1e-5);
@@ -254,12 +256,12 @@ Result<HParams> read_hparams(const GgufFile& f) {
   if (!rdim.ok()) return rdim.status();
   if (!ctx.ok()) return ctx.status();
   if (!(*eps > 0.0) || !(*base > 0.0))
-    return invalid_argument("load model: rms epsilon and rope.freq_base must be > 0 (got " +
-                            std::to_string(*eps) + ", " + std::to_string(*base) + ")");
+    return invalid_argument(str_cat("load model: rms epsilon and rope.freq_base must be > 0 (got ",
+                                    *eps, ", ", *base, ")"));
   if (*rdim < 0 || *rdim > hp.head_dim || *rdim % 2 != 0)
-    return invalid_argument("load model: " + keys.name(Key::kRopeDimensionCount) + " = " +
-                            std::to_string(*rdim) + ", expected even and <= key_length " +
-                            std::to_string(hp.head_dim));
+    return invalid_argument(str_cat("load model: ", keys.name(Key::kRopeDimensionCount), " = ",
+                                    *rdim, ", expected even and <= key_length ",
+                                    hp.head_dim));
   hp.rms_eps = static_cast<float>(*eps);
   hp.rope_base = static_cast<float>(*base);
   hp.rope_dim = static_cast<int32_t>(*rdim);
@@ -269,8 +271,8 @@ Result<HParams> read_hparams(const GgufFile& f) {
     Result<double> factor = keys.get_float_or(Key::kRopeScalingFactor, 1.0);
     if (!factor.ok()) return factor.status();
     if (!(*factor > 0.0))
-      return invalid_argument("load model: " + keys.name(Key::kRopeScalingFactor) + " = " +
-                              std::to_string(*factor) + ", expected > 0");
+      return invalid_argument(str_cat("load model: ", keys.name(Key::kRopeScalingFactor), " = ",
+                                      *factor, ", expected > 0"));
     hp.rope_linear = static_cast<float>(*factor);
   } else if (scaling.ok() && *scaling != "none") {
     return invalid_argument("load model: " + keys.name(Key::kRopeScalingType) + " = \"" +
@@ -281,9 +283,9 @@ Result<HParams> read_hparams(const GgufFile& f) {
   if (embd == nullptr) return not_found("load model: tensor token_embd.weight is missing");
   if (embd->dims.size() != 2 || embd->dims[0] != hp.d_model || embd->dims[1] <= 0 ||
       embd->dims[1] > (int64_t{1} << 24))
-    return invalid_argument("load model: tensor token_embd.weight has GGUF dims " +
-                            dims_text(embd->dims) + ", expected [" +
-                            std::to_string(hp.d_model) + ", vocab]");
+    return invalid_argument(str_cat("load model: tensor token_embd.weight has GGUF dims ",
+                                    dims_text(embd->dims), ", expected [",
+                                    hp.d_model, ", vocab]"));
   hp.vocab = static_cast<int32_t>(embd->dims[1]);
   return hp;
 }
@@ -299,30 +301,30 @@ Result<Model> Model::load(const GgufFile& f, const LoadOptions& options) {
   m.fingerprint_ = model_fingerprint(f);
   const HParams& h = m.hp_;
   if (static_cast<int32_t>(m.geometry_.layer_cache.size()) != h.n_layers)
-    return invalid_argument("load model: " +
-                            std::string(gguf::key_pattern(gguf::Key::kLayerCache)) + " has " +
-                            std::to_string(m.geometry_.layer_cache.size()) +
-                            " entries, expected block_count = " + std::to_string(h.n_layers));
+    return invalid_argument(str_cat("load model: ",
+                                    gguf::key_pattern(gguf::Key::kLayerCache), " has ",
+                                    m.geometry_.layer_cache.size(),
+                                    " entries, expected block_count = ", h.n_layers));
   std::vector<bool> owned(m.geometry_.cache.layers.size(), false);
   m.layers_.resize(h.n_layers);
   for (int32_t i = 0; i < h.n_layers; ++i) {
     LayerWeights& w = m.layers_[i];
     w.cache = m.geometry_.layer_cache[i];
     if (w.cache < 0 || w.cache >= static_cast<int32_t>(owned.size()))
-      return invalid_argument("load model: " +
-                              std::string(gguf::key_pattern(gguf::Key::kLayerCache)) + "[" +
-                              std::to_string(i) + "] = " +
-                              std::to_string(w.cache) + ", out of range");
+      return invalid_argument(str_cat("load model: ",
+                                      gguf::key_pattern(gguf::Key::kLayerCache), "[",
+                                      i, "] = ",
+                                      w.cache, ", out of range"));
     const LayerGeometry& lg = m.geometry_.cache.layers[w.cache];
     if (lg.head_dim != h.head_dim || lg.value_dim != h.value_dim)
-      return invalid_argument("load model: cache layer " + std::to_string(w.cache) +
-                              " has head_dim/value_dim " + std::to_string(lg.head_dim) + "/" +
-                              std::to_string(lg.value_dim) + ", expected key/value_length " +
-                              std::to_string(h.head_dim) + "/" + std::to_string(h.value_dim));
+      return invalid_argument(str_cat("load model: cache layer ", w.cache,
+                                      " has head_dim/value_dim ", lg.head_dim, "/",
+                                      lg.value_dim, ", expected key/value_length ",
+                                      h.head_dim, "/", h.value_dim));
     if (h.q_heads % lg.kv_heads != 0)
-      return invalid_argument("load model: head_count " + std::to_string(h.q_heads) +
-                              " is not a multiple of cache layer " + std::to_string(w.cache) +
-                              " kv_heads " + std::to_string(lg.kv_heads));
+      return invalid_argument(str_cat("load model: head_count ", h.q_heads,
+                                      " is not a multiple of cache layer ", w.cache,
+                                      " kv_heads ", lg.kv_heads));
     w.kv_heads = lg.kv_heads;
     w.sliding = lg.sliding();
     w.kv_shared = owned[w.cache];

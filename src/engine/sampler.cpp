@@ -7,6 +7,8 @@
 #include <numeric>
 #include <string>
 
+#include "core/str_cat.h"
+
 namespace kvcache::engine {
 
 int32_t argmax(std::span<const float> logits) {
@@ -18,8 +20,8 @@ int32_t argmax(std::span<const float> logits) {
 
 Status check_sampler_config(const SamplerConfig& c) {
   auto bad = [](const char* field, double v, const char* want) {
-    return invalid_argument(std::string("sampler: ") + field + " = " + std::to_string(v) +
-                            ", expected " + want);
+    return invalid_argument(str_cat("sampler: ", field, " = ", v,
+                                    ", expected ", want));
   };
   if (!std::isfinite(c.temperature) || c.temperature < 0.0f || c.temperature > 1e4f)
     return bad("temperature", c.temperature, "a finite number in [0, 10000]");

@@ -5,6 +5,7 @@
 #include <optional>
 #include <utility>
 
+#include "core/str_cat.h"
 #include "engine/pretokenizer.h"
 #include "engine/tokenizer_bpe.h"
 #include "engine/tokenizer_spm.h"
@@ -53,8 +54,8 @@ namespace {
 // vocab <= 0: the token count decides; else the list must fit in the model's rows.
 Status check_fits(const Vocab& v, int32_t vocab) {
   if (vocab > 0 && v.size() > vocab)
-    return invalid_argument("tokenizer: tokenizer.ggml.tokens has " + std::to_string(v.size()) +
-                            " entries, the model's vocab is " + std::to_string(vocab));
+    return invalid_argument(str_cat("tokenizer: tokenizer.ggml.tokens has ", v.size(),
+                                    " entries, the model's vocab is ", vocab));
   return ok_status();
 }
 
@@ -94,8 +95,8 @@ Result<Tokenizer> Tokenizer::from_gguf(const gguf::GgufFile& file, int32_t vocab
     if (model.status().code() != StatusCode::kNotFound)
       return Status(model.status().code(), "tokenizer: " + model.status().message());
     if (vocab > 0 && vocab < 256)
-      return invalid_argument("tokenizer: raw-byte tokens need vocab >= 256, the model has " +
-                              std::to_string(vocab));
+      return invalid_argument(
+          str_cat("tokenizer: raw-byte tokens need vocab >= 256, the model has ", vocab));
     return bytes();
   }
   const bool spm = *model == "llama";
@@ -158,8 +159,8 @@ Result<std::vector<int32_t>> Tokenizer::encode(std::string_view text,
     return out;
   }
   if (text.size() > (size_t{1} << 30))
-    return invalid_argument("tokenizer encode: the text has " + std::to_string(text.size()) +
-                            " bytes, expected at most 2^30");
+    return invalid_argument(str_cat("tokenizer encode: the text has ", text.size(),
+                                    " bytes, expected at most 2^30"));
   const Vocab& v = impl_->vocab;
   if (options.add_special && v.add_bos) out.push_back(v.bos);
   bool after_special = true;  // the start counts as a boundary (SentencePiece's space prefix)

@@ -3,6 +3,7 @@
 
 #include <queue>
 
+#include "core/str_cat.h"
 #include "engine/unicode.h"
 
 namespace kvcache::engine {
@@ -71,8 +72,8 @@ Result<BpeEncoder> BpeEncoder::build(const Vocab& vocab, const std::vector<std::
     const std::string& m = merges[r];
     const size_t sp = m.find(' ', 1);
     if (sp == std::string::npos || sp + 1 >= m.size())
-      return invalid_argument("tokenizer: tokenizer.ggml.merges[" + std::to_string(r) +
-                              "] = \"" + m + "\", expected \"left right\"");
+      return invalid_argument(str_cat("tokenizer: tokenizer.ggml.merges[", r,
+                                      "] = \"", m, "\", expected \"left right\""));
     const std::string_view left = std::string_view(m).substr(0, sp);
     const std::string_view right = std::string_view(m).substr(sp + 1);
     joined.assign(left).append(right);

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "core/str_cat.h"
+
 namespace kvcache::engine {
 namespace {
 
@@ -22,8 +24,8 @@ Result<int32_t> read_id(const gguf::GgufFile& f, const std::string& key, int32_t
     return Status(v.status().code(), key_error(v.status()));
   }
   if (*v < 0 || *v >= n)
-    return invalid_argument("tokenizer: " + key + " = " + std::to_string(*v) + ", expected [0, " +
-                            std::to_string(n) + ") (the token count)");
+    return invalid_argument(str_cat("tokenizer: ", key, " = ", *v, ", expected [0, ",
+                                    n, ") (the token count)"));
   return static_cast<int32_t>(*v);
 }
 
@@ -60,16 +62,16 @@ Result<Vocab> read_vocab(const gguf::GgufFile& f, bool default_add_bos) {
   if (!tokens.ok()) return Status(tokens.status().code(), key_error(tokens.status()));
   if (tokens->empty()) return invalid_argument("tokenizer: tokenizer.ggml.tokens is empty");
   if (tokens->size() > (size_t{1} << 30))
-    return invalid_argument("tokenizer: tokenizer.ggml.tokens has " +
-                            std::to_string(tokens->size()) + " entries, expected < 2^30");
+    return invalid_argument(str_cat("tokenizer: tokenizer.ggml.tokens has ",
+                                    tokens->size(), " entries, expected < 2^30"));
   v.tokens = std::move(*tokens);
   const size_t n = v.tokens.size();
   Result<std::vector<double>> scores = f.get_float_array("tokenizer.ggml.scores");
   if (scores.ok()) {
     if (scores->size() != n)
-      return invalid_argument("tokenizer: tokenizer.ggml.scores has " +
-                              std::to_string(scores->size()) + " entries, expected " +
-                              std::to_string(n) + " (one per token)");
+      return invalid_argument(str_cat("tokenizer: tokenizer.ggml.scores has ",
+                                      scores->size(), " entries, expected ",
+                                      n, " (one per token)"));
     v.scores.assign(scores->begin(), scores->end());
   } else if (scores.status().code() != StatusCode::kNotFound) {
     return Status(scores.status().code(), key_error(scores.status()));
@@ -77,15 +79,15 @@ Result<Vocab> read_vocab(const gguf::GgufFile& f, bool default_add_bos) {
   Result<std::vector<int64_t>> types = f.get_int_array("tokenizer.ggml.token_type");
   if (types.ok()) {
     if (types->size() != n)
-      return invalid_argument("tokenizer: tokenizer.ggml.token_type has " +
-                              std::to_string(types->size()) + " entries, expected " +
-                              std::to_string(n) + " (one per token)");
+      return invalid_argument(str_cat("tokenizer: tokenizer.ggml.token_type has ",
+                                      types->size(), " entries, expected ",
+                                      n, " (one per token)"));
     v.types.reserve(n);
     for (size_t i = 0; i < n; ++i) {
       const int64_t t = (*types)[i];
       if (t < 0 || t > 6)
-        return invalid_argument("tokenizer: tokenizer.ggml.token_type[" + std::to_string(i) +
-                                "] = " + std::to_string(t) + ", expected 0..6");
+        return invalid_argument(str_cat("tokenizer: tokenizer.ggml.token_type[", i,
+                                        "] = ", t, ", expected 0..6"));
       v.types.push_back(static_cast<TokenType>(t));
     }
   } else if (types.status().code() != StatusCode::kNotFound) {

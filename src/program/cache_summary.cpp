@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <map>
 
+#include "core/str_cat.h"
+
 namespace kvcache {
 namespace {
 
@@ -17,7 +19,7 @@ ModelGeometry normalized(const ModelGeometry& g) {
 }
 
 std::string policy_name(int32_t window) {
-  return window > 0 ? "sliding(" + std::to_string(window) + ")" : "full";
+  return window > 0 ? str_cat("sliding(", window, ")") : "full";
 }
 
 }  // namespace
@@ -30,7 +32,7 @@ int64_t summary_capacity(const SummaryOptions& o) {
 
 std::string human_bytes(int64_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  if (bytes < 1024) return std::to_string(bytes) + " B";
+  if (bytes < 1024) return str_cat(bytes, " B");
   double v = static_cast<double>(bytes);
   int u = 0;
   while (v >= 1024.0 && u < 6) {
@@ -52,15 +54,15 @@ std::string policy_groups(const ModelGeometry& geometry) {
     if (w > 0) ++sliding[w];
     else ++full;
   }
-  std::string s = std::to_string(g.layer_cache.size()) + " layers: ";
+  std::string s = str_cat(g.layer_cache.size(), " layers: ");
   bool first = true;
   if (full > 0 || sliding.empty()) {
-    s += std::to_string(full) + " full";
+    s += str_cat(full, " full");
     first = false;
   }
   for (auto it = sliding.rbegin(); it != sliding.rend(); ++it) {
-    s += (first ? "" : " + ") + std::to_string(it->second) + " sliding(" +
-         std::to_string(it->first) + ")";
+    s += str_cat((first ? "" : " + "), it->second, " sliding(",
+                 it->first, ")");
     first = false;
   }
   return s;
@@ -77,7 +79,7 @@ nlohmann::json cache_summary_json(const ModelGeometry& geometry, const SummaryOp
   if (options.kind != "cell" && options.kind != "sequence")
     return json{{"error", "kind = '" + options.kind + "', expected cell or sequence"}};
   if (options.sessions <= 0)
-    return json{{"error", "sessions = " + std::to_string(options.sessions) + ", expected > 0"}};
+    return json{{"error", str_cat("sessions = ", options.sessions, ", expected > 0")}};
 
   const DType dtype = config.kv_dtype;
   json layers = json::array();
@@ -149,12 +151,12 @@ std::string cache_summary_text(const ModelGeometry& geometry, const SummaryOptio
   if (j.contains("error")) return "cache summary: " + j["error"].get<std::string>() + "\n";
   std::string s;
   char line[256];
-  s += "cache: " + j["groups"].get<std::string>() + ", " +
-       std::to_string(j["n_caches"].get<int64_t>()) + " cache layers\n";
-  s += "kv dtype " + j["kv_dtype"].get<std::string>() + ", capacity " +
-       std::to_string(j["capacity"].get<int64_t>()) + " cells (" +
-       std::to_string(j["sessions"].get<int64_t>()) + " session(s) x " +
-       std::to_string(j["session_tokens"].get<int64_t>()) + " tokens)\n\n";
+  s += str_cat("cache: ", j["groups"].get<std::string>(), ", ",
+               j["n_caches"].get<int64_t>(), " cache layers\n");
+  s += str_cat("kv dtype ", j["kv_dtype"].get<std::string>(), ", capacity ",
+               j["capacity"].get<int64_t>(), " cells (",
+               j["sessions"].get<int64_t>(), " session(s) x ",
+               j["session_tokens"].get<int64_t>(), " tokens)\n\n");
   std::snprintf(line, sizeof line, "%5s  %-16s %8s %8s %9s %-14s %12s %10s\n", "cache",
                 "model layers", "kv_heads", "head_dim", "value_dim", "policy", "bytes/cell",
                 "seq slots");
@@ -164,7 +166,7 @@ std::string cache_summary_text(const ModelGeometry& geometry, const SummaryOptio
     std::string readers;
     for (const auto& r : l["model_layers"]) {
       if (!readers.empty()) readers += ",";
-      readers += std::to_string(r.get<int32_t>());
+      readers += str_cat(r.get<int32_t>());
     }
     if (readers.size() > 16) readers = readers.substr(0, 13) + "...";
     std::snprintf(line, sizeof line, "%5zu  %-16s %8d %8d %9d %-14s %12s %10lld\n",
@@ -183,12 +185,12 @@ std::string cache_summary_text(const ModelGeometry& geometry, const SummaryOptio
   if (j.contains("pools"))
     for (const auto& p : j["pools"]) {
       const int32_t w = p["window"].get<int32_t>();
-      s += "  " + policy_name(w) + " pool: " + std::to_string(p["layers"].size()) +
-           " layers x " + std::to_string(p["cells"].get<int64_t>()) + " cells = " +
-           human_bytes(p["bytes"].get<int64_t>()) +
-           (w > 0 ? " (" + std::to_string(j["max_seqs"].get<int64_t>()) +
-                        " sequences x (window - 1) + step, at most capacity)"
-                  : "") + "\n";
+      s += str_cat("  ", policy_name(w), " pool: ", p["layers"].size(),
+                   " layers x ", p["cells"].get<int64_t>(), " cells = ",
+                   human_bytes(p["bytes"].get<int64_t>()),
+                   (w > 0 ? str_cat(" (", j["max_seqs"].get<int64_t>(),
+                                    " sequences x (window - 1) + step, at most capacity)")
+                  : ""), "\n");
     }
   s += "every position in every layer (no window savings): " +
        b("all_positions_bytes_at_capacity") + "\n";

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <utility>
 
+#include "core/str_cat.h"
+
 namespace kvcache {
 namespace {
 
@@ -75,8 +77,8 @@ Result<OpenFile> open_checked(const std::string& path, const FileRule& rule) {
                             ", expected a regular file");
   f.size = static_cast<uint64_t>(st.st_size);
   if (f.size > rule.max_bytes)
-    return invalid_argument(op + ": '" + path + "' is " + std::to_string(f.size) +
-                            " bytes, expected <= " + std::to_string(rule.max_bytes));
+    return invalid_argument(str_cat(op, ": '", path, "' is ", f.size,
+                                    " bytes, expected <= ", rule.max_bytes));
   return f;
 }
 

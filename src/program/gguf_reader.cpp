@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "core/str_cat.h"
 #include "program/file_bytes.h"
 #include "program/gguf.h"
 #include "program/gguf_quant.h"
@@ -24,8 +25,6 @@ constexpr uint64_t kMaxTotalValues = 1ull << 23;     // all values in a file (~4
 constexpr int kMaxArrayDepth = 8;                    // nested arrays
 constexpr uint32_t kMaxDims = 4;                     // GGML_MAX_DIMS
 
-std::string num(uint64_t v) { return std::to_string(v); }
-
 class Cursor {
  public:
   explicit Cursor(std::span<const uint8_t> bytes) : b_(bytes) {}
@@ -34,8 +33,8 @@ class Cursor {
 
   Status need(uint64_t n, std::string_view what) const {
     if (n <= remaining()) return ok_status();
-    return data_loss("gguf: truncated at offset " + num(pos_) + " reading " + std::string(what) +
-                     " (need " + num(n) + " bytes, " + num(remaining()) + " left)");
+    return data_loss(str_cat("gguf: truncated at offset ", pos_, " reading ", what,
+                             " (need ", n, " bytes, ", remaining(), " left)"));
   }
   template <class T>
   Status read(T* out, std::string_view what) {
@@ -49,12 +48,12 @@ class Cursor {
     uint64_t len = 0;
     KVCACHE_RETURN_IF_ERROR(read(&len, what));
     if (len > remaining())
-      return data_loss("gguf: " + std::string(what) + " at offset " + num(at) + " has length " +
-                       num(len) + ", past the end of the file (" + num(remaining()) +
-                       " bytes left)");
+      return data_loss(str_cat("gguf: ", what, " at offset ", at, " has length ",
+                               len, ", past the end of the file (", remaining(),
+                               " bytes left)"));
     if (len > cap)
-      return invalid_argument("gguf: " + std::string(what) + " at offset " + num(at) +
-                              " has length " + num(len) + ", expected <= " + num(cap));
+      return invalid_argument(str_cat("gguf: ", what, " at offset ", at,
+                                      " has length ", len, ", expected <= ", cap));
     out->assign(reinterpret_cast<const char*>(b_.data() + pos_), static_cast<size_t>(len));
     pos_ += len;
     return ok_status();
@@ -96,8 +95,8 @@ struct ValueReader {
 
   Status read(ValueType type, int depth, Value* out, std::string_view key) {
     if (++values > kMaxTotalValues)
-      return invalid_argument("gguf: more than " + num(kMaxTotalValues) +
-                              " metadata values (at key '" + std::string(key) + "')");
+      return invalid_argument(str_cat("gguf: more than ", kMaxTotalValues,
+                                      " metadata values (at key '", key, "')"));
     out->type = type;
     switch (type) {
       case ValueType::kUint8: return scalar<uint8_t>(out, key);
@@ -115,8 +114,8 @@ struct ValueReader {
         const uint64_t at = c.pos();
         KVCACHE_RETURN_IF_ERROR(c.read(&b, "value of '" + std::string(key) + "'"));
         if (b > 1)
-          return invalid_argument("gguf: '" + std::string(key) + "' at offset " + num(at) +
-                                  ": BOOL byte = " + num(b) + ", expected 0 or 1");
+          return invalid_argument(str_cat("gguf: '", key, "' at offset ", at,
+                                          ": BOOL byte = ", b, ", expected 0 or 1"));
         out->data = b != 0;
         return ok_status();
       }
@@ -135,24 +134,24 @@ struct ValueReader {
   Status array(int depth, Value* out, std::string_view key) {
     const std::string k(key);
     if (depth >= kMaxArrayDepth)
-      return invalid_argument("gguf: '" + k + "': arrays nested deeper than " +
-                              num(kMaxArrayDepth));
+      return invalid_argument(str_cat("gguf: '", k, "': arrays nested deeper than ",
+                                      kMaxArrayDepth));
     const uint64_t at = c.pos();
     uint32_t elem = 0;
     uint64_t count = 0;
     KVCACHE_RETURN_IF_ERROR(c.read(&elem, "array type of '" + k + "'"));
     if (!valid_value_type(elem))
-      return invalid_argument("gguf: '" + k + "' at offset " + num(at) + ": array element type " +
-                              num(elem) + ", expected 0..12");
+      return invalid_argument(str_cat("gguf: '", k, "' at offset ", at, ": array element type ",
+                                      elem, ", expected 0..12"));
     KVCACHE_RETURN_IF_ERROR(c.read(&count, "array count of '" + k + "'"));
     const auto et = static_cast<ValueType>(elem);
     if (count > c.remaining() / min_encoded_size(et))
-      return data_loss("gguf: '" + k + "' at offset " + num(at) + ": array of " + num(count) +
-                       " " + std::string(to_string(et)) + " elements does not fit in the " +
-                       num(c.remaining()) + " bytes left");
+      return data_loss(str_cat("gguf: '", k, "' at offset ", at, ": array of ", count,
+                               " ", to_string(et), " elements does not fit in the ",
+                               c.remaining(), " bytes left"));
     if (count > kMaxArrayElements)
-      return invalid_argument("gguf: '" + k + "' at offset " + num(at) + ": array of " +
-                              num(count) + " elements, expected <= " + num(kMaxArrayElements));
+      return invalid_argument(str_cat("gguf: '", k, "' at offset ", at, ": array of ",
+                                      count, " elements, expected <= ", kMaxArrayElements));
     out->elem_type = et;
     std::vector<Value> elements(static_cast<size_t>(count));
     for (auto& e : elements) KVCACHE_RETURN_IF_ERROR(read(et, depth + 1, &e, key));
@@ -192,21 +191,21 @@ Status GgufFile::Impl::parse() {
     return invalid_argument("gguf: version 1 is not supported (32-bit counts); re-convert the "
                             "model with a current llama.cpp converter to get GGUF v3");
   if (const uint32_t swapped = __builtin_bswap32(version); swapped >= 1 && swapped <= 3)
-    return invalid_argument("gguf: big-endian GGUF (version " + num(swapped) +
-                            " byte-swapped); only little-endian files are supported");
+    return invalid_argument(str_cat("gguf: big-endian GGUF (version ", swapped,
+                                    " byte-swapped); only little-endian files are supported"));
   if (version != 2 && version != 3)
-    return invalid_argument("gguf: unsupported version " + num(version) + ", expected 3 (or 2)");
+    return invalid_argument(str_cat("gguf: unsupported version ", version, ", expected 3 (or 2)"));
   uint64_t n_tensors = 0, n_kv = 0;
   KVCACHE_RETURN_IF_ERROR(c.read(&n_tensors, "tensor count"));
   KVCACHE_RETURN_IF_ERROR(c.read(&n_kv, "metadata count"));
   // Smallest metadata entry: key length (8) + 1 byte key... use 8 + 4 + 1 = 13; tensor info:
   // name length 8 + n_dims 4 + one dim 8 + type 4 + offset 8 = 32.
   if (n_kv > c.remaining() / 13)
-    return data_loss("gguf: metadata count " + num(n_kv) + " at offset 16 cannot fit in the " +
-                     num(c.remaining()) + " bytes left");
+    return data_loss(str_cat("gguf: metadata count ", n_kv, " at offset 16 cannot fit in the ",
+                             c.remaining(), " bytes left"));
   if (n_tensors > c.remaining() / 32)
-    return data_loss("gguf: tensor count " + num(n_tensors) + " at offset 8 cannot fit in the " +
-                     num(c.remaining()) + " bytes left");
+    return data_loss(str_cat("gguf: tensor count ", n_tensors, " at offset 8 cannot fit in the ",
+                             c.remaining(), " bytes left"));
   KVCACHE_RETURN_IF_ERROR(parse_metadata(c, n_kv));
   KVCACHE_RETURN_IF_ERROR(parse_tensor_infos(c, n_tensors));
   const uint64_t data_start = (c.pos() + alignment - 1) / alignment * alignment;
@@ -219,15 +218,15 @@ Status GgufFile::Impl::parse_metadata(Cursor& c, uint64_t n_kv) {
   for (uint64_t i = 0; i < n_kv; ++i) {
     const uint64_t at = c.pos();
     std::string key;
-    KVCACHE_RETURN_IF_ERROR(c.read_string(&key, "key #" + num(i), kMaxNameLength));
+    KVCACHE_RETURN_IF_ERROR(c.read_string(&key, str_cat("key #", i), kMaxNameLength));
     if (key_index.count(key))
-      return invalid_argument("gguf: duplicate metadata key '" + key + "' at offset " + num(at));
+      return invalid_argument(str_cat("gguf: duplicate metadata key '", key, "' at offset ", at));
     uint32_t type = 0;
     const uint64_t type_at = c.pos();
     KVCACHE_RETURN_IF_ERROR(c.read(&type, "type of '" + key + "'"));
     if (!valid_value_type(type))
-      return invalid_argument("gguf: '" + key + "' at offset " + num(type_at) + ": value type " +
-                              num(type) + ", expected 0..12");
+      return invalid_argument(str_cat("gguf: '", key, "' at offset ", type_at, ": value type ",
+                                      type, ", expected 0..12"));
     Value v;
     KVCACHE_RETURN_IF_ERROR(vr.read(static_cast<ValueType>(type), 0, &v, key));
     key_index.emplace(key, metadata.size());
@@ -240,8 +239,8 @@ Status GgufFile::Impl::parse_metadata(Cursor& c, uint64_t n_kv) {
                               std::string(to_string(v.type)) + ", expected UINT32");
     const uint64_t a = std::get<uint64_t>(v.data);
     if (a == 0 || (a & (a - 1)) != 0)
-      return invalid_argument("gguf: general.alignment = " + num(a) +
-                              ", expected a power of two");
+      return invalid_argument(str_cat("gguf: general.alignment = ", a,
+                                      ", expected a power of two"));
     alignment = a;
   }
   return ok_status();
@@ -252,23 +251,23 @@ Status GgufFile::Impl::parse_tensor_infos(Cursor& c, uint64_t n_tensors) {
   for (uint64_t i = 0; i < n_tensors; ++i) {
     TensorInfo t;
     const uint64_t at = c.pos();
-    KVCACHE_RETURN_IF_ERROR(c.read_string(&t.name, "tensor name #" + num(i), kMaxNameLength));
+    KVCACHE_RETURN_IF_ERROR(c.read_string(&t.name, str_cat("tensor name #", i), kMaxNameLength));
     const std::string what = "tensor '" + t.name + "'";
     if (tensor_index.count(t.name))
-      return invalid_argument("gguf: duplicate " + what + " at offset " + num(at));
+      return invalid_argument(str_cat("gguf: duplicate ", what, " at offset ", at));
     uint32_t n_dims = 0;
     KVCACHE_RETURN_IF_ERROR(c.read(&n_dims, "dimension count of " + what));
     if (n_dims == 0 || n_dims > kMaxDims)
-      return invalid_argument("gguf: " + what + " at offset " + num(at) + ": " + num(n_dims) +
-                              " dimensions, expected 1.." + num(kMaxDims));
+      return invalid_argument(str_cat("gguf: ", what, " at offset ", at, ": ", n_dims,
+                                      " dimensions, expected 1..", kMaxDims));
     int64_t n = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       uint64_t dim = 0;
       KVCACHE_RETURN_IF_ERROR(c.read(&dim, "dimensions of " + what));
       if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
           __builtin_mul_overflow(n, static_cast<int64_t>(dim), &n))
-        return invalid_argument("gguf: " + what + ": dims[" + num(d) + "] = " + num(dim) +
-                                " overflows the element count");
+        return invalid_argument(str_cat("gguf: ", what, ": dims[", d, "] = ", dim,
+                                        " overflows the element count"));
       t.dims.push_back(static_cast<int64_t>(dim));
     }
     uint32_t type = 0;
@@ -286,8 +285,8 @@ Status GgufFile::Impl::parse_tensor_infos(Cursor& c, uint64_t n_tensors) {
 Status GgufFile::Impl::place_tensors(uint64_t data_start) {
   if (tensors.empty()) return ok_status();
   if (data_start > bytes.size())
-    return data_loss("gguf: data section would start at offset " + num(data_start) +
-                     ", past the end of the file (" + num(bytes.size()) + " bytes)");
+    return data_loss(str_cat("gguf: data section would start at offset ", data_start,
+                             ", past the end of the file (", bytes.size(), " bytes)"));
   const uint64_t data_size = bytes.size() - data_start;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;  // [begin, end) within the data section
   ranges.reserve(tensors.size());
@@ -296,27 +295,27 @@ Status GgufFile::Impl::place_tensors(uint64_t data_start) {
     const auto block = block_geometry(t.type);
     if (!block) {  // unknown size: no bytes, no range; consumers refuse it by type
       if (t.offset % alignment != 0)
-        return data_loss("gguf: " + what + ": data offset " + num(t.offset) +
-                         " is not a multiple of the alignment " + num(alignment));
+        return data_loss(str_cat("gguf: ", what, ": data offset ", t.offset,
+                                 " is not a multiple of the alignment ", alignment));
       ranges.emplace_back(t.offset, t.offset);  // empty: skipped by the overlap check
       continue;
     }
     if (t.dims[0] % block->elements != 0)
-      return invalid_argument("gguf: " + what + ": row length " + num(t.dims[0]) +
-                              " is not a multiple of the " + to_string(t.type) + " block (" +
-                              num(block->elements) + " values)");
+      return invalid_argument(str_cat("gguf: ", what, ": row length ", t.dims[0],
+                                      " is not a multiple of the ", to_string(t.type), " block (",
+                                      block->elements, " values)"));
     auto size = tensor_bytes(t.type, t.n_elements());
     if (!size)
-      return invalid_argument("gguf: " + what + ": " + num(static_cast<uint64_t>(t.n_elements())) +
-                              " elements do not form whole " + std::string(to_string(t.type)) +
-                              " blocks");
+      return invalid_argument(str_cat("gguf: ", what, ": ", static_cast<uint64_t>(t.n_elements()),
+                                      " elements do not form whole ", to_string(t.type),
+                                      " blocks"));
     if (t.offset % alignment != 0)
-      return data_loss("gguf: " + what + ": data offset " + num(t.offset) +
-                       " is not a multiple of the alignment " + num(alignment));
+      return data_loss(str_cat("gguf: ", what, ": data offset ", t.offset,
+                               " is not a multiple of the alignment ", alignment));
     if (t.offset > data_size || *size > data_size - t.offset)
-      return data_loss("gguf: " + what + ": data [" + num(t.offset) + ", " + num(t.offset) +
-                       " + " + num(*size) + ") lies past the end of the data section (" +
-                       num(data_size) + " bytes)");
+      return data_loss(str_cat("gguf: ", what, ": data [", t.offset, ", ", t.offset,
+                               " + ", *size, ") lies past the end of the data section (",
+                               data_size, " bytes)"));
     t.bytes = bytes.subspan(static_cast<size_t>(data_start + t.offset), static_cast<size_t>(*size));
     ranges.emplace_back(t.offset, t.offset + *size);
   }
@@ -329,9 +328,9 @@ Status GgufFile::Impl::place_tensors(uint64_t data_start) {
     const auto& r = ranges[idx];
     if (r.first == r.second) continue;  // empty tensors occupy nothing
     if (r.first < max_end)
-      return data_loss("gguf: tensor '" + tensors[idx].name + "' data [" + num(r.first) + ", " +
-                       num(r.second) + ") overlaps tensor '" + tensors[owner].name +
-                       "' (which ends at " + num(max_end) + ")");
+      return data_loss(str_cat("gguf: tensor '", tensors[idx].name, "' data [", r.first, ", ",
+                               r.second, ") overlaps tensor '", tensors[owner].name,
+                               "' (which ends at ", max_end, ")"));
     max_end = r.second;
     owner = idx;
   }

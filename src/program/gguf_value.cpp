@@ -1,6 +1,7 @@
 // GGUF value and tensor-type helpers shared by the reader and the writer.
 #include <limits>
 
+#include "core/str_cat.h"
 #include "program/gguf.h"
 #include "program/gguf_quant.h"
 
@@ -60,7 +61,7 @@ std::string to_string(TensorType type) {
     case TensorType::kTQ2_0: return "TQ2_0";
     case TensorType::kMXFP4: return "MXFP4";
   }
-  return "unknown(" + std::to_string(static_cast<uint32_t>(type)) + ")";
+  return str_cat("unknown(", static_cast<uint32_t>(type), ")");
 }
 
 Value int_value(ValueType type, int64_t v) {

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <set>
 
+#include "core/str_cat.h"
 #include "program/byte_writer.h"
 #include "program/gguf.h"
 #include "program/gguf_quant.h"
@@ -111,26 +112,26 @@ Status GgufWriter::add_tensor(std::string name, TensorType type, std::vector<int
                               std::vector<uint8_t> data) {
   const std::string what = "gguf writer: tensor '" + name + "'";
   if (name.empty() || name.size() > 65535)
-    return invalid_argument(what + ": name length " + std::to_string(name.size()) +
-                            ", expected 1..65535");
+    return invalid_argument(str_cat(what, ": name length ", name.size(),
+                                    ", expected 1..65535"));
   for (const auto& t : tensors_)
     if (t.name == name) return invalid_argument(what + " added twice");
   if (dims.empty() || dims.size() > 4)
-    return invalid_argument(what + ": " + std::to_string(dims.size()) +
-                            " dimensions, expected 1..4");
+    return invalid_argument(str_cat(what, ": ", dims.size(),
+                                    " dimensions, expected 1..4"));
   TensorInfo probe;
   probe.dims = dims;
   for (size_t i = 0; i < dims.size(); ++i)
     if (dims[i] < 0)
-      return invalid_argument(what + ": dims[" + std::to_string(i) + "] = " +
-                              std::to_string(dims[i]) + ", expected >= 0");
+      return invalid_argument(str_cat(what, ": dims[", i, "] = ",
+                                      dims[i], ", expected >= 0"));
   auto size = tensor_bytes(type, probe.n_elements());
   if (!size)
     return invalid_argument(what + ": shape does not form whole " +
                             std::string(to_string(type)) + " blocks");
   if (*size != data.size())
-    return invalid_argument(what + ": " + std::to_string(data.size()) + " data bytes, expected " +
-                            std::to_string(*size));
+    return invalid_argument(str_cat(what, ": ", data.size(), " data bytes, expected ",
+                                    *size));
   tensors_.push_back({std::move(name), type, std::move(dims), std::move(data)});
   return ok_status();
 }
@@ -144,9 +145,9 @@ Status GgufWriter::add_tensor_f32(std::string name, std::vector<int64_t> dims,
     return invalid_argument(what + ": expected 1..4 dimensions, dims[0] >= 0");
   const auto bytes = tensor_bytes(store_as, static_cast<int64_t>(data.size()));
   if (!bytes || dims[0] % block_geometry(store_as)->elements != 0)
-    return invalid_argument(what + ": row length " + std::to_string(dims[0]) + " / " +
-                            std::to_string(data.size()) + " values do not form whole " +
-                            to_string(store_as) + " blocks");
+    return invalid_argument(str_cat(what, ": row length ", dims[0], " / ",
+                                    data.size(), " values do not form whole ",
+                                    to_string(store_as), " blocks"));
   std::vector<uint8_t> out(static_cast<size_t>(*bytes));
   if (!quantize(store_as, data, out)) return invalid_argument(what + ": cannot encode");
   return add_tensor(std::move(name), store_as, std::move(dims), std::move(out));
@@ -198,8 +199,8 @@ Status GgufWriter::write(const std::string& path) const {
   const size_t n = std::fwrite(b.data(), 1, b.size(), f);
   const bool closed = std::fclose(f) == 0;
   if (n != b.size() || !closed)
-    return data_loss("gguf writer: short write to '" + path + "' (" + std::to_string(n) + " of " +
-                     std::to_string(b.size()) + " bytes)");
+    return data_loss(str_cat("gguf writer: short write to '", path, "' (", n, " of ",
+                             b.size(), " bytes)"));
   return ok_status();
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/str_cat.h"
 #include "program/file_bytes.h"
 #include "program/hf_import.h"
 
@@ -47,9 +48,9 @@ Status get_int(const Fields& f, const char* key, int64_t* out, bool required, in
                             ", expected an integer");
   const int64_t x = v->get<int64_t>();
   if (x < min_value || x > max_value)
-    return invalid_argument(std::string("config.json: \"") + key + "\" = " + std::to_string(x) +
-                            ", expected " + std::to_string(min_value) + ".." +
-                            std::to_string(max_value));
+    return invalid_argument(str_cat("config.json: \"", key, "\" = ", x,
+                                    ", expected ", min_value, "..",
+                                    max_value));
   *out = x;
   return ok_status();
 }
@@ -83,19 +84,20 @@ Result<std::vector<bool>> sliding_layers(const Fields& f, const HfConfig& c) {
   std::vector<bool> out(n, false);
   if (const json* types = f.get("layer_types")) {
     if (!types->is_array() || types->size() != n)
-      return invalid_argument("config.json: \"layer_types\" must be an array of " +
-                              std::to_string(n) + " strings (num_hidden_layers)");
+      return invalid_argument(str_cat("config.json: \"layer_types\" must be an array of ",
+                                      n, " strings (num_hidden_layers)"));
     for (size_t i = 0; i < n; ++i) {
       const json& t = (*types)[i];
       if (t == "sliding_attention") out[i] = true;
       else if (t != "full_attention")
-        return invalid_argument("config.json: layer_types[" + std::to_string(i) + "] = " +
-                                brief(t) + ", expected \"sliding_attention\" or \"full_attention\"");
+        return invalid_argument(str_cat("config.json: layer_types[", i, "] = ", brief(t),
+                                        ", expected \"sliding_attention\" or \"full_attention\""));
     }
     for (size_t i = 0; i < n; ++i)
       if (out[i] && c.sliding_window <= 0)
-        return invalid_argument("config.json: layer_types[" + std::to_string(i) +
-                                "] is sliding_attention but \"sliding_window\" is not set");
+        return invalid_argument(
+            str_cat("config.json: layer_types[", i,
+                    "] is sliding_attention but \"sliding_window\" is not set"));
     return out;
   }
   if (c.sliding_window <= 0) return out;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/str_cat.h"
 #include "program/file_bytes.h"
 #include "program/gguf_keys.h"
 #include "program/hf_import.h"
@@ -22,7 +23,7 @@ using gguf::TensorType;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  for (size_t i = 0; i < s.size(); ++i) r += str_cat((i ? ", " : ""), s[i]);
   return r + "]";
 }
 
@@ -50,8 +51,8 @@ struct Exporter {
       return invalid_argument("export: '" + src + "' has shape " + shape_str(t->shape) +
                               ", expected " + shape_str(expect));
     if (t->shape.empty() || t->shape.size() > 4)
-      return invalid_argument("export: '" + src + "' has " + std::to_string(t->shape.size()) +
-                              " dims, expected 1..4");
+      return invalid_argument(str_cat("export: '", src, "' has ", t->shape.size(),
+                                      " dims, expected 1..4"));
     auto data = safetensors::to_f32(*t);
     if (!data.ok()) return data.status();
     std::vector<float> values = std::move(data).value();
@@ -70,14 +71,14 @@ struct Exporter {
     const int64_t q_rows = cfg.num_heads * hd, kv_rows = cfg.num_kv_heads * hd;
     const bool llama = cfg.arch == "llama";
     if (llama && hd % 2 != 0)
-      return invalid_argument("export: head_dim = " + std::to_string(hd) +
-                              " is odd; RoPE pairing needs an even head_dim");
+      return invalid_argument(str_cat("export: head_dim = ", hd,
+                                      " is odd; RoPE pairing needs an even head_dim"));
     const int64_t vocab_rows = cfg.vocab_size, vocab_cols = cfg.vocab_size > 0 ? d : 0;
     KVCACHE_RETURN_IF_ERROR(copy("model.embed_tokens.weight", "token_embd.weight", true,
                                  vocab_rows, vocab_cols));
     for (int64_t i = 0; i < cfg.num_layers; ++i) {
-      const std::string h = "model.layers." + std::to_string(i) + ".";
-      const std::string g = "blk." + std::to_string(i) + ".";
+      const std::string h = str_cat("model.layers.", i, ".");
+      const std::string g = str_cat("blk.", i, ".");
       const bool owns_cache = cfg.geometry.layer_cache[static_cast<size_t>(i)] == i;
       KVCACHE_RETURN_IF_ERROR(copy(h + "input_layernorm.weight", g + "attn_norm.weight", true, d, 0));
       KVCACHE_RETURN_IF_ERROR(copy(h + "self_attn.q_proj.weight", g + "attn_q.weight", true,
@@ -202,8 +203,8 @@ Result<TokenizerVocab> parse_tokenizer_json(std::string_view text, int64_t vocab
       return invalid_argument("tokenizer.json: token '" + tok.substr(0, 64) + "' has a non-integer id");
     const int64_t x = id.get<int64_t>();
     if (x < 0 || x >= limit)  // checked before anything is sized by it
-      return invalid_argument("tokenizer.json: token id " + std::to_string(x) + " out of range [0, " +
-                              std::to_string(limit) + ")" + (vocab > 0 ? " (the model's vocab)" : ""));
+      return invalid_argument(str_cat("tokenizer.json: token id ", x, " out of range [0, ",
+                                      limit, ")", (vocab > 0 ? " (the model's vocab)" : "")));
     entries.emplace_back(x, tok);
     return ok_status();
   };
@@ -217,7 +218,7 @@ Result<TokenizerVocab> parse_tokenizer_json(std::string_view text, int64_t vocab
   for (const auto& e : entries) max_id = std::max(max_id, e.first);
   TokenizerVocab out;
   out.tokens.resize(static_cast<size_t>(max_id + 1));
-  for (size_t i = 0; i < out.tokens.size(); ++i) out.tokens[i] = "[PAD" + std::to_string(i) + "]";
+  for (size_t i = 0; i < out.tokens.size(); ++i) out.tokens[i] = str_cat("[PAD", i, "]");
   for (auto& [id, tok] : entries) out.tokens[static_cast<size_t>(id)] = std::move(tok);
   if (const json* m = member(*model, "merges"); m && m->is_array())
     for (const auto& e : *m) {
@@ -258,9 +259,9 @@ Result<ExportReport> export_hf_to_writer(const std::string& hf_dir, TensorType d
     return invalid_argument("export: rope_scaling type '" + cfg->rope_scaling_type +
                             "' is not supported, expected linear (or none)");
   if (cfg->num_heads % cfg->num_kv_heads != 0)
-    return invalid_argument("export: num_attention_heads = " + std::to_string(cfg->num_heads) +
-                            " is not a multiple of num_key_value_heads = " +
-                            std::to_string(cfg->num_kv_heads));
+    return invalid_argument(str_cat("export: num_attention_heads = ", cfg->num_heads,
+                                    " is not a multiple of num_key_value_heads = ",
+                                    cfg->num_kv_heads));
   if (!cfg->hidden_act.empty() && cfg->hidden_act != "silu")
     return invalid_argument("export: hidden_act '" + cfg->hidden_act +
                             "' is not supported, expected silu (SwiGLU MLP)");

@@ -31,8 +31,8 @@ Result<std::vector<int64_t>> per_layer_ints(const gguf::KeyReader& keys, Key k,
     auto a = keys.get_int_array(k);
     if (!a.ok()) return a.status();
     if (static_cast<int64_t>(a->size()) != n_layers)
-      return invalid_argument("gguf: " + key + " has " + std::to_string(a->size()) +
-                              " entries, expected " + std::to_string(n_layers) + " (block_count)");
+      return invalid_argument(str_cat("gguf: ", key, " has ", a->size(),
+                                      " entries, expected ", n_layers, " (block_count)"));
     return a;
   }
   auto s = keys.get_int(k);
@@ -41,7 +41,7 @@ Result<std::vector<int64_t>> per_layer_ints(const gguf::KeyReader& keys, Key k,
 }
 
 std::string at(const std::string& key, const gguf::Value* v, size_t i) {
-  return v && v->type == gguf::ValueType::kArray ? key + "[" + std::to_string(i) + "]" : key;
+  return v && v->type == gguf::ValueType::kArray ? str_cat(key, "[", i, "]") : key;
 }
 
 // Range-checks per-layer values: > 0 and <= INT32_MAX. A 0 head count is llama.cpp's marker
@@ -54,8 +54,8 @@ Status check_positive(const gguf::GgufFile& f, const std::string& key,
                               " = 0: layers without attention are not supported (kvcache runs "
                               "attention on every layer)");
     if (v[i] <= 0 || v[i] > std::numeric_limits<int32_t>::max())
-      return invalid_argument("gguf: " + at(key, f.find(key), i) + " = " + std::to_string(v[i]) +
-                              ", expected > 0");
+      return invalid_argument(str_cat("gguf: ", at(key, f.find(key), i), " = ", v[i],
+                                      ", expected > 0"));
   }
   return ok_status();
 }
@@ -82,8 +82,8 @@ Result<std::vector<bool>> sliding_layers(const gguf::KeyReader& keys, int64_t n_
                               ", expected ARRAY of BOOL or an integer period");
     const auto& es = std::get<std::vector<gguf::Value>>(v->data);
     if (static_cast<int64_t>(es.size()) != n_layers)
-      return invalid_argument("gguf: " + key + " has " + std::to_string(es.size()) +
-                              " entries, expected " + std::to_string(n_layers) + " (block_count)");
+      return invalid_argument(str_cat("gguf: ", key, " has ", es.size(),
+                                      " entries, expected ", n_layers, " (block_count)"));
     for (size_t i = 0; i < es.size(); ++i) out[i] = std::get<bool>(es[i].data);
     return out;
   }
@@ -92,7 +92,7 @@ Result<std::vector<bool>> sliding_layers(const gguf::KeyReader& keys, int64_t n_
     auto p = keys.get_int(Key::kSlidingWindowPattern);
     if (!p.ok()) return p.status();
     if (*p < 0)
-      return invalid_argument("gguf: " + key + " = " + std::to_string(*p) + ", expected >= 0");
+      return invalid_argument(str_cat("gguf: ", key, " = ", *p, ", expected >= 0"));
     period = *p;
   }
   for (int64_t i = 0; i < n_layers; ++i) out[static_cast<size_t>(i)] = sliding_by_period(i, period);
@@ -109,9 +109,9 @@ Result<ModelGeometry> share_kv_layers(const std::vector<LayerGeometry>& per_laye
                                       int64_t shared_kv_layers, const std::string& what) {
   const auto n = static_cast<int64_t>(per_layer.size());
   if (shared_kv_layers < 0 || shared_kv_layers >= n)
-    return invalid_argument(what + " = " + std::to_string(shared_kv_layers) + ", expected 0.." +
-                            std::to_string(n - 1) + " (fewer than the " + std::to_string(n) +
-                            " layers)");
+    return invalid_argument(str_cat(what, " = ", shared_kv_layers, ", expected 0..",
+                                    n - 1, " (fewer than the ", n,
+                                    " layers)"));
   const int64_t n_cache = n - shared_kv_layers;
   ModelGeometry g;
   for (int64_t i = 0; i < n_cache; ++i) {
@@ -125,9 +125,9 @@ Result<ModelGeometry> share_kv_layers(const std::vector<LayerGeometry>& per_laye
     const bool sliding = per_layer[static_cast<size_t>(i)].sliding();
     const int64_t owner = last_owner[sliding];
     if (owner < 0)
-      return invalid_argument(what + ": shared layer " + std::to_string(i) + " is " +
-                              (sliding ? "sliding" : "full") +
-                              " but no earlier layer of that type owns a cache");
+      return invalid_argument(str_cat(what, ": shared layer ", i, " is ",
+                                      (sliding ? "sliding" : "full"),
+                                      " but no earlier layer of that type owns a cache"));
     g.layer_cache.push_back(static_cast<int32_t>(owner));
   }
   return g;
@@ -144,8 +144,8 @@ Result<ModelGeometry> derive_llama_geometry(const gguf::GgufFile& f) {
   if (!n_r.ok()) return n_r.status();
   const int64_t n = *n_r;
   if (n <= 0 || n > kMaxLayers)
-    return invalid_argument("gguf: " + keys.name(Key::kBlockCount) + " = " + std::to_string(n) +
-                            ", expected 1.." + std::to_string(kMaxLayers));
+    return invalid_argument(str_cat("gguf: ", keys.name(Key::kBlockCount), " = ", n,
+                                    ", expected 1..", kMaxLayers));
   auto heads = per_layer_ints(keys, Key::kHeadCount, n);
   if (!heads.ok()) return heads.status();
   KVCACHE_RETURN_IF_ERROR(check_positive(f, keys.name(Key::kHeadCount), *heads));
@@ -166,8 +166,8 @@ Result<ModelGeometry> derive_llama_geometry(const gguf::GgufFile& f) {
   auto window = keys.get_int_or(Key::kSlidingWindow, arch_default_window(keys.arch()));
   if (!window.ok()) return window.status();
   if (*window < 0 || *window > std::numeric_limits<int32_t>::max())
-    return invalid_argument("gguf: " + keys.name(Key::kSlidingWindow) + " = " +
-                            std::to_string(*window) + ", expected >= 0");
+    return invalid_argument(str_cat("gguf: ", keys.name(Key::kSlidingWindow), " = ",
+                                    *window, ", expected >= 0"));
   std::vector<bool> sliding(static_cast<size_t>(n), false);
   if (*window > 0) {
     auto s = sliding_layers(keys, n);
@@ -183,10 +183,10 @@ Result<ModelGeometry> derive_llama_geometry(const gguf::GgufFile& f) {
     const int64_t v = *value_len > 0 ? *value_len : fallback;
     if (k <= 0 || v <= 0 || k > std::numeric_limits<int32_t>::max() ||
         v > std::numeric_limits<int32_t>::max())
-      return invalid_argument("gguf: layer " + std::to_string(i) + ": key/value width " +
-                              std::to_string(k) + "/" + std::to_string(v) + " from " +
-                              keys.name(Key::kKeyLength) + "/value_length or embedding_length / "
-                              "head_count, expected > 0");
+      return invalid_argument(str_cat("gguf: layer ", i, ": key/value width ", k, "/", v, " from ",
+                                      keys.name(Key::kKeyLength),
+                                      "/value_length or embedding_length / head_count, "
+                                      "expected > 0"));
     LayerGeometry l;
     l.kv_heads = static_cast<int32_t>(kv_heads[ui]);
     l.head_dim = static_cast<int32_t>(k);

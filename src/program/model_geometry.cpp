@@ -3,6 +3,7 @@
 // exactly as the file holds it.
 #include <limits>
 
+#include "core/str_cat.h"
 #include "program/gguf_keys.h"
 #include "program/model_geometry.h"
 
@@ -27,8 +28,8 @@ struct RawGeometry {
 };
 
 std::string entry(const char* key, size_t i, int64_t v, const char* expected) {
-  return std::string(key) + "[" + std::to_string(i) + "] = " + std::to_string(v) + ", expected " +
-         expected;
+  return str_cat(key, "[", i, "] = ", v, ", expected ",
+                 expected);
 }
 
 Status check_raw(const RawGeometry& r, const std::string& who) {
@@ -37,15 +38,15 @@ Status check_raw(const RawGeometry& r, const std::string& who) {
     return invalid_argument(who + std::string(kKvHeads) +
                             " is empty, expected one entry per cache layer");
   if (static_cast<int64_t>(n) > kMaxModelLayers)
-    return invalid_argument(who + kKvHeads + " has " + std::to_string(n) + " entries, expected <= " +
-                            std::to_string(kMaxModelLayers));
+    return invalid_argument(str_cat(who, kKvHeads, " has ", n, " entries, expected <= ",
+                                    kMaxModelLayers));
   if (static_cast<int64_t>(r.layer_cache.size()) > kMaxModelLayers)
-    return invalid_argument(who + kLayerCache + " has " + std::to_string(r.layer_cache.size()) +
-                            " entries, expected <= " + std::to_string(kMaxModelLayers));
+    return invalid_argument(str_cat(who, kLayerCache, " has ", r.layer_cache.size(),
+                                    " entries, expected <= ", kMaxModelLayers));
   auto same_length = [&](const char* key, const std::vector<int64_t>& a) -> Status {
     if (a.size() == n) return ok_status();
-    return invalid_argument(who + key + " has " + std::to_string(a.size()) +
-                            " entries, expected " + std::to_string(n) + " (as " + kKvHeads + ")");
+    return invalid_argument(str_cat(who, key, " has ", a.size(),
+                                    " entries, expected ", n, " (as ", kKvHeads, ")"));
   };
   KVCACHE_RETURN_IF_ERROR(same_length(kHeadDims, r.head_dims));
   KVCACHE_RETURN_IF_ERROR(same_length(kWindows, r.windows));
@@ -64,17 +65,17 @@ Status check_raw(const RawGeometry& r, const std::string& who) {
   if (r.has_layer_cache) {
     if (r.layer_cache.empty())
       return invalid_argument(who + kLayerCache + " is empty, expected one entry per model layer");
-    const std::string range = "in [0, " + std::to_string(n) + ")";
+    const std::string range = str_cat("in [0, ", n, ")");
     for (size_t i = 0; i < r.layer_cache.size(); ++i)
       if (r.layer_cache[i] < 0 || r.layer_cache[i] >= static_cast<int64_t>(n))
         return invalid_argument(who + entry(kLayerCache, i, r.layer_cache[i], range.c_str()));
   }
   if (r.max_context < 0 || r.max_context > std::numeric_limits<uint32_t>::max())
-    return invalid_argument(who + kMaxContext + " = " + std::to_string(r.max_context) +
-                            ", expected 0..4294967295 (0 = unknown)");
+    return invalid_argument(str_cat(who, kMaxContext, " = ", r.max_context,
+                                    ", expected 0..4294967295 (0 = unknown)"));
   if (r.max_step_tokens < 0 || r.max_step_tokens > kMax)
-    return invalid_argument(who + kMaxStepTokens + " = " + std::to_string(r.max_step_tokens) +
-                            ", expected 0..2147483647 (0 = unset)");
+    return invalid_argument(str_cat(who, kMaxStepTokens, " = ", r.max_step_tokens,
+                                    ", expected 0..2147483647 (0 = unset)"));
   return ok_status();
 }
 
@@ -169,14 +170,14 @@ Result<ModelGeometry> read_kvcache_keys(const gguf::GgufFile& f) {
   if (!r.has_layer_cache) {
     // Default: every model layer owns its cache layer.
     if (n_layers && *n_layers != static_cast<int64_t>(r.kv_heads.size()))
-      return invalid_argument("gguf: " + std::string(kLayerCache) + " is missing and block_count = " +
-                              std::to_string(*n_layers) + " differs from the " +
-                              std::to_string(r.kv_heads.size()) + " cache layers");
+      return invalid_argument(str_cat("gguf: ", kLayerCache, " is missing and block_count = ",
+                                      *n_layers, " differs from the ",
+                                      r.kv_heads.size(), " cache layers"));
     for (size_t i = 0; i < r.kv_heads.size(); ++i) r.layer_cache.push_back(static_cast<int64_t>(i));
   } else if (n_layers && *n_layers != static_cast<int64_t>(r.layer_cache.size())) {
-    return invalid_argument("gguf: " + std::string(kLayerCache) + " has " +
-                            std::to_string(r.layer_cache.size()) + " entries, expected " +
-                            std::to_string(*n_layers) + " (block_count)");
+    return invalid_argument(str_cat("gguf: ", kLayerCache, " has ",
+                                    r.layer_cache.size(), " entries, expected ",
+                                    *n_layers, " (block_count)"));
   }
   ModelGeometry g = from_raw(r);
   if (auto why = why_invalid(g.cache)) return invalid_argument("gguf: kvcache.cache: " + why->message());

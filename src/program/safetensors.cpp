@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/half.h"
+#include "core/str_cat.h"
 #include "program/file_bytes.h"
 
 namespace kvcache::safetensors {
@@ -27,8 +28,6 @@ int64_t dtype_size(const std::string& d) {
   if (d == "I8" || d == "U8" || d == "BOOL" || d == "F8_E4M3" || d == "F8_E5M2") return 1;
   return 0;  // unknown: only the offsets are checked
 }
-
-std::string s(uint64_t v) { return std::to_string(v); }
 
 }  // namespace
 
@@ -67,7 +66,8 @@ Status SafetensorsFile::Impl::add_entry(const std::string& name, const nlohmann:
   TensorView t;
   t.name = name;
   t.dtype = dt->get<std::string>();
-  if (sh->size() > 8) return invalid_argument(what + ": " + s(sh->size()) + " dims, expected <= 8");
+  if (sh->size() > 8)
+    return invalid_argument(str_cat(what, ": ", sh->size(), " dims, expected <= 8"));
   for (const auto& d : *sh) {
     if (!d.is_number_unsigned() || d.get<uint64_t>() > (1ull << 40))
       return invalid_argument(what + ": shape entries must be integers in [0, 2^40]");
@@ -76,17 +76,17 @@ Status SafetensorsFile::Impl::add_entry(const std::string& name, const nlohmann:
   const uint64_t begin = (*off)[0].get<uint64_t>();
   const uint64_t end = (*off)[1].get<uint64_t>();
   if (begin > end || end > data_size)
-    return data_loss(what + ": data_offsets [" + s(begin) + ", " + s(end) +
-                     ") outside the data section of " + s(data_size) + " bytes");
+    return data_loss(str_cat(what, ": data_offsets [", begin, ", ", end,
+                             ") outside the data section of ", data_size, " bytes"));
   const int64_t n = t.n_elements();
   const int64_t es = dtype_size(t.dtype);
   int64_t expect = 0;
   if (n < 0 || (es > 0 && __builtin_mul_overflow(n, es, &expect)))
     return invalid_argument(what + ": shape overflows");
   if (es > 0 && static_cast<uint64_t>(expect) != end - begin)
-    return invalid_argument(what + ": " + s(end - begin) + " data bytes, expected " + s(expect) +
-                            " for " + t.dtype + " of " + s(static_cast<uint64_t>(n)) +
-                            " elements");
+    return invalid_argument(str_cat(what, ": ", end - begin, " data bytes, expected ", expect,
+                                    " for ", t.dtype, " of ", static_cast<uint64_t>(n),
+                                    " elements"));
   t.bytes = bytes.subspan(static_cast<size_t>(data_start + begin), static_cast<size_t>(end - begin));
   index.emplace(name, tensors.size());
   tensors.push_back(std::move(t));
@@ -95,15 +95,16 @@ Status SafetensorsFile::Impl::add_entry(const std::string& name, const nlohmann:
 
 Status SafetensorsFile::Impl::parse() {
   if (bytes.size() < 8)
-    return data_loss("safetensors: file of " + s(bytes.size()) + " bytes is shorter than the "
-                     "8-byte header length");
+    return data_loss(str_cat("safetensors: file of ", bytes.size(), " bytes is shorter than the "
+                             "8-byte header length"));
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);
   if (n > bytes.size() - 8)
-    return data_loss("safetensors: header length " + s(n) + " runs past the end of the file (" +
-                     s(bytes.size() - 8) + " bytes follow)");
+    return data_loss(str_cat("safetensors: header length ", n, " runs past the end of the file (",
+                             bytes.size() - 8, " bytes follow)"));
   if (n > kMaxHeader)
-    return invalid_argument("safetensors: header length " + s(n) + ", expected <= " + s(kMaxHeader));
+    return invalid_argument(
+        str_cat("safetensors: header length ", n, ", expected <= ", kMaxHeader));
   const auto* h = reinterpret_cast<const char*>(bytes.data() + 8);
   nlohmann::json header = nlohmann::json::parse(h, h + n, nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object())
@@ -153,8 +154,9 @@ Result<std::vector<float>> to_f32(const TensorView& t) {
   const int64_t count = t.n_elements();
   const uint64_t want = static_cast<uint64_t>(count) * (f32 ? 4 : 2);
   if (count < 0 || static_cast<uint64_t>(count) > t.bytes.size() || want != t.bytes.size())
-    return data_loss("safetensors: tensor '" + t.name + "' holds " + s(t.bytes.size()) +
-                     " bytes, its shape needs " + (count < 0 ? std::string("more") : s(want)));
+    return data_loss(str_cat("safetensors: tensor '", t.name, "' holds ", t.bytes.size(),
+                             " bytes, its shape needs ",
+                             (count < 0 ? std::string("more") : str_cat(want))));
   const auto n = static_cast<size_t>(count);
   std::vector<float> out(n);
   if (f32) {

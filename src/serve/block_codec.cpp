@@ -6,6 +6,8 @@
 
 #include <xxhash.h>
 
+#include "core/str_cat.h"
+
 namespace kvcache::serve {
 namespace {
 
@@ -92,18 +94,18 @@ std::string block_store_key(uint64_t key) { return "kvcache:blk:" + hex(key); }
 Result<std::string> encode_block(const BlockFormat& f, const BlockId& id,
                                  std::span<const BlockLayerRows> layers) {
   if (static_cast<int64_t>(id.tokens.size()) != f.block_tokens)
-    return invalid_argument("encode_block: " + std::to_string(id.tokens.size()) +
-                            " token ids, expected " + std::to_string(f.block_tokens));
+    return invalid_argument(str_cat("encode_block: ", id.tokens.size(),
+                                    " token ids, expected ", f.block_tokens));
   if (layers.size() != f.geometry.layers.size())
-    return invalid_argument("encode_block: " + std::to_string(layers.size()) +
-                            " layers, expected " + std::to_string(f.geometry.layers.size()));
+    return invalid_argument(str_cat("encode_block: ", layers.size(),
+                                    " layers, expected ", f.geometry.layers.size()));
   for (int32_t l = 0; l < static_cast<int32_t>(layers.size()); ++l) {
     const BlockLayerRows& r = layers[static_cast<size_t>(l)];
     if (static_cast<int64_t>(r.k.size()) != f.rows(l) * f.k_row_bytes(l) ||
         static_cast<int64_t>(r.v.size()) != f.rows(l) * f.v_row_bytes(l))
-      return invalid_argument("encode_block: layer " + std::to_string(l) + " holds " +
-                              std::to_string(r.k.size()) + " + " + std::to_string(r.v.size()) +
-                              " bytes, expected " + std::to_string(f.rows(l)) + " rows");
+      return invalid_argument(str_cat("encode_block: layer ", l, " holds ",
+                                      r.k.size(), " + ", r.v.size(),
+                                      " bytes, expected ", f.rows(l), " rows"));
   }
   std::string out(static_cast<size_t>(f.value_bytes()), '\0');
   std::memcpy(out.data(), kBlockMagic, 8);
@@ -136,18 +138,18 @@ DecodedBlock decode_block(const BlockFormat& f, const BlockId& id, std::string_v
                           bool copy_rows) {
   const int64_t want = f.value_bytes();
   if (v.size() < kBlockHeaderBytes)
-    return refuse(BlockFault::kChecksum, std::to_string(v.size()) + " bytes, shorter than the " +
-                                             std::to_string(kBlockHeaderBytes) + "-byte header");
+    return refuse(BlockFault::kChecksum, str_cat(v.size(), " bytes, shorter than the ",
+                                                 kBlockHeaderBytes, "-byte header"));
   if (std::memcmp(v.data(), kBlockMagic, 8) != 0)
     return refuse(BlockFault::kChecksum, "bad magic (not a kvcache block)");
   const uint64_t version = get(v, kOffVersion, 4);
   if (version != kBlockVersion)
-    return refuse(BlockFault::kMismatch, "version " + std::to_string(version) + ", expected " +
-                                             std::to_string(kBlockVersion) +
-                                             " (written by another kvcache release)");
+    return refuse(BlockFault::kMismatch, str_cat("version ", version, ", expected ",
+                                                 kBlockVersion,
+                                                 " (written by another kvcache release)"));
   if (static_cast<int64_t>(v.size()) != want)
-    return refuse(BlockFault::kChecksum, std::to_string(v.size()) + " bytes, expected " +
-                                             std::to_string(want) + " (truncated or padded)");
+    return refuse(BlockFault::kChecksum, str_cat(v.size(), " bytes, expected ",
+                                                 want, " (truncated or padded)"));
   const uint64_t sum = get(v, kOffChecksum, 8);
   if (sum != checksum(v))
     return refuse(BlockFault::kChecksum, "checksum mismatch for key " + hex(id.key));
@@ -169,12 +171,12 @@ DecodedBlock decode_block(const BlockFormat& f, const BlockId& id, std::string_v
                                 static_cast<uint64_t>(f.payload_bytes()))})
     if (!why.empty()) return refuse(BlockFault::kMismatch, why);
   if (static_cast<int64_t>(id.tokens.size()) != f.block_tokens)
-    return refuse(BlockFault::kMismatch, "the reader asked with " +
-                                             std::to_string(id.tokens.size()) + " token ids");
+    return refuse(BlockFault::kMismatch, str_cat("the reader asked with ",
+                                                 id.tokens.size(), " token ids"));
   size_t at = kBlockHeaderBytes;
   for (size_t i = 0; i < id.tokens.size(); ++i, at += 4)
     if (static_cast<int32_t>(get(v, at, 4)) != id.tokens[i])
-      return refuse(BlockFault::kMismatch, "token " + std::to_string(i) + " differs");
+      return refuse(BlockFault::kMismatch, str_cat("token ", i, " differs"));
   DecodedBlock d;
   if (!copy_rows) return d;
   d.layers.resize(f.geometry.layers.size());

@@ -7,14 +7,10 @@
 #include <string>
 
 #include "core/cell_layout.h"
+#include "core/str_cat.h"
 #include "serve/executor_state.h"
 
 namespace kvcache::serve {
-namespace {
-
-std::string str(int64_t v) { return std::to_string(v); }
-
-}  // namespace
 
 std::string_view to_string(Finish finish) {
   switch (finish) {
@@ -37,15 +33,15 @@ Result<std::unique_ptr<Executor>> Executor::create(const engine::Model& model,
                                                    const engine::Tokenizer* tokenizer,
                                                    const ExecutorOptions& o) {
   if (o.max_sessions < 1 || o.max_sessions > kDefaultMaxSeqs / 2)
-    return invalid_argument("executor: max_sessions = " + str(o.max_sessions) +
-                            ", expected 1.." + str(kDefaultMaxSeqs / 2));
+    return invalid_argument(str_cat("executor: max_sessions = ", o.max_sessions,
+                                    ", expected 1..", kDefaultMaxSeqs / 2));
   if (o.block_tokens < 1)
-    return invalid_argument("executor: block_tokens = " + str(o.block_tokens) + ", expected > 0");
+    return invalid_argument(str_cat("executor: block_tokens = ", o.block_tokens, ", expected > 0"));
   if (o.step_tokens < 0)
-    return invalid_argument("executor: step_tokens = " + str(o.step_tokens) + ", expected >= 0");
+    return invalid_argument(str_cat("executor: step_tokens = ", o.step_tokens, ", expected >= 0"));
   if (o.store_wait_ms < 0)
-    return invalid_argument("executor: store_wait_ms = " + str(o.store_wait_ms) +
-                            ", expected >= 0");
+    return invalid_argument(str_cat("executor: store_wait_ms = ", o.store_wait_ms,
+                                    ", expected >= 0"));
   std::optional<StoreAddress> store_at;
   if (!o.kv_store.empty()) {
     if (!o.prefix_cache)
@@ -58,22 +54,22 @@ Result<std::unique_ptr<Executor>> Executor::create(const engine::Model& model,
   int64_t per_session = o.max_session_tokens;
   if (per_session == 0) per_session = engine::default_capacity(model);
   if (per_session < 1)
-    return invalid_argument("executor: max_session_tokens = " + str(per_session) +
-                            ", expected > 0");
+    return invalid_argument(str_cat("executor: max_session_tokens = ", per_session,
+                                    ", expected > 0"));
   if (max_context > 0 && per_session > max_context)
-    return invalid_argument("executor: max_session_tokens = " + str(per_session) +
-                            " is above the model's max_context " + str(max_context));
+    return invalid_argument(str_cat("executor: max_session_tokens = ", per_session,
+                                    " is above the model's max_context ", max_context));
   std::optional<int64_t> pool = o.pool_cells;
   if (!pool) {
     pool = checked_mul(o.max_sessions, per_session);
     if (!pool || *pool > (int64_t{1} << 31) - 1)
-      return invalid_argument("executor: max_sessions * max_session_tokens = " +
-                              str(o.max_sessions) + " * " + str(per_session) +
-                              " overflows the pool's cell count (at most 2^31 - 1)");
+      return invalid_argument(str_cat("executor: max_sessions * max_session_tokens = ",
+                                      o.max_sessions, " * ", per_session,
+                                      " overflows the pool's cell count (at most 2^31 - 1)"));
   }
   if (*pool < per_session || *pool > (int64_t{1} << 31) - 1)
-    return invalid_argument("executor: pool_cells = " + str(*pool) + ", expected in [" +
-                            str(per_session) + " (max_session_tokens), 2^31 - 1]");
+    return invalid_argument(str_cat("executor: pool_cells = ", *pool, ", expected in [",
+                                    per_session, " (max_session_tokens), 2^31 - 1]"));
   engine::CacheOptions co;
   co.kind = std::string(kCellKind);
   co.capacity = *pool;
@@ -121,31 +117,31 @@ Status Executor::check_request(std::span<const int32_t> prompt, const GeneratePa
   const int32_t vocab = model_.hparams().vocab;
   for (size_t i = 0; i < prompt.size(); ++i)
     if (prompt[i] < 0 || prompt[i] >= vocab)
-      return invalid_argument("request: prompt token " + str(static_cast<int64_t>(i)) + " = " +
-                              str(prompt[i]) + ", expected in [0, " + str(vocab) + ")");
+      return invalid_argument(str_cat("request: prompt token ", static_cast<int64_t>(i), " = ",
+                                      prompt[i], ", expected in [0, ", vocab, ")"));
   if (p.n < 1 || p.n > opt_.max_sessions)
-    return invalid_argument("request: n = " + str(p.n) + ", expected 1.." +
-                            str(opt_.max_sessions) + " (max_sessions)");
+    return invalid_argument(str_cat("request: n = ", p.n, ", expected 1..",
+                                    opt_.max_sessions, " (max_sessions)"));
   if (p.max_new_tokens < 0)
-    return invalid_argument("request: max_new_tokens = " + str(p.max_new_tokens) +
-                            ", expected >= 0");
+    return invalid_argument(str_cat("request: max_new_tokens = ", p.max_new_tokens,
+                                    ", expected >= 0"));
   const engine::SamplerConfig& s = p.sampling;
   if (!std::isfinite(s.temperature) || s.temperature < 0.0f)
-    return invalid_argument("request: temperature = " + std::to_string(s.temperature) +
-                            ", expected a finite value >= 0");
+    return invalid_argument(str_cat("request: temperature = ", s.temperature,
+                                    ", expected a finite value >= 0"));
   if (!std::isfinite(s.top_p) || s.top_p <= 0.0f || s.top_p > 1.0f)
-    return invalid_argument("request: top_p = " + std::to_string(s.top_p) +
-                            ", expected in (0, 1]");
+    return invalid_argument(str_cat("request: top_p = ", s.top_p,
+                                    ", expected in (0, 1]"));
   if (s.top_k < 0)
-    return invalid_argument("request: top_k = " + str(s.top_k) + ", expected >= 0");
+    return invalid_argument(str_cat("request: top_k = ", s.top_k, ", expected >= 0"));
   for (const std::string& stop : p.stop)
     if (stop.empty()) return invalid_argument("request: an empty stop string");
   const int64_t need = static_cast<int64_t>(prompt.size()) + p.max_new_tokens;
   if (need > max_session_tokens_)
-    return invalid_argument("request: prompt (" + str(static_cast<int64_t>(prompt.size())) +
-                            " tokens) + max_new_tokens (" + str(p.max_new_tokens) + ") = " +
-                            str(need) + " exceeds max_session_tokens " +
-                            str(max_session_tokens_));
+    return invalid_argument(str_cat("request: prompt (", static_cast<int64_t>(prompt.size()),
+                                    " tokens) + max_new_tokens (", p.max_new_tokens, ") = ",
+                                    need, " exceeds max_session_tokens ",
+                                    max_session_tokens_));
   return ok_status();
 }
 
@@ -195,15 +191,15 @@ void Executor::drop_request(int64_t id) {
 
 Result<int64_t> Executor::open(std::vector<int32_t> prompt, const GenerateParams& params) {
   if (params.n != 1)
-    return invalid_argument("open: n = " + str(params.n) + ", expected 1 (use submit)");
+    return invalid_argument(str_cat("open: n = ", params.n, ", expected 1 (use submit)"));
   KVCACHE_RETURN_IF_ERROR(check_request(prompt, params));
   const int64_t id = new_request(std::move(prompt), params);
   Session& s = *sessions_.at(requests_.at(id)->sessions.front());
   if (!admit(s)) {
     drop_request(id);
-    return resource_exhausted("open: " + str(static_cast<int64_t>(running_.size())) + " of " +
-                              str(opt_.max_sessions) +
-                              " sessions are open or the pool has no room for the prompt");
+    return resource_exhausted(str_cat("open: ", static_cast<int64_t>(running_.size()), " of ",
+                                      opt_.max_sessions,
+                                      " sessions are open or the pool has no room for the prompt"));
   }
   return id;
 }
@@ -221,17 +217,17 @@ std::span<const int32_t> Executor::held_tokens(int32_t seq) const {
 Result<int64_t> Executor::clone(int64_t request, int64_t upto, const GenerateParams& params,
                                 std::span<const int32_t> more) {
   if (params.n != 1)
-    return invalid_argument("clone: n = " + str(params.n) + ", expected 1");
+    return invalid_argument(str_cat("clone: n = ", params.n, ", expected 1"));
   int32_t src = -1;
   for (const auto& [seq, sid] : seq_session_)
     if (sessions_.at(sid)->request == request && sessions_.at(sid)->completion == 0) src = seq;
   for (const auto& [seq, r] : retained_)
     if (r.request == request && r.completion == 0) src = seq;
-  if (src < 0) return not_found("clone: request " + str(request) + " holds no cells");
+  if (src < 0) return not_found(str_cat("clone: request ", request, " holds no cells"));
   const std::span<const int32_t> held = held_tokens(src);
   if (upto < 1 || upto > static_cast<int64_t>(held.size()))
-    return invalid_argument("clone: upto = " + str(upto) + ", expected 1.." +
-                            str(static_cast<int64_t>(held.size())));
+    return invalid_argument(str_cat("clone: upto = ", upto, ", expected 1..",
+                                    static_cast<int64_t>(held.size())));
   std::vector<int32_t> prompt(held.begin(), held.begin() + upto);
   prompt.insert(prompt.end(), more.begin(), more.end());
   KVCACHE_RETURN_IF_ERROR(check_request(prompt, params));
@@ -241,7 +237,7 @@ Result<int64_t> Executor::clone(int64_t request, int64_t upto, const GeneratePar
   // generation.
   if (!admit_from(s, src, more.empty() ? upto - 1 : upto)) {
     drop_request(id);
-    return resource_exhausted("clone: no free session or cell for request " + str(request));
+    return resource_exhausted(str_cat("clone: no free session or cell for request ", request));
   }
   count_prefix(s, s.fed);
   return id;
@@ -476,7 +472,7 @@ void Executor::finish_request_if_done(Request& r) {
 Status Executor::cancel(int64_t request) {
   auto it = requests_.find(request);
   if (it == requests_.end())
-    return not_found("cancel: no unfinished request " + str(request));
+    return not_found(str_cat("cancel: no unfinished request ", request));
   const std::vector<int64_t> ids = it->second->sessions;
   for (int64_t sid : ids) {
     auto s = sessions_.find(sid);
@@ -495,7 +491,7 @@ Status Executor::close(int64_t request) {
     retained_.erase(seq);
     release_seq(seq);
   }
-  if (!found && drop.empty()) return not_found("close: no request " + str(request));
+  if (!found && drop.empty()) return not_found(str_cat("close: no request ", request));
   return ok_status();
 }
 

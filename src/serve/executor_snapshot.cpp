@@ -3,13 +3,12 @@
 #include <algorithm>
 #include <string>
 
+#include "core/str_cat.h"
 #include "serve/executor.h"
 #include "serve/executor_state.h"
 
 namespace kvcache::serve {
 namespace {
-
-std::string str(int64_t v) { return std::to_string(v); }
 
 int64_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
   const size_t n = std::min(a.size(), b.size());
@@ -32,10 +31,11 @@ Result<engine::Snapshot> Executor::export_prefix(std::span<const int32_t> tokens
   for (const auto& [seq, r] : retained_) consider(seq);
   for (const auto& [seq, sid] : seq_session_) consider(seq);
   if (best_seq < 0)
-    return not_found("export prefix: no sequence of the pool holds a prefix of these " +
-                     str(static_cast<int64_t>(tokens.size())) + " tokens" +
-                     (sliding_ ? " whole (with sliding windows the holder must hold exactly "
-                                 "the prefix)" : ""));
+    return not_found(str_cat("export prefix: no sequence of the pool holds a prefix of these ",
+                             static_cast<int64_t>(tokens.size()), " tokens",
+                             sliding_ ? " whole (with sliding windows the holder must hold "
+                                        "exactly the prefix)"
+                                      : ""));
   Result<std::vector<LayerRows>> rows = cache_->read_rows(best_seq, 0, best);
   if (!rows.ok()) return rows.status();
   engine::Snapshot s;
@@ -57,8 +57,8 @@ Result<int64_t> Executor::import_prefix(const engine::Snapshot& snapshot) {
       engine::check_snapshot(snapshot, model_.fingerprint(), *cache_, model_.hparams().vocab));
   const int64_t n = snapshot.positions;
   if (n < 1 || n > max_session_tokens_)
-    return invalid_argument("import prefix: " + str(n) + " positions, expected 1.." +
-                            str(max_session_tokens_) + " (max_session_tokens)");
+    return invalid_argument(str_cat("import prefix: ", n, " positions, expected 1..",
+                                    max_session_tokens_, " (max_session_tokens)"));
   int32_t seq = -1;
   if (!new_seq(std::nullopt, seq))
     return resource_exhausted("import prefix: no free sequence id");

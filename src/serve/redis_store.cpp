@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "core/str_cat.h"
 #include "serve/kv_store.h"
 
 namespace kvcache::serve {
@@ -79,7 +80,7 @@ class RedisStore final : public BlockStore {
   Status fail(const std::string& what) {
     drop();
     next_try_ = std::chrono::steady_clock::now() + t_.retry;
-    return internal_error("redis " + addr_.host + ":" + std::to_string(addr_.port) + ": " + what);
+    return internal_error(str_cat("redis ", addr_.host, ":", addr_.port, ": ", what));
   }
 
   Status connect() {
@@ -95,7 +96,7 @@ class RedisStore final : public BlockStore {
       if (r == nullptr) return fail(c_->errstr);
       const bool ok = r->type == REDIS_REPLY_STATUS;
       freeReplyObject(r);
-      if (!ok) return fail("SELECT " + std::to_string(addr_.db) + " refused");
+      if (!ok) return fail(str_cat("SELECT ", addr_.db, " refused"));
     }
     return ok_status();
   }

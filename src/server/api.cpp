@@ -4,6 +4,8 @@
 #include <limits>
 #include <utility>
 
+#include "core/str_cat.h"
+
 namespace kvcache::server {
 namespace {
 
@@ -28,7 +30,7 @@ std::optional<ApiError> number_field(const json& obj, const char* key, double lo
   const double d = it->get<double>();
   if (!std::isfinite(d) || d < lo || d > hi) {
     auto num = [](double v) {
-      return v == std::floor(v) && std::fabs(v) < 1e15 ? std::to_string(static_cast<int64_t>(v))
+      return v == std::floor(v) && std::fabs(v) < 1e15 ? str_cat(static_cast<int64_t>(v))
                                                        : json(v).dump();
     };
     const std::string range = "[" + num(lo) + ", " + num(hi) + "]";
@@ -57,8 +59,8 @@ std::optional<ApiError> parse_stop(const json& obj, std::vector<std::string>& ou
   } else if (it->is_array() && it->size() <= kMaxStops) {
     items.assign(it->begin(), it->end());
   } else {
-    return bad_field("stop", "'stop' must be a string or a list of at most " +
-                                 std::to_string(kMaxStops) + " strings");
+    return bad_field("stop", str_cat("'stop' must be a string or a list of at most ",
+                                     kMaxStops, " strings"));
   }
   for (const json& s : items) {
     if (!s.is_string() || s.get<std::string>().empty())
@@ -84,13 +86,13 @@ std::optional<ApiError> parse_prompt(const json& obj, const ApiLimits& lim, ApiR
   if (p->empty()) return bad_field("prompt", "'prompt' is empty");
   if (static_cast<int64_t>(p->size()) > lim.max_session_tokens)
     return ApiError{413,
-                    "'prompt' has " + std::to_string(p->size()) +
-                        " tokens; the session budget is " + std::to_string(lim.max_session_tokens),
+                    str_cat("'prompt' has ", p->size(),
+                            " tokens; the session budget is ", lim.max_session_tokens),
                     "invalid_request_error", "prompt", "context_length_exceeded"};
   for (const json& v : *p) {
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= lim.vocab)
-      return bad_field("prompt", "'prompt' holds " + v.dump() + ", expected token ids in [0, " +
-                                     std::to_string(lim.vocab) + ")");
+      return bad_field("prompt", str_cat("'prompt' holds ", v.dump(),
+                                         ", expected token ids in [0, ", lim.vocab, ")"));
     r.prompt_ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
   }
   return std::nullopt;
@@ -120,10 +122,10 @@ std::optional<ApiError> parse_messages(const json& obj, ApiRequest& r) {
   if (!it->is_array()) return bad_field("messages", "'messages' is " + type_name(*it) + ", expected a list");
   if (it->empty()) return bad_field("messages", "'messages' is empty");
   if (it->size() > kMaxMessages)
-    return bad_field("messages", "'messages' has more than " + std::to_string(kMaxMessages) + " entries");
+    return bad_field("messages", str_cat("'messages' has more than ", kMaxMessages, " entries"));
   for (size_t i = 0; i < it->size(); ++i) {
     const json& m = (*it)[i];
-    const std::string at = "messages[" + std::to_string(i) + "]";
+    const std::string at = str_cat("messages[", i, "]");
     if (!m.is_object()) return bad_field(at, "'" + at + "' is " + type_name(m) + ", expected an object");
     auto role = m.find("role");
     if (role == m.end() || !role->is_string())
@@ -243,17 +245,17 @@ std::optional<ApiError> resolve_max_tokens(ApiRequest& r, int64_t prompt_tokens,
   const int64_t room = lim.max_session_tokens - prompt_tokens;
   if (room < 1)
     return ApiError{413,
-                    std::string("'") + where + "' is " + std::to_string(prompt_tokens) +
-                        " tokens; the session budget max_session_tokens is " +
-                        std::to_string(lim.max_session_tokens),
+                    str_cat("'", where, "' is ", prompt_tokens,
+                            " tokens; the session budget max_session_tokens is ",
+                            lim.max_session_tokens),
                     "invalid_request_error", where, "context_length_exceeded"};
   int64_t want = r.max_tokens ? *r.max_tokens : (r.chat ? room : kDefaultCompletionTokens);
   if (!r.max_tokens) want = std::min(want, room);
   if (want > room)
     return ApiError{413,
-                    std::to_string(prompt_tokens) + " prompt tokens + max_tokens " +
-                        std::to_string(want) + " exceed the session budget of " +
-                        std::to_string(lim.max_session_tokens) + " tokens",
+                    str_cat(prompt_tokens, " prompt tokens + max_tokens ",
+                            want, " exceed the session budget of ",
+                            lim.max_session_tokens, " tokens"),
                     "invalid_request_error", "max_tokens", "context_length_exceeded"};
   r.params.max_new_tokens = static_cast<int32_t>(want);
   return std::nullopt;

@@ -3,6 +3,8 @@
 #include <array>
 #include <utility>
 
+#include "core/str_cat.h"
+
 namespace kvcache::server {
 namespace {
 
@@ -25,13 +27,8 @@ std::string_view trim(std::string_view s) {
 
 Status bad(std::string what) { return invalid_argument("messages" + std::move(what)); }
 
-// "[i]" (built by appends: g++ 12 warns falsely on "[" + std::to_string(i)).
-std::string at(size_t i) {
-  std::string s(1, '[');
-  s += std::to_string(i);
-  s += ']';
-  return s;
-}
+// "[i]".
+std::string at(size_t i) { return str_cat("[", i, "]"); }
 
 // Checks the roles every template shares: known roles, system only first.
 Status check_roles(std::span<const ChatMessage> m) {

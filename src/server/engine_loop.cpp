@@ -5,6 +5,8 @@
 #include <iterator>
 #include <utility>
 
+#include "core/str_cat.h"
+
 namespace kvcache::server {
 
 RequestChannel::News RequestChannel::wait(std::chrono::milliseconds timeout) {
@@ -114,8 +116,8 @@ Result<std::shared_ptr<RequestChannel>> EngineLoop::submit(std::vector<int32_t> 
   if (stopping_) return failed_precondition("the server is shutting down");
   const int64_t waiting = waiting_ + static_cast<int64_t>(inbox_.size());
   if (waiting >= max_queue_)
-    return resource_exhausted(std::to_string(waiting) + " requests are waiting (max_queue = " +
-                              std::to_string(max_queue_) + ")");
+    return resource_exhausted(str_cat(waiting, " requests are waiting (max_queue = ",
+                                      max_queue_, ")"));
   inbox_.push_back(ch);
   cv_.notify_all();
   return ch;

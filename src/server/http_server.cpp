@@ -11,6 +11,7 @@
 
 #include <httplib.h>
 
+#include "core/str_cat.h"
 #include "server/metrics.h"
 #include "server/saved_prefixes.h"
 #include "engine/utf8.h"
@@ -159,7 +160,7 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
     return reply_error(res, status_error(400, first.refused->message(), "invalid_request_error",
                                          "invalid_value"));
   const int64_t id = next_id.fetch_add(1);
-  ResponseMeta meta{(chat ? "chatcmpl-" : "cmpl-") + std::to_string(started) + "-" + std::to_string(id),
+  ResponseMeta meta{str_cat((chat ? "chatcmpl-" : "cmpl-"), started, "-", id),
                     unix_now(), opt.model_name, chat};
   // `first` may already hold pieces and even the result: they are passed on, not dropped.
   if (!r.stream) return finish_whole(res, *ch, meta, std::move(first.result));
@@ -388,7 +389,7 @@ void HttpServer::Impl::routes() {
     if (res.status == 413)
       return reply_error(res, status_error(413, "the request body is larger than the server's limit",
                                            "invalid_request_error", "body_too_large"));
-    reply_error(res, status_error(res.status, "HTTP " + std::to_string(res.status),
+    reply_error(res, status_error(res.status, str_cat("HTTP ", res.status),
                                   "invalid_request_error", ""));
   });
   svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
@@ -412,8 +413,8 @@ Result<int> HttpServer::bind() {
                                                ? impl_->opt.port
                                                : -1);
   if (port <= 0)
-    return failed_precondition("serve: cannot listen on " + impl_->opt.host + ":" +
-                               std::to_string(impl_->opt.port));
+    return failed_precondition(str_cat("serve: cannot listen on ", impl_->opt.host, ":",
+                                       impl_->opt.port));
   // The library listens with a backlog of 5, so a burst of clients would find connections
   // reset; listening again on the bound socket raises it.
   if (impl_->listen_fd >= 0) ::listen(impl_->listen_fd, kListenBacklog);

@@ -1,5 +1,6 @@
 #include "op_test/npy.h"
 
+#include "core/str_cat.h"
 #include "program/file_bytes.h"
 
 #include <bit>
@@ -71,12 +72,12 @@ Result<NpyArray> read_npy(const std::filesystem::path& path, const std::filesyst
     for (int i = 3; i >= 0; --i) header_len = (header_len << 8) | static_cast<uint8_t>(bytes[8 + i]);
     header_at = 12;
   } else {
-    return invalid_argument("npy: '" + name + "' has format version " + std::to_string(major) +
-                            ", expected 1 or 2");
+    return invalid_argument(str_cat("npy: '", name, "' has format version ", major,
+                                    ", expected 1 or 2"));
   }
   if (header_len > kMaxHeader || header_at + header_len > static_cast<int64_t>(bytes.size()))
-    return data_loss("npy: '" + name + "' header length " + std::to_string(header_len) +
-                     " runs past the file");
+    return data_loss(str_cat("npy: '", name, "' header length ", header_len,
+                             " runs past the file"));
   const std::string header = bytes.substr(header_at, header_len);
   const std::string descr = dict_value(header, "descr");
   if (descr != "'<f4'")
@@ -93,8 +94,8 @@ Result<NpyArray> read_npy(const std::filesystem::path& path, const std::filesyst
       return invalid_argument("npy: '" + name + "' shape is too large");
   const int64_t have = static_cast<int64_t>(bytes.size()) - header_at - header_len;
   if (have != count * 4)
-    return data_loss("npy: '" + name + "' holds " + std::to_string(have) +
-                     " data bytes, its shape needs " + std::to_string(count * 4));
+    return data_loss(str_cat("npy: '", name, "' holds ", have,
+                             " data bytes, its shape needs ", count * 4));
   a.data.resize(static_cast<size_t>(count));
   std::memcpy(a.data.data(), bytes.data() + header_at + header_len, static_cast<size_t>(have));
   return a;
@@ -107,13 +108,13 @@ Status write_npy(const std::filesystem::path& path, std::span<const int64_t> sha
   for (size_t i = 0; i < shape.size(); ++i) {
     count *= shape[i];
     if (i) dims += ", ";
-    dims += std::to_string(shape[i]);
+    dims += str_cat(shape[i]);
   }
   if (shape.size() == 1) dims += ",";
   if (count != static_cast<int64_t>(data.size()))
-    return invalid_argument("npy: writing '" + path.string() + "': " +
-                            std::to_string(data.size()) + " floats for a shape of " +
-                            std::to_string(count));
+    return invalid_argument(str_cat("npy: writing '", path.string(), "': ",
+                                    data.size(), " floats for a shape of ",
+                                    count));
   std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
   const size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
