@@ -181,7 +181,7 @@ TEST(QuantMatvec, HalfPrecisionAvx512ProductsEqualTheAvx2OnesBitwise) {
   if (!matvec_isa_supported(cpu::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 VNNI here";
   for (TensorType type : {TensorType::kF16, TensorType::kBF16})
     for (int64_t cols : {16, 100, 768})
-      for (int64_t t : {int64_t{1}, int64_t{3}, int64_t{8}, kSmallBatch}) {
+      for (int64_t t : {int64_t{1}, int64_t{3}, int64_t{8}, int64_t{11}, kSmallBatch}) {
         const int64_t rows = 45;
         const Weight w = quantized(type, rows, cols, 31);
         const std::vector<float> x = rnd(static_cast<size_t>(t * cols), 32);
