@@ -4,11 +4,10 @@
 #include <string>
 
 #include "core/bit_tree.h"
+#include "core/str_cat.h"
 
 namespace kvcache {
 namespace {
-
-std::string str(int64_t v) { return std::to_string(v); }
 
 // One sequence's cells in one pool: positions [low, low + size()) at cells[head...].
 // Trimming the front advances head; the vector is compacted once half of it is dead.
@@ -87,9 +86,9 @@ int64_t window_low(int64_t next, int32_t w) {
 
 std::string pool_name(const CellPool& p) {
   std::string layers;
-  for (int32_t l : p.layers) layers += (layers.empty() ? "" : ", ") + str(l);
-  return (p.window > 0 ? "sliding(" + str(p.window) + ")" : std::string("full")) +
-         " pool (layers " + layers + ")";
+  for (int32_t l : p.layers) layers += str_cat(layers.empty() ? "" : ", ", l);
+  return str_cat(p.window > 0 ? str_cat("sliding(", p.window, ")") : std::string("full"),
+                 " pool (layers ", layers, ")");
 }
 
 }  // namespace
@@ -229,10 +228,9 @@ struct CellLayout::State {
       }
       const int64_t expected = scratch_next[seq]++;
       if (positions[i] != expected)
-        return invalid_argument("cell_layout.place: token " + str(static_cast<int64_t>(i)) +
-                                " of sequence " + str(seq) + " at position " +
-                                str(positions[i]) + ", expected " + str(expected) +
-                                " (the sequence's next position)");
+        return invalid_argument(str_cat("cell_layout.place: token ", i, " of sequence ", seq,
+                                        " at position ", positions[i], ", expected ", expected,
+                                        " (the sequence's next position)"));
     }
     return ok_status();
   }
@@ -304,8 +302,8 @@ int32_t CellLayout::n_layers() const { return static_cast<int32_t>(s_->geometry.
 
 Result<int32_t> CellLayout::seq_new() {
   if (!s_->id_available())
-    return resource_exhausted("cell_layout.seq_new: all " + str(s_->max_seqs) +
-                              " sequence ids are live (seq_rm one first)");
+    return resource_exhausted(str_cat("cell_layout.seq_new: all ", s_->max_seqs,
+                                      " sequence ids are live (seq_rm one first)"));
   s_->end_step();
   return s_->take_id();
 }
@@ -313,21 +311,20 @@ Result<int32_t> CellLayout::seq_new() {
 Result<int32_t> CellLayout::seq_clone(int32_t src, std::optional<int64_t> upto) {
   State& s = *s_;
   if (!s.live(src))
-    return not_found("cell_layout.seq_clone: source sequence " + str(src) + " is not live");
+    return not_found(str_cat("cell_layout.seq_clone: source sequence ", src, " is not live"));
   if (upto && *upto < 0)
-    return invalid_argument("cell_layout.seq_clone: upto = " + str(*upto) + ", expected >= 0");
+    return invalid_argument(str_cat("cell_layout.seq_clone: upto = ", *upto, ", expected >= 0"));
   if (!s.id_available())
-    return resource_exhausted("cell_layout.seq_clone: all " + str(s.max_seqs) +
-                              " sequence ids are live (seq_rm one first)");
+    return resource_exhausted(str_cat("cell_layout.seq_clone: all ", s.max_seqs,
+                                      " sequence ids are live (seq_rm one first)"));
   const int64_t next = s.seqs[src].next;
   const int64_t n = upto ? std::min(next, *upto) : next;
   if (const int32_t g = s.missing_window(next, n); g >= 0) {
     const int32_t w = s.pools[g].spec.window;
-    return out_of_range("cell_layout.seq_clone: sequence " + str(src) + " up to position " +
-                        str(n) + ": the " + pool_name(s.pools[g].spec) +
-                        " holds its positions " + str(window_low(next, w)) + ".." +
-                        str(next - 1) + " only, the clone needs " + str(window_low(n, w)) +
-                        ".." + str(n - 1));
+    return out_of_range(str_cat("cell_layout.seq_clone: sequence ", src, " up to position ", n,
+                                ": the ", pool_name(s.pools[g].spec), " holds its positions ",
+                                window_low(next, w), "..", next - 1, " only, the clone needs ",
+                                window_low(n, w), "..", n - 1));
   }
   s.end_step();
   const int32_t id = s.take_id();
@@ -348,7 +345,7 @@ Result<int32_t> CellLayout::seq_clone(int32_t src, std::optional<int64_t> upto) 
 
 Status CellLayout::seq_rm(int32_t seq) {
   if (!s_->live(seq))
-    return not_found("cell_layout.seq_rm: sequence " + str(seq) + " is not live");
+    return not_found(str_cat("cell_layout.seq_rm: sequence ", seq, " is not live"));
   s_->end_step();
   s_->truncate(seq, 0);
   for (Held& h : s_->seqs[seq].held) h.cells.shrink_to_fit();
@@ -360,20 +357,18 @@ Status CellLayout::seq_rm(int32_t seq) {
 
 Status CellLayout::rewind(int32_t seq, int64_t pos) {
   State& s = *s_;
-  if (!s.live(seq))
-    return not_found("cell_layout.rewind: sequence " + str(seq) + " is not live");
+  if (!s.live(seq)) return not_found(str_cat("cell_layout.rewind: sequence ", seq, " is not live"));
   const int64_t end = s.pos(seq);
   if (pos < 0 || pos > end)
-    return out_of_range("cell_layout.rewind: sequence " + str(seq) + " to position " +
-                        str(pos) + ", expected 0.." + str(end) + " (rewind never grows)");
+    return out_of_range(str_cat("cell_layout.rewind: sequence ", seq, " to position ", pos,
+                                ", expected 0..", end, " (rewind never grows)"));
   if (const int32_t g = s.missing_window(end, pos); g >= 0) {
     const int32_t w = s.pools[g].spec.window;
-    return out_of_range("cell_layout.rewind: sequence " + str(seq) + " to position " +
-                        str(pos) + ": the " + pool_name(s.pools[g].spec) +
-                        " holds its positions " + str(window_low(end, w)) + ".." +
-                        str(end - 1) + " only, position " + str(pos) + " needs " +
-                        str(window_low(pos, w)) + ".." + str(pos - 1) +
-                        " (rewind to 0 always works)");
+    return out_of_range(str_cat("cell_layout.rewind: sequence ", seq, " to position ", pos,
+                                ": the ", pool_name(s.pools[g].spec), " holds its positions ",
+                                window_low(end, w), "..", end - 1, " only, position ", pos,
+                                " needs ", window_low(pos, w), "..", pos - 1,
+                                " (rewind to 0 always works)"));
   }
   s.end_step();
   s.truncate(seq, pos);
@@ -457,18 +452,18 @@ Status CellLayout::declare_step(std::span<const int32_t> seq_ids) {
     return invalid_argument("cell_layout.declare_step: no tokens, expected at least one id");
   for (size_t i = 0; i < seq_ids.size(); ++i)
     if (!s.live(seq_ids[i]))
-      return not_found("cell_layout.declare_step: token " + str(static_cast<int64_t>(i)) +
-                       " names sequence " + str(seq_ids[i]) + ", which is not live");
+      return not_found(str_cat("cell_layout.declare_step: token ", i, " names sequence ",
+                               seq_ids[i], ", which is not live"));
   const auto n = static_cast<int64_t>(seq_ids.size());
   for (const Pool& p : s.pools) {
     const int64_t room = p.free() + p.pending_free;
     if (n <= room) continue;
     if (p.spec.window == 0)
-      return resource_exhausted("cell_layout.declare_step: " + str(n) + " tokens, but only " +
-                                str(room) + " of " + str(p.spec.cells) + " cells are free");
-    return resource_exhausted("cell_layout.declare_step: " + str(n) + " tokens, but the " +
-                              pool_name(p.spec) + " has only " + str(room) + " of " +
-                              str(p.spec.cells) + " cells free");
+      return resource_exhausted(str_cat("cell_layout.declare_step: ", n, " tokens, but only ", room,
+                                        " of ", p.spec.cells, " cells are free"));
+    return resource_exhausted(str_cat("cell_layout.declare_step: ", n, " tokens, but the ",
+                                      pool_name(p.spec), " has only ", room, " of ", p.spec.cells,
+                                      " cells free"));
   }
   s.end_step();
   s.step_ids.assign(seq_ids.begin(), seq_ids.end());
@@ -493,28 +488,27 @@ Result<std::span<const int32_t>> CellLayout::place(int32_t layer,
                                                   std::span<const int64_t> positions) {
   State& s = *s_;
   if (layer < 0 || layer >= n_layers())
-    return invalid_argument("cell_layout.place: layer " + str(layer) + ", expected 0.." +
-                            str(n_layers() - 1));
+    return invalid_argument(
+        str_cat("cell_layout.place: layer ", layer, ", expected 0..", n_layers() - 1));
   if (s.step_ids.empty())
-    return failed_precondition("cell_layout.place: layer " + str(layer) +
-                               " has no declared step (declare_step first; a sequence verb "
-                               "ends the step)");
+    return failed_precondition(str_cat("cell_layout.place: layer ", layer,
+                                       " has no declared step (declare_step first; a sequence verb "
+                                       "ends the step)"));
   if (s.placed[layer])
-    return failed_precondition("cell_layout.place: layer " + str(layer) +
-                               " was already placed in this step (declare the next step first)");
+    return failed_precondition(
+        str_cat("cell_layout.place: layer ", layer,
+                " was already placed in this step (declare the next step first)"));
   if (positions.size() != s.step_ids.size())
-    return invalid_argument("cell_layout.place: " + str(static_cast<int64_t>(positions.size())) +
-                            " positions, expected " +
-                            str(static_cast<int64_t>(s.step_ids.size())) +
-                            " (one per declared token)");
+    return invalid_argument(str_cat("cell_layout.place: ", positions.size(),
+                                    " positions, expected ", s.step_ids.size(),
+                                    " (one per declared token)"));
   Pool& mine = s.pools[s.layer_pool[layer]];
   if (s.step_placed()) {
     for (size_t i = 0; i < positions.size(); ++i)
       if (positions[i] != s.step_pos[i])
-        return invalid_argument("cell_layout.place: layer " + str(layer) + " token " +
-                                str(static_cast<int64_t>(i)) + " at position " +
-                                str(positions[i]) + ", expected " + str(s.step_pos[i]) +
-                                " (the step's placed position)");
+        return invalid_argument(str_cat("cell_layout.place: layer ", layer, " token ", i,
+                                        " at position ", positions[i], ", expected ", s.step_pos[i],
+                                        " (the step's placed position)"));
     s.placed[layer] = 1;
     return std::span<const int32_t>(mine.step_cells);
   }
@@ -540,14 +534,14 @@ Result<std::span<const int32_t>> CellLayout::place(int32_t layer,
 
 Result<std::span<const int32_t>> CellLayout::visible(int32_t layer, int32_t token) const {
   if (layer < 0 || layer >= n_layers())
-    return invalid_argument("cell_layout.visible: layer " + str(layer) + ", expected 0.." +
-                            str(n_layers() - 1));
+    return invalid_argument(
+        str_cat("cell_layout.visible: layer ", layer, ", expected 0..", n_layers() - 1));
   if (!s_->placed[layer])
-    return failed_precondition("cell_layout.visible: layer " + str(layer) +
-                               " is not placed in the current step");
+    return failed_precondition(
+        str_cat("cell_layout.visible: layer ", layer, " is not placed in the current step"));
   if (token < 0 || static_cast<size_t>(token) >= s_->step_ids.size())
-    return invalid_argument("cell_layout.visible: token " + str(token) + ", expected 0.." +
-                            str(static_cast<int64_t>(s_->step_ids.size()) - 1));
+    return invalid_argument(str_cat("cell_layout.visible: token ", token, ", expected 0..",
+                                    static_cast<int64_t>(s_->step_ids.size()) - 1));
   const Held& h = s_->seqs[s_->step_ids[token]].held[s_->layer_pool[layer]];
   const int64_t first = visible_first_pos(layer, token);
   const int64_t p = s_->step_pos[token];

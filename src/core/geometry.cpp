@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/str_cat.h"
+
 namespace kvcache {
 
 std::string_view to_string(DType dtype) {
@@ -22,8 +24,8 @@ std::optional<DType> parse_dtype(std::string_view name) {
 }
 
 std::string Invalid::message() const {
-  std::string s = layer >= 0 ? "layers[" + std::to_string(layer) + "]." + field : field;
-  return s + " = " + std::to_string(value) + ", expected " + expected;
+  const std::string s = layer >= 0 ? str_cat("layers[", layer, "].", field) : field;
+  return str_cat(s, " = ", value, ", expected ", expected);
 }
 
 std::optional<int64_t> checked_mul(int64_t a, int64_t b) {

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <string>
 
+#include "core/str_cat.h"
+
 namespace kvcache {
 namespace {
-
-std::string str(int64_t v) { return std::to_string(v); }
 
 // Positions [first, first + n) of a ring of r slots as at most two slot runs, oldest first.
 int32_t ring_runs(int64_t first, int64_t n, int64_t r, std::array<SlotRun, 2>& runs) {
@@ -53,18 +53,18 @@ int64_t SequenceLayout::slot(int32_t layer, int64_t pos) const {
 
 Result<SlotRuns> SequenceLayout::visible(int32_t layer, int64_t pos) const {
   if (layer < 0 || layer >= n_layers())
-    return invalid_argument("sequence_layout.visible: layer " + str(layer) + ", expected 0.." +
-                            str(n_layers() - 1));
+    return invalid_argument(
+        str_cat("sequence_layout.visible: layer ", layer, ", expected 0..", n_layers() - 1));
   if (pos < 0 || pos >= length_)
-    return out_of_range("sequence_layout.visible: position " + str(pos) + ", expected 0.." +
-                        str(length_ - 1) + " (a query reads only placed positions)");
+    return out_of_range(str_cat("sequence_layout.visible: position ", pos, ", expected 0..",
+                                length_ - 1, " (a query reads only placed positions)"));
   const LayerGeometry& l = geometry_.layers[layer];
   SlotRuns r;
   r.first = l.sliding() ? std::max<int64_t>(0, pos - l.window + 1) : 0;
   if (r.first < held_from(layer))
-    return out_of_range("sequence_layout.visible: layer " + str(layer) + " position " +
-                        str(pos) + " reads back to " + str(r.first) + ", the ring holds from " +
-                        str(held_from(layer)));
+    return out_of_range(str_cat("sequence_layout.visible: layer ", layer, " position ", pos,
+                                " reads back to ", r.first, ", the ring holds from ",
+                                held_from(layer)));
   r.n = ring_runs(r.first, pos + 1 - r.first, slots(layer), r.runs);
   return r;
 }
@@ -97,15 +97,15 @@ int64_t SequenceLayout::rewind_floor() const {
 
 Result<SequencePlan> SequenceLayout::plan(int32_t layer, int64_t start, int32_t n_tokens) const {
   if (layer < 0 || layer >= n_layers())
-    return invalid_argument("sequence_layout.plan: layer " + str(layer) + ", expected 0.." +
-                            str(n_layers() - 1));
+    return invalid_argument(
+        str_cat("sequence_layout.plan: layer ", layer, ", expected 0..", n_layers() - 1));
   if (n_tokens <= 0 || n_tokens > step_limit_)
-    return invalid_argument("sequence_layout.plan: step of " + str(n_tokens) +
-                            " tokens, expected 1.." + str(step_limit_));
+    return invalid_argument(
+        str_cat("sequence_layout.plan: step of ", n_tokens, " tokens, expected 1..", step_limit_));
   if (start < 0 || start + n_tokens > config_.capacity)
-    return invalid_argument("sequence_layout.plan: positions [" + str(start) + ", " +
-                            str(start + n_tokens) + "), expected within [0, " +
-                            str(config_.capacity) + ")");
+    return invalid_argument(str_cat("sequence_layout.plan: positions [", start, ", ",
+                                    start + n_tokens, "), expected within [0, ", config_.capacity,
+                                    ")"));
   const LayerGeometry& l = geometry_.layers[layer];
   SequencePlan p;
   p.start = start;
@@ -129,13 +129,13 @@ Result<SequencePlan> SequenceLayout::plan(int32_t layer, int64_t start, int32_t 
 
 Status SequenceLayout::declare_step(int32_t n_tokens) {
   if (n_tokens <= 0 || n_tokens > step_limit_)
-    return invalid_argument("sequence_layout.declare_step: " + str(n_tokens) +
-                            " tokens, expected 1.." + str(step_limit_) +
-                            " (the widest step this layout accepts)");
+    return invalid_argument(str_cat("sequence_layout.declare_step: ", n_tokens,
+                                    " tokens, expected 1..", step_limit_,
+                                    " (the widest step this layout accepts)"));
   if (length_ + n_tokens > config_.capacity)
-    return resource_exhausted("sequence_layout.declare_step: " + str(n_tokens) +
-                              " tokens at length " + str(length_) + " exceed capacity " +
-                              str(config_.capacity));
+    return resource_exhausted(str_cat("sequence_layout.declare_step: ", n_tokens,
+                                      " tokens at length ", length_, " exceed capacity ",
+                                      config_.capacity));
   step_tokens_ = n_tokens;
   step_start_ = length_;
   step_committed_ = false;
@@ -145,14 +145,15 @@ Status SequenceLayout::declare_step(int32_t n_tokens) {
 
 Result<SequencePlan> SequenceLayout::place(int32_t layer) {
   if (layer < 0 || layer >= n_layers())
-    return invalid_argument("sequence_layout.place: layer " + str(layer) + ", expected 0.." +
-                            str(n_layers() - 1));
+    return invalid_argument(
+        str_cat("sequence_layout.place: layer ", layer, ", expected 0..", n_layers() - 1));
   if (step_tokens_ == 0)
-    return failed_precondition("sequence_layout.place: layer " + str(layer) +
-                               " has no declared step (declare_step first)");
+    return failed_precondition(str_cat("sequence_layout.place: layer ", layer,
+                                       " has no declared step (declare_step first)"));
   if (placed_[layer])
-    return failed_precondition("sequence_layout.place: layer " + str(layer) +
-                               " was already placed in this step (declare the next step first)");
+    return failed_precondition(
+        str_cat("sequence_layout.place: layer ", layer,
+                " was already placed in this step (declare the next step first)"));
   Result<SequencePlan> p = plan(layer, step_start_, step_tokens_);
   if (!p.ok()) return p;
   if (!step_committed_) commit_step();
@@ -173,11 +174,11 @@ void SequenceLayout::commit_step() {
 
 Result<SequencePlan> SequenceLayout::placed(int32_t layer) const {
   if (layer < 0 || layer >= n_layers())
-    return invalid_argument("sequence_layout.placed: layer " + str(layer) + ", expected 0.." +
-                            str(n_layers() - 1));
+    return invalid_argument(
+        str_cat("sequence_layout.placed: layer ", layer, ", expected 0..", n_layers() - 1));
   if (step_tokens_ == 0 || !placed_[layer])
-    return failed_precondition("sequence_layout.placed: layer " + str(layer) +
-                               " was not placed in the current step");
+    return failed_precondition(
+        str_cat("sequence_layout.placed: layer ", layer, " was not placed in the current step"));
   return plan(layer, step_start_, step_tokens_);
 }
 
@@ -190,17 +191,17 @@ void SequenceLayout::end_step() {
 
 Status SequenceLayout::rewind(int64_t new_len) {
   if (new_len < 0 || new_len > length_)
-    return out_of_range("sequence_layout.rewind: length " + str(new_len) + ", expected 0.." +
-                        str(length_) + " (rewind never grows)");
+    return out_of_range(str_cat("sequence_layout.rewind: length ", new_len, ", expected 0..",
+                                length_, " (rewind never grows)"));
   if (new_len == 0) {
     clear();
     return ok_status();
   }
   const int64_t floor = rewind_floor();
   if (new_len < floor)
-    return out_of_range("sequence_layout.rewind: length " + str(new_len) +
-                        " is below the floor " + str(floor) +
-                        " (sliding-window rings no longer hold the positions it needs)");
+    return out_of_range(str_cat("sequence_layout.rewind: length ", new_len, " is below the floor ",
+                                floor,
+                                " (sliding-window rings no longer hold the positions it needs)"));
   // A ring whose oldest held position is above new_len now holds none below it (only a window
   // of 1 can get here: the floor keeps every other ring's oldest at or below new_len); the
   // next step's writes start at new_len.
@@ -212,8 +213,8 @@ Status SequenceLayout::rewind(int64_t new_len) {
 
 Status SequenceLayout::restore(int64_t new_len) {
   if (new_len < 0 || new_len > length_)
-    return out_of_range("sequence_layout.restore: length " + str(new_len) + ", expected 0.." +
-                        str(length_) + " (restore never grows)");
+    return out_of_range(str_cat("sequence_layout.restore: length ", new_len, ", expected 0..",
+                                length_, " (restore never grows)"));
   for (size_t i = 0; i < geometry_.layers.size(); ++i)
     if (geometry_.layers[i].sliding())
       ring_low_[i] = std::max<int64_t>(0, new_len - geometry_.layers[i].window + 1);
