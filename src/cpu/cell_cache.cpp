@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/cell_layout.h"
+#include "core/str_cat.h"
 #include "cpu/cache_common.h"
 #include "cpu/cache_rows.h"
 #include "cpu/caches.h"
@@ -42,8 +43,7 @@ class CellCache final : public Cache {
   Status seq_rm(int32_t seq) override { return layout_.seq_rm(seq); }
   Result<int32_t> open_seq() override { return layout_.seq_new(); }
   Result<UndoPoint> save_point(int32_t seq) override {  // a fork pinning the sliding cells
-    if (!layout_.live(seq))
-      return not_found("save_point: sequence " + std::to_string(seq) + " is not live");
+    if (!layout_.live(seq)) return not_found(str_cat("save_point: sequence ", seq, " is not live"));
     UndoPoint point{layout_.pos(seq), nullptr, -1};
     if (!looks_back(geometry())) return point;
     KVCACHE_ASSIGN_OR_RETURN(point.fork, layout_.seq_clone(seq, std::nullopt));
@@ -82,9 +82,8 @@ class CellCache final : public Cache {
       const int32_t g = layout_.pool_of(a.layer);
       for (int32_t i = 0; i < a.n_tokens; ++i)
         if (layout_.cell_pos(g, cells[i]) != a.positions[i])
-          return invalid_argument(at() + "positions[" + std::to_string(i) + "] = " +
-                                  std::to_string(a.positions[i]) + ", expected the placed " +
-                                  std::to_string(layout_.cell_pos(g, cells[i])));
+          return invalid_argument(str_cat(at(), "positions[", i, "] = ", a.positions[i],
+                                          ", expected the placed ", layout_.cell_pos(g, cells[i])));
     } else {
       if (layout_.placed(a.layer))
         return failed_precondition(at() + "already placed in this step");
@@ -112,8 +111,7 @@ class CellCache final : public Cache {
 
   Result<std::vector<LayerRows>> read_rows(int32_t seq, int64_t from,
                                            int64_t to) const override {
-    if (!layout_.live(seq))
-      return not_found("read_rows: sequence " + std::to_string(seq) + " is not live");
+    if (!layout_.live(seq)) return not_found(str_cat("read_rows: sequence ", seq, " is not live"));
     const int64_t end = layout_.pos(seq);
     KVCACHE_RETURN_IF_ERROR(detail::check_read_range(seq, from, to, end));
     std::vector<LayerRows> out;
@@ -136,8 +134,7 @@ class CellCache final : public Cache {
   // W - 1 + chunk cells of this sequence at once (older ones free as each chunk ends).
   Status write_rows(int32_t seq, int64_t from, int64_t to,
                     std::span<const LayerRows> rows) override {
-    if (!layout_.live(seq))
-      return not_found("write_rows: sequence " + std::to_string(seq) + " is not live");
+    if (!layout_.live(seq)) return not_found(str_cat("write_rows: sequence ", seq, " is not live"));
     KVCACHE_RETURN_IF_ERROR(detail::check_append(seq, from, to, layout_.pos(seq)));
     const std::vector<int64_t> need = detail::needed_from(geometry(), from, to);
     Result<std::vector<const LayerRows*>> by_layer =
@@ -178,18 +175,17 @@ class CellCache final : public Cache {
   // ResourceExhausted naming the pool when an append of `total` positions cannot fit.
   Status check_room(int64_t total) const {
     if (total > layout_.capacity())  // also bounds the chunks of an all-sliding geometry
-      return resource_exhausted("write_rows: " + std::to_string(total) +
-                                " positions exceed capacity " +
-                                std::to_string(layout_.capacity()));
+      return resource_exhausted(
+          str_cat("write_rows: ", total, " positions exceed capacity ", layout_.capacity()));
     for (int32_t g = 0; g < layout_.n_pools(); ++g) {
       const CellPool& p = layout_.pool(g);
       const int64_t room = layout_.pool_room(g);
       if (total <= room || (p.window > 0 && room >= p.window)) continue;
       return resource_exhausted(
-          "write_rows: " + std::to_string(total) + " positions, but the " +
-          (p.window > 0 ? "sliding(" + std::to_string(p.window) + ")" : std::string("full")) +
-          " pool has only " + std::to_string(room) + " of " + std::to_string(p.cells) +
-          " cells free" + (p.window > 0 ? " (an append needs W)" : ""));
+          str_cat("write_rows: ", total, " positions, but the ",
+                  p.window > 0 ? str_cat("sliding(", p.window, ")") : std::string("full"),
+                  " pool has only ", room, " of ", p.cells, " cells free",
+                  (p.window > 0 ? " (an append needs W)" : "")));
     }
     return ok_status();
   }

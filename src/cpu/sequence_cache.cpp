@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/sequence_layout.h"
+#include "core/str_cat.h"
 #include "cpu/cache_common.h"
 #include "cpu/cache_rows.h"
 #include "cpu/caches.h"
@@ -60,9 +61,9 @@ class SequenceCache final : public Cache {
   }
   Result<int32_t> open_seq() override {
     if (layout_.length() > 0)
-      return resource_exhausted("open_seq: the sequence layout's one sequence (id 0) holds " +
-                                std::to_string(layout_.length()) +
-                                " positions; clear or rewind it first");
+      return resource_exhausted(
+          str_cat("open_seq: the sequence layout's one sequence (id 0) holds ", layout_.length(),
+                  " positions; clear or rewind it first"));
     return 0;
   }
   Result<UndoPoint> save_point(int32_t seq) override {  // a checkpoint of the rings
@@ -88,8 +89,8 @@ class SequenceCache final : public Cache {
     if (seq_ids.empty()) return invalid_argument("declare_step: no tokens, expected at least one");
     for (size_t i = 0; i < seq_ids.size(); ++i)
       if (seq_ids[i] != 0)
-        return not_found("declare_step: seq_ids[" + std::to_string(i) + "] = " +
-                         std::to_string(seq_ids[i]) + ", the sequence layout has only id 0");
+        return not_found(str_cat("declare_step: seq_ids[", i, "] = ", seq_ids[i],
+                                 ", the sequence layout has only id 0"));
     return layout_.declare_step(static_cast<int32_t>(seq_ids.size()));
   }
 
@@ -187,9 +188,8 @@ class SequenceCache final : public Cache {
     if (seq != 0) return not_found(unknown("write_rows", seq));
     KVCACHE_RETURN_IF_ERROR(detail::check_append(seq, from, to, layout_.length()));
     if (to > layout_.capacity())
-      return resource_exhausted("write_rows: positions [" + std::to_string(from) + ", " +
-                                std::to_string(to) + ") exceed capacity " +
-                                std::to_string(layout_.capacity()));
+      return resource_exhausted(str_cat("write_rows: positions [", from, ", ", to,
+                                        ") exceed capacity ", layout_.capacity()));
     const std::vector<int64_t> need = detail::needed_from(geometry(), from, to);
     Result<std::vector<const LayerRows*>> by_layer =
         detail::match_rows(geometry(), config().kv_dtype, rows, need, to);
@@ -223,8 +223,7 @@ class SequenceCache final : public Cache {
 
  private:
   static std::string unknown(const char* op, int32_t seq) {
-    return std::string(op) + ": sequence " + std::to_string(seq) +
-           " does not exist, the sequence layout has only id 0";
+    return str_cat(op, ": sequence ", seq, " does not exist, the sequence layout has only id 0");
   }
 
   // Protocol checks that read state but change nothing.
@@ -233,10 +232,8 @@ class SequenceCache final : public Cache {
         detail::check_declared(a, op, layout_.step_open(), layout_.step_tokens()));
     for (int32_t i = 0; i < a.n_tokens; ++i)
       if (a.positions[i] != layout_.step_start() + i)
-        return invalid_argument(attend_context(a.layer, op) +
-                                "positions[" + std::to_string(i) + "] = " +
-                                std::to_string(a.positions[i]) + ", expected " +
-                                std::to_string(layout_.step_start() + i));
+        return invalid_argument(str_cat(attend_context(a.layer, op), "positions[", i, "] = ",
+                                        a.positions[i], ", expected ", layout_.step_start() + i));
     return ok_status();
   }
 
