@@ -35,16 +35,15 @@ void grow(std::vector<T>& v, size_t n) {
 Status check_cache_fits(const Model& model, const CacheGeometry& g) {
   const CacheGeometry& mine = model.geometry().cache;
   if (g.layers.size() != mine.layers.size())
-    return invalid_argument("engine: cache has " + std::to_string(g.layers.size()) +
-                            " layers, the model needs " + std::to_string(mine.layers.size()));
+    return invalid_argument(str_cat("engine: cache has ", g.layers.size(),
+                                    " layers, the model needs ", mine.layers.size()));
   for (size_t i = 0; i < g.layers.size(); ++i) {
     const LayerGeometry &a = g.layers[i], &b = mine.layers[i];
     if (a.kv_heads != b.kv_heads || a.head_dim != b.head_dim || a.value_dim != b.value_dim)
-      return invalid_argument("engine: cache layer " + std::to_string(i) + " has kv_heads/" +
-                              "head_dim/value_dim " + std::to_string(a.kv_heads) + "/" +
-                              std::to_string(a.head_dim) + "/" + std::to_string(a.value_dim) +
-                              ", the model needs " + std::to_string(b.kv_heads) + "/" +
-                              std::to_string(b.head_dim) + "/" + std::to_string(b.value_dim));
+      return invalid_argument(str_cat("engine: cache layer ", i, " has kv_heads/",
+                                      "head_dim/value_dim ", a.kv_heads, "/", a.head_dim, "/",
+                                      a.value_dim, ", the model needs ", b.kv_heads, "/",
+                                      b.head_dim, "/", b.value_dim));
   }
   return ok_status();
 }
@@ -130,15 +129,13 @@ Status Engine::forward(const Batch& batch, LogitsMode mode, Logits& out) {
   const auto t = static_cast<int64_t>(batch.tokens.size());
   if (t == 0 || batch.seq_ids.size() != batch.tokens.size() ||
       batch.positions.size() != batch.tokens.size())
-    return invalid_argument("engine forward: tokens/seq_ids/positions have " +
-                            std::to_string(t) + "/" + std::to_string(batch.seq_ids.size()) +
-                            "/" + std::to_string(batch.positions.size()) +
-                            " entries, expected equal and > 0");
+    return invalid_argument(str_cat("engine forward: tokens/seq_ids/positions have ", t, "/",
+                                    batch.seq_ids.size(), "/", batch.positions.size(),
+                                    " entries, expected equal and > 0"));
   for (int64_t i = 0; i < t; ++i)
     if (batch.tokens[i] < 0 || batch.tokens[i] >= hp.vocab)
-      return invalid_argument("engine forward: token[" + std::to_string(i) + "] = " +
-                              std::to_string(batch.tokens[i]) + ", expected in [0, " +
-                              std::to_string(hp.vocab) + ")");
+      return invalid_argument(str_cat("engine forward: token[", i, "] = ", batch.tokens[i],
+                                      ", expected in [0, ", hp.vocab, ")"));
   KVCACHE_RETURN_IF_ERROR(cache_->declare_step(batch.seq_ids));
   const int64_t d = hp.d_model;
   int64_t widest = 0;

@@ -55,8 +55,7 @@ void Session::trim_undo() {
 }
 
 Status Session::set_undo_turns(int32_t n) {
-  if (n < 0)
-    return invalid_argument("session: undo_turns = " + std::to_string(n) + ", expected >= 0");
+  if (n < 0) return invalid_argument(str_cat("session: undo_turns = ", n, ", expected >= 0"));
   undo_turns_ = n;
   trim_undo();
   return ok_status();
@@ -114,8 +113,8 @@ Result<TurnStats> Session::turn(std::span<const int32_t> prompt, int32_t max_new
   feed.insert(feed.end(), prompt.begin(), prompt.end());
   if (feed.empty()) return invalid_argument("session turn: the prompt is empty");
   if (max_new_tokens < 0)
-    return invalid_argument("session turn: max_new_tokens = " + std::to_string(max_new_tokens) +
-                            ", expected >= 0");
+    return invalid_argument(
+        str_cat("session turn: max_new_tokens = ", max_new_tokens, ", expected >= 0"));
   Turn record;
   record.point.pos = pos();
   record.pending = pending_;
@@ -171,22 +170,21 @@ Result<TurnStats> Session::turn(std::span<const int32_t> prompt, int32_t max_new
 
 Status Session::undo(int32_t n) {
   if (n < 1 || static_cast<size_t>(n) > turns_.size())
-    return failed_precondition("undo " + std::to_string(n) + ": " +
-                               std::to_string(turns_.size()) + " turn(s) to undo, expected 1.." +
-                               std::to_string(turns_.size()));
+    return failed_precondition(
+        str_cat("undo ", n, ": ", turns_.size(), " turn(s) to undo, expected 1..", turns_.size()));
   const size_t first = turns_.size() - static_cast<size_t>(n);
   Turn& target = turns_[first];
   const int64_t now = pos();
   Status s = return_to(target);
   if (!s.ok())
-    return Status(s.code(), "undo " + std::to_string(n) + ": cannot return to position " +
-                                std::to_string(target.point.pos) + " (now at " +
-                                std::to_string(now) + "): " + s.message() +
-                                (target.released
-                                     ? "; that turn's saved start was released (the session "
-                                       "keeps it for the last " + std::to_string(undo_turns_) +
-                                       " turn(s))"
-                                     : ""));
+    return Status(
+        s.code(),
+        str_cat("undo ", n, ": cannot return to position ", target.point.pos, " (now at ", now,
+                "): ", s.message(),
+                (target.released ? str_cat("; that turn's saved start was released (the session "
+                                           "keeps it for the last ",
+                                           undo_turns_, " turn(s))")
+                                 : std::string())));
   pending_ = target.pending;
   history_.resize(static_cast<size_t>(target.point.pos));
   for (size_t i = first; i < turns_.size(); ++i) drop(turns_[i]);
@@ -212,9 +210,9 @@ std::vector<int32_t> Session::conversation() const {
 Status Session::resume(std::span<const int32_t> tokens) {
   const int64_t held = pos();
   if (static_cast<int64_t>(tokens.size()) < held)
-    return invalid_argument("session resume: " + std::to_string(tokens.size()) +
-                            " token ids for a sequence of " + std::to_string(held) +
-                            " positions, expected at least one per position");
+    return invalid_argument(str_cat("session resume: ", tokens.size(),
+                                    " token ids for a sequence of ", held,
+                                    " positions, expected at least one per position"));
   for (Turn& t : turns_) drop(t);
   turns_.clear();
   history_.assign(tokens.begin(), tokens.begin() + held);

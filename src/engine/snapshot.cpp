@@ -13,6 +13,7 @@
 
 #include <xxhash.h>
 
+#include "core/str_cat.h"
 #include "program/byte_writer.h"
 
 namespace kvcache::engine {
@@ -27,8 +28,6 @@ constexpr int64_t kMaxHeaderBytes = int64_t{1} << 28;  // 256 MiB: ~64M token id
 constexpr uint32_t kMaxLayers = 1u << 16;
 constexpr int64_t kLayerGeometryBytes = 16;        // kv_heads, head_dim, value_dim, window
 constexpr int64_t kLayerRangeBytes = 16;           // first, n
-
-std::string str(int64_t v) { return std::to_string(v); }
 
 std::string hex(uint64_t v) {
   char buf[24];
@@ -178,13 +177,14 @@ Status parse_body(std::span<const uint8_t> body, Snapshot& s) {
   if (!c.get(s.fingerprint)) return short_header("the fingerprint");
   if (!c.get(dtype)) return short_header("the kv dtype");
   if (dtype > static_cast<uint32_t>(DType::kBF16))
-    return invalid_argument("snapshot header: kv dtype " + str(dtype) +
-                            " is unknown (0 f32, 1 f16, 2 bf16; written by a newer kvcache?)");
+    return invalid_argument(
+        str_cat("snapshot header: kv dtype ", dtype,
+                " is unknown (0 f32, 1 f16, 2 bf16; written by a newer kvcache?)"));
   s.kv_dtype = static_cast<DType>(dtype);
   if (!c.get(n_layers)) return short_header("the layer count");
   if (n_layers < 1 || n_layers > kMaxLayers)
-    return invalid_argument("snapshot header: " + str(n_layers) + " cache layers, expected 1.." +
-                            str(kMaxLayers));
+    return invalid_argument(
+        str_cat("snapshot header: ", n_layers, " cache layers, expected 1..", kMaxLayers));
   if (c.left() < n_layers * static_cast<size_t>(kLayerGeometryBytes))
     return short_header("the layer geometry");
   s.geometry.layers.resize(n_layers);
@@ -196,23 +196,22 @@ Status parse_body(std::span<const uint8_t> body, Snapshot& s) {
     return invalid_argument("snapshot header: " + why->message());
   for (size_t i = 0; i < n_layers; ++i)
     if (!bytes_per_cell(s.geometry.layers[i], s.kv_dtype))
-      return invalid_argument("snapshot header: layer " + str(static_cast<int64_t>(i)) +
-                              " has a row size that overflows");
+      return invalid_argument(
+          str_cat("snapshot header: layer ", i, " has a row size that overflows"));
   uint64_t n_tokens = 0;
   if (!c.get(s.positions)) return short_header("the position count");
   if (!c.get(n_tokens)) return short_header("the token count");
   if (s.positions < 0 || static_cast<uint64_t>(s.positions) > n_tokens)
-    return invalid_argument("snapshot header: " + str(s.positions) + " positions with " +
-                            std::to_string(n_tokens) +
-                            " token ids, expected 0 <= positions <= tokens");
+    return invalid_argument(str_cat("snapshot header: ", s.positions, " positions with ", n_tokens,
+                                    " token ids, expected 0 <= positions <= tokens"));
   if (n_tokens > c.left() / sizeof(int32_t)) return short_header("the token ids");
   s.tokens.resize(static_cast<size_t>(n_tokens));
   if (!s.tokens.empty()) std::memcpy(s.tokens.data(), c.here(), s.tokens.size() * sizeof(int32_t));
   c.skip(s.tokens.size() * sizeof(int32_t));
   for (size_t i = 0; i < s.tokens.size(); ++i)
     if (s.tokens[i] < 0)
-      return invalid_argument("snapshot header: token " + str(static_cast<int64_t>(i)) + " = " +
-                              str(s.tokens[i]) + ", expected >= 0");
+      return invalid_argument(
+          str_cat("snapshot header: token ", i, " = ", s.tokens[i], ", expected >= 0"));
   if (c.left() < n_layers * static_cast<size_t>(kLayerRangeBytes))
     return short_header("the layer row ranges");
   s.layers.resize(n_layers);
@@ -223,13 +222,12 @@ Status parse_body(std::span<const uint8_t> body, Snapshot& s) {
     const LayerGeometry& l = s.geometry.layers[i];
     const int64_t least = l.sliding() ? std::min<int64_t>(s.positions, l.window - 1) : s.positions;
     if (r.first < 0 || r.n < least || r.n > s.positions || r.first != s.positions - r.n)
-      return invalid_argument("snapshot header: layer " + str(i) + " rows [" + str(r.first) +
-                              ", +" + str(r.n) + "), expected the last n >= " + str(least) +
-                              " of the " + str(s.positions) + " positions");
+      return invalid_argument(str_cat("snapshot header: layer ", i, " rows [", r.first, ", +", r.n,
+                                      "), expected the last n >= ", least, " of the ", s.positions,
+                                      " positions"));
   }
   if (c.left() != 0)
-    return invalid_argument("snapshot header: " + str(static_cast<int64_t>(c.left())) +
-                            " bytes after the last field");
+    return invalid_argument(str_cat("snapshot header: ", c.left(), " bytes after the last field"));
   return ok_status();
 }
 
@@ -246,26 +244,26 @@ Result<Snapshot> decode(Source& src, const SnapshotProgress& progress) {
   uint8_t pre[kPreambleBytes] = {};
   if (size < static_cast<int64_t>(sizeof kSnapshotMagic) ||
       !src.read(0, pre, std::min<int64_t>(size, kPreambleBytes)))
-    return data_loss("snapshot: " + str(size) + " bytes, too short for a snapshot (truncated?)");
+    return data_loss(str_cat("snapshot: ", size, " bytes, too short for a snapshot (truncated?)"));
   if (std::memcmp(pre, kSnapshotMagic, sizeof kSnapshotMagic) != 0)
     return invalid_argument("snapshot: not a kvcache snapshot (it does not start with the magic "
                             "\"KVCSNAP\\0\")");
   if (size < kPreambleBytes)
-    return data_loss("snapshot: " + str(size) + " bytes, truncated inside the preamble");
+    return data_loss(str_cat("snapshot: ", size, " bytes, truncated inside the preamble"));
   uint32_t version = 0, header_len = 0;
   std::memcpy(&version, pre + 8, 4);
   std::memcpy(&header_len, pre + 12, 4);
   if (version != kSnapshotVersion)
-    return invalid_argument("snapshot: format version " + str(version) + ", this build reads " +
-                            str(kSnapshotVersion) +
-                            " (hint: save it again with the kvcache that reads it)");
+    return invalid_argument(str_cat("snapshot: format version ", version, ", this build reads ",
+                                    kSnapshotVersion,
+                                    " (hint: save it again with the kvcache that reads it)"));
   if (header_len > kMaxHeaderBytes)
-    return invalid_argument("snapshot: header of " + str(header_len) + " bytes, expected <= " +
-                            str(kMaxHeaderBytes));
+    return invalid_argument(
+        str_cat("snapshot: header of ", header_len, " bytes, expected <= ", kMaxHeaderBytes));
   const int64_t header_end = kPreambleBytes + header_len + kChecksumBytes;
   if (size < header_end)
-    return data_loss("snapshot: " + str(size) + " bytes, truncated inside the header (" +
-                     str(header_end) + " bytes)");
+    return data_loss(str_cat("snapshot: ", size, " bytes, truncated inside the header (",
+                             header_end, " bytes)"));
   std::vector<uint8_t> head(static_cast<size_t>(header_end));
   if (!src.read(0, head.data(), header_end))
     return data_loss("snapshot: reading the header failed");
@@ -283,13 +281,13 @@ Result<Snapshot> decode(Source& src, const SnapshotProgress& progress) {
     auto sec = kv ? checked_add(*kv, kChecksumBytes) : std::nullopt;
     auto t = sec ? checked_add(total, *sec) : std::nullopt;
     if (!t || *t > size)
-      return data_loss("snapshot: " + str(size) + " bytes, truncated: layer " +
-                       str(static_cast<int64_t>(i)) + "'s rows end past the end of the file");
+      return data_loss(str_cat("snapshot: ", size, " bytes, truncated: layer ", i,
+                               "'s rows end past the end of the file"));
     total = *t;
   }
   if (total != size)
-    return data_loss("snapshot: " + str(size - total) + " bytes after the last layer (" +
-                     str(total) + " expected)");
+    return data_loss(
+        str_cat("snapshot: ", size - total, " bytes after the last layer (", total, " expected)"));
   int64_t at = header_end;
   for (size_t i = 0; i < s.layers.size(); ++i) {
     LayerRows& r = s.layers[i];
@@ -299,10 +297,10 @@ Result<Snapshot> decode(Source& src, const SnapshotProgress& progress) {
     uint64_t sum = 0;
     if (!src.read(at, r.k.data(), nk) || !src.read(at + nk, r.v.data(), nv) ||
         !src.read(at + nk + nv, &sum, kChecksumBytes))
-      return data_loss("snapshot: reading layer " + str(static_cast<int64_t>(i)) + " failed");
+      return data_loss(str_cat("snapshot: reading layer ", i, " failed"));
     if (section_checksum(r) != sum)
-      return data_loss("snapshot: layer " + str(static_cast<int64_t>(i)) +
-                       " rows checksum mismatch (the file is corrupt)");
+      return data_loss(
+          str_cat("snapshot: layer ", i, " rows checksum mismatch (the file is corrupt)"));
     at += nk + nv + kChecksumBytes;
     if (progress) progress(at, total);
   }
@@ -311,8 +309,8 @@ Result<Snapshot> decode(Source& src, const SnapshotProgress& progress) {
 
 std::string geometry_difference(const CacheGeometry& snap, const CacheGeometry& mine) {
   if (snap.layers.size() != mine.layers.size())
-    return str(static_cast<int64_t>(snap.layers.size())) + " cache layers in the snapshot, " +
-           str(static_cast<int64_t>(mine.layers.size())) + " in this cache";
+    return str_cat(snap.layers.size(), " cache layers in the snapshot, ", mine.layers.size(),
+                   " in this cache");
   for (size_t i = 0; i < snap.layers.size(); ++i) {
     const LayerGeometry& a = snap.layers[i];
     const LayerGeometry& b = mine.layers[i];
@@ -323,8 +321,8 @@ std::string geometry_difference(const CacheGeometry& snap, const CacheGeometry& 
         {"window", {a.window, b.window}}};
     for (const auto& [name, v] : fields)
       if (v.first != v.second)
-        return "cache layer " + str(static_cast<int64_t>(i)) + " " + name + " = " +
-               str(v.first) + " in the snapshot, " + str(v.second) + " in this cache";
+        return str_cat("cache layer ", i, " ", name, " = ", v.first, " in the snapshot, ", v.second,
+                       " in this cache");
   }
   return {};
 }
@@ -335,9 +333,9 @@ Result<Snapshot> capture_snapshot(const CacheControl& cache, int32_t seq, uint64
                                   std::span<const int32_t> tokens) {
   const int64_t positions = cache.pos(seq);
   if (static_cast<int64_t>(tokens.size()) < positions)
-    return invalid_argument("capture_snapshot: " + str(static_cast<int64_t>(tokens.size())) +
-                            " token ids for a sequence of " + str(positions) +
-                            " positions, expected at least one per position");
+    return invalid_argument(str_cat("capture_snapshot: ", tokens.size(),
+                                    " token ids for a sequence of ", positions,
+                                    " positions, expected at least one per position"));
   Result<std::vector<LayerRows>> rows = cache.read_rows(seq, 0, positions);
   if (!rows.ok()) return rows.status();
   Snapshot s;
@@ -414,16 +412,14 @@ Status check_snapshot(const Snapshot& s, uint64_t fingerprint, const CacheContro
   if (const std::string d = geometry_difference(s.geometry, cache.geometry()); !d.empty())
     return invalid_argument("snapshot: another cache geometry: " + d);
   if (s.kv_dtype != cache.config().kv_dtype)
-    return invalid_argument("snapshot: kv dtype " + std::string(to_string(s.kv_dtype)) +
-                            ", this cache stores " +
-                            std::string(to_string(cache.config().kv_dtype)) +
-                            " (build the cache with kv dtype " +
-                            std::string(to_string(s.kv_dtype)) + ")");
+    return invalid_argument(str_cat("snapshot: kv dtype ", to_string(s.kv_dtype),
+                                    ", this cache stores ", to_string(cache.config().kv_dtype),
+                                    " (build the cache with kv dtype ", to_string(s.kv_dtype),
+                                    ")"));
   for (size_t i = 0; i < s.tokens.size(); ++i)
     if (s.tokens[i] >= vocab)
-      return invalid_argument("snapshot: token " + str(static_cast<int64_t>(i)) + " = " +
-                              str(s.tokens[i]) + ", expected < the model's vocabulary of " +
-                              str(vocab));
+      return invalid_argument(str_cat("snapshot: token ", i, " = ", s.tokens[i],
+                                      ", expected < the model's vocabulary of ", vocab));
   return ok_status();
 }
 
@@ -431,8 +427,8 @@ Status restore_snapshot(CacheControl& cache, int32_t seq, const Snapshot& s, uin
                         int32_t vocab) {
   KVCACHE_RETURN_IF_ERROR(check_snapshot(s, fingerprint, cache, vocab));
   if (cache.pos(seq) != 0)
-    return failed_precondition("restore snapshot: sequence " + str(seq) + " holds " +
-                               str(cache.pos(seq)) + " positions, expected an empty sequence");
+    return failed_precondition(str_cat("restore snapshot: sequence ", seq, " holds ",
+                                       cache.pos(seq), " positions, expected an empty sequence"));
   return cache.write_rows(seq, 0, s.positions, s.layers);
 }
 
