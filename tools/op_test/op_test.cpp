@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/cache.h"
+#include "core/str_cat.h"
 #include "cpu/attention.h"
 #include "cpu/cpu_cache.h"
 #include "cpu/thread_pool.h"
@@ -71,9 +72,9 @@ T int_of(const json& x, const char* what) {
                          : x.get<int64_t>() >= std::numeric_limits<T>::min() &&
                                x.get<int64_t>() <= std::numeric_limits<T>::max());
   if (!fits)
-    throw FieldError(std::string("\"") + what + "\" must be an integer in [" +
-                     std::to_string(std::numeric_limits<T>::min()) + ", " +
-                     std::to_string(std::numeric_limits<T>::max()) + "]");
+    throw FieldError(str_cat("\"", what, "\" must be an integer in [",
+                             std::numeric_limits<T>::min(), ", ", std::numeric_limits<T>::max(),
+                             "]"));
   return static_cast<T>(x.get<int64_t>());
 }
 
@@ -126,11 +127,11 @@ Status expect_shape(const NpyArray& a, const std::string& what, std::vector<int6
     std::string r = "[";
     for (size_t i = 0; i < s.size(); ++i) {
       if (i) r += ',';
-      r += std::to_string(s[i]);
+      r += str_cat(s[i]);
     }
     return r + "]";
   };
-  return at.bad(what + " has shape " + str(a.shape) + ", expected " + str(want));
+  return at.bad(str_cat(what, " has shape ", str(a.shape), ", expected ", str(want)));
 }
 
 Status load_array(const std::filesystem::path& dir, const json& name, const Malformed& at,
@@ -152,26 +153,23 @@ Status parse_layer(const json& j, const Case& c, const std::filesystem::path& di
   call.layer = int_of<int32_t>(j["layer"], "layer");
   const auto n_layers = static_cast<int32_t>(c.geometry.layers.size());
   if (call.layer < 0 || call.layer >= n_layers)
-    return at.bad("layer = " + std::to_string(call.layer) + ", expected in [0, " +
-                  std::to_string(n_layers) + ")");
+    return at.bad(str_cat("layer = ", call.layer, ", expected in [0, ", n_layers, ")"));
   if (!j.contains("q")) return at.bad("missing \"q\"");
   if (j.contains("k") != j.contains("v")) return at.bad("give both \"k\" and \"v\" or neither");
   KVCACHE_RETURN_IF_ERROR(load_array(dir, j["q"], at, call.q));
   if (call.q.shape.size() != 3) return at.bad("q must be 3-D [T, q_heads, head_dim]");
   const int64_t T = call.q.shape[0];
-  if (T <= 0 || T > (int64_t{1} << 24)) return at.bad("q has T = " + std::to_string(T));
+  if (T <= 0 || T > (int64_t{1} << 24)) return at.bad(str_cat("q has T = ", T));
   if (n_tokens != 0 && T != n_tokens)
-    return at.bad("q has T = " + std::to_string(T) + ", expected the step's " +
-                  std::to_string(n_tokens));
+    return at.bad(str_cat("q has T = ", T, ", expected the step's ", n_tokens));
   n_tokens = static_cast<int32_t>(T);
   const LayerGeometry& l = c.geometry.layers[call.layer];
   KVCACHE_RETURN_IF_ERROR(expect_shape(call.q, "q", {T, c.q_heads[call.layer], l.head_dim}, at));
   // The output [T, q_heads, value_dim] is sized by the geometry, not by a file: bound it here.
   constexpr int64_t kMaxOutputFloats = int64_t{1} << 28;  // 1 GiB of float32
   if (int64_t{c.q_heads[call.layer]} * l.value_dim > kMaxOutputFloats / T)
-    return at.bad("the output [" + std::to_string(T) + ", " +
-                  std::to_string(c.q_heads[call.layer]) + ", " + std::to_string(l.value_dim) +
-                  "] would exceed " + std::to_string(kMaxOutputFloats * 4) + " bytes");
+    return at.bad(str_cat("the output [", T, ", ", c.q_heads[call.layer], ", ", l.value_dim,
+                          "] would exceed ", kMaxOutputFloats * 4, " bytes"));
   call.attend_only = !j.contains("k");
   if (j.contains("k")) {
     KVCACHE_RETURN_IF_ERROR(load_array(dir, j["k"], at, call.k));
@@ -197,14 +195,14 @@ Status int_list(const json& j, const char* key, const Malformed& at, std::option
 
 Status parse_step(const json& j, const Case& c, const std::filesystem::path& dir, size_t index,
                   Step& s) {
-  const Malformed at{"steps[" + std::to_string(index) + "]"};
+  const Malformed at{str_cat("steps[", index, "]")};
   if (!j.is_object()) return at.bad("expected an object");
   if (j.contains("verbs")) {
     if (!j["verbs"].is_array()) return at.bad("\"verbs\" must be an array");
     for (size_t i = 0; i < j["verbs"].size(); ++i) {
       Verb v;
-      KVCACHE_RETURN_IF_ERROR(parse_verb(j["verbs"][i], c.kind,
-                                         {at.where + ".verbs[" + std::to_string(i) + "]"}, v));
+      KVCACHE_RETURN_IF_ERROR(
+          parse_verb(j["verbs"][i], c.kind, {str_cat(at.where, ".verbs[", i, "]")}, v));
       s.verbs.push_back(v);
     }
   }
@@ -214,20 +212,19 @@ Status parse_step(const json& j, const Case& c, const std::filesystem::path& dir
     if (!j["layers"].is_array()) return at.bad("\"layers\" must be an array");
     for (size_t i = 0; i < j["layers"].size(); ++i) {
       LayerCall call;
-      KVCACHE_RETURN_IF_ERROR(parse_layer(j["layers"][i], c, dir,
-                                          {at.where + ".layers[" + std::to_string(i) + "]"}, call,
-                                          s.n_tokens));
+      KVCACHE_RETURN_IF_ERROR(parse_layer(
+          j["layers"][i], c, dir, {str_cat(at.where, ".layers[", i, "]")}, call, s.n_tokens));
       s.layers.push_back(std::move(call));
     }
   }
   if (s.layers.empty() && (s.seq_ids || s.positions))
     return at.bad("\"seq_ids\"/\"positions\" given without \"layers\"");
   if (s.seq_ids && static_cast<int64_t>(s.seq_ids->size()) != s.n_tokens)
-    return at.bad("seq_ids has " + std::to_string(s.seq_ids->size()) + " entries, expected T = " +
-                  std::to_string(s.n_tokens));
+    return at.bad(
+        str_cat("seq_ids has ", s.seq_ids->size(), " entries, expected T = ", s.n_tokens));
   if (s.positions && static_cast<int64_t>(s.positions->size()) != s.n_tokens)
-    return at.bad("positions has " + std::to_string(s.positions->size()) +
-                  " entries, expected T = " + std::to_string(s.n_tokens));
+    return at.bad(
+        str_cat("positions has ", s.positions->size(), " entries, expected T = ", s.n_tokens));
   return ok_status();
 }
 
@@ -267,8 +264,8 @@ Status parse_header(const json& j, Case& c) {
   KVCACHE_RETURN_IF_ERROR(validate(c.geometry, c.config, "op-test: case.json"));
   const json& qh = j.at("q_heads");
   if (!qh.is_array() || qh.size() != c.geometry.layers.size())
-    return at.bad("\"q_heads\" must hold one integer per cache layer (" +
-                  std::to_string(c.geometry.layers.size()) + ")");
+    return at.bad(str_cat("\"q_heads\" must hold one integer per cache layer (",
+                          c.geometry.layers.size(), ")"));
   for (const json& x : qh) {
     const int32_t h = int_of<int32_t>(x, "q_heads");
     if (h < 1 || h > (1 << 16)) return at.bad("q_heads entries must be in [1, 65536]");
@@ -354,8 +351,7 @@ Status run_tokens(Cache& cache, const Case& c, const Step& s,
                          c.softcap, outputs[i]};
     ops[i] = call.attend_only ? cpu::AttendOp::kAttendOnly : cpu::AttendOp::kUpdateAndAttend;
     KVCACHE_RETURN_IF_ERROR(cpu::check_attend_args(c.geometry, args[i], ops[i]));
-    const std::string at = "op-test: layers[" + std::to_string(i) + "] (layer " +
-                           std::to_string(call.layer) + "): ";
+    const std::string at = str_cat("op-test: layers[", i, "] (layer ", call.layer, "): ");
     const bool writes = ops[i] == cpu::AttendOp::kUpdateAndAttend;
     if (!writes && !written[call.layer])
       return failed_precondition(at + "attend only needs the layer written earlier in the step");
@@ -379,9 +375,9 @@ Status run_op_test(const std::filesystem::path& case_dir, const std::filesystem:
   if (options.max_cache_bytes > 0) {
     const int64_t per_cell = bytes_per_cell(c.geometry, c.config.kv_dtype).value_or(0);
     if (per_cell <= 0 || c.config.capacity > options.max_cache_bytes / per_cell)
-      return resource_exhausted("op-test: the cache at capacity " +
-                                std::to_string(c.config.capacity) + " would need more than " +
-                                std::to_string(options.max_cache_bytes) + " bytes");
+      return resource_exhausted(str_cat("op-test: the cache at capacity ", c.config.capacity,
+                                        " would need more than ", options.max_cache_bytes,
+                                        " bytes"));
   }
   KVCACHE_RETURN_IF_ERROR(cpu::register_builders());
   Result<std::shared_ptr<Cache>> built =
@@ -411,15 +407,9 @@ Status run_op_test(const std::filesystem::path& case_dir, const std::filesystem:
           const int again = seen[call.layer]++;
           const int64_t shape[3] = {s.n_tokens, c.q_heads[call.layer],
                                     c.geometry.layers[call.layer].value_dim};
-          std::string name = "s";
-          name += std::to_string(si);
-          name += "_l";
-          name += std::to_string(call.layer);
-          if (again > 0) {
-            name += '_';
-            name += std::to_string(again);
-          }
-          name += ".npy";
+          const std::string name = again > 0
+                                       ? str_cat("s", si, "_l", call.layer, '_', again, ".npy")
+                                       : str_cat("s", si, "_l", call.layer, ".npy");
           KVCACHE_RETURN_IF_ERROR(write_npy(out_dir / name, shape, outputs[i]));
         }
       }
