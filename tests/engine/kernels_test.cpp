@@ -9,17 +9,12 @@
 
 #include "cpu/thread_pool.h"
 #include "engine/kernels.h"
+#include "random_values.h"
 
 namespace kvcache::engine {
 namespace {
 
-std::vector<float> rnd(size_t n, uint64_t seed) {
-  std::mt19937_64 g(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
+using testing::rnd;
 
 TEST(Kernels, MatmulMatchesReferenceOverShapes) {
   for (int64_t t : {1, 2, 7})

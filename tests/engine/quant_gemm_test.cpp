@@ -14,20 +14,15 @@
 #include "engine/quant_gemm.h"
 #include "engine/quant_matvec.h"
 #include "program/gguf_quant.h"
+#include "random_values.h"
 
 namespace kvcache::engine {
 namespace {
 
-std::vector<float> normal(size_t n, uint64_t seed) {
-  std::mt19937_64 g(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
+using testing::rnd;
 
 Weight q8_weight(int64_t rows, int64_t cols, uint64_t seed) {
-  const std::vector<float> dense = normal(static_cast<size_t>(rows * cols), seed);
+  const std::vector<float> dense = rnd(static_cast<size_t>(rows * cols), seed);
   const int64_t row_bytes = *gguf::row_bytes(gguf::TensorType::kQ8_0, cols);
   std::vector<uint8_t> bytes(static_cast<size_t>(rows * row_bytes));
   EXPECT_TRUE(gguf::quantize(gguf::TensorType::kQ8_0, dense, bytes));
@@ -49,8 +44,8 @@ TEST(QuantGemm, Avx512KernelEqualsTheReferenceBitwise) {
     for (int64_t rows : {1, 15, 16, 17, 33, 100})
       for (int64_t t : {1, 5, 6, 7, 17, 40, 100}) {
         const Weight w = q8_weight(rows, cols, 10 + rows);
-        const std::vector<float> x = normal(static_cast<size_t>(t * cols), 20 + t);
-        const std::vector<float> y0 = normal(static_cast<size_t>(t * rows), 30);
+        const std::vector<float> x = rnd(static_cast<size_t>(t * cols), 20 + t);
+        const std::vector<float> y0 = rnd(static_cast<size_t>(t * rows), 30);
         for (bool acc : {false, true}) {
           std::vector<float> want = y0;
           q8_gemm_reference(w, x.data(), want.data(), t, acc);
@@ -76,7 +71,7 @@ TEST(QuantGemm, ReferenceIsWithinTheActivationRoundingOfTheExactProduct) {
   std::vector<float> dense(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r)
     w.row(r, std::span<float>(dense).subspan(static_cast<size_t>(r * cols), cols));
-  const std::vector<float> x = normal(static_cast<size_t>(t * cols), 6);
+  const std::vector<float> x = rnd(static_cast<size_t>(t * cols), 6);
   std::vector<float> y(static_cast<size_t>(t * rows)), exact(y.size());
   q8_gemm_reference(w, x.data(), y.data(), t, false);
   matmul_reference(x, dense, exact, t, cols, rows, false);
@@ -103,7 +98,7 @@ TEST(QuantGemm, MatmulSendsLongQ8ProductsToTheIntegerGemm) {
   const int64_t rows = 40, cols = 96;
   const Weight w = q8_weight(rows, cols, 8);
   for (int64_t t : {kSmallBatch, kSmallBatch + 1, int64_t{64}}) {
-    const std::vector<float> x = normal(static_cast<size_t>(t * cols), 9);
+    const std::vector<float> x = rnd(static_cast<size_t>(t * cols), 9);
     std::vector<float> got(static_cast<size_t>(t * rows)), want(got.size());
     matmul(x, w, got, t);
     if (t > kSmallBatch && q8_gemm_available(w)) {

@@ -18,19 +18,14 @@
 #include "engine_test_util.h"
 #include "program/gguf_quant.h"
 #include "test_model.h"
+#include "random_values.h"
 
 namespace kvcache::engine {
 namespace {
 
 using gguf::TensorType;
 
-std::vector<float> rnd(size_t n, uint64_t seed, float stddev = 1.0f) {
-  std::mt19937_64 g(seed);
-  std::normal_distribution<float> d(0.0f, stddev);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
+using testing::rnd;
 
 Weight quantized(TensorType type, int64_t rows, int64_t cols, uint64_t seed) {
   std::vector<float> dense = rnd(static_cast<size_t>(rows * cols), seed);
