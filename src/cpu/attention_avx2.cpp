@@ -89,13 +89,12 @@ inline __m256 fold8(const __m256* a) {
 // Logits of a tile of kKeys keys (rows k[0..kKeys)) x 8 / kKeys query heads (rows q,
 // q + dim, ...): 8 accumulators of per-lane partial dot products folded by one hadd tree
 // instead of a horizontal sum per (key, head); dims past the last multiple of 8 go scalar.
-// Writes s[h * kKeyBlock + j] for the tile's valid keys j, and prefetches the next rows when
-// `prefetch` and there are some.
+// Writes s[h * kKeyBlock + j] for the tile's valid keys j, and asks for the rows TileRows
+// names ahead when `prefetch`.
 template <DType kDtype, int kKeys>
 inline void logits_tile(const float* q, const TileRows<kKeys>& rows, bool prefetch,
                         int32_t dim, float scale, float* s) {
   const std::byte* const* k = rows.k;
-  prefetch = prefetch && rows.has_next;
   constexpr int kNh = 8 / kKeys;
   constexpr int64_t kEsize = kDtype == DType::kF32 ? 4 : 2;
   __m256 acc[8];

@@ -95,12 +95,11 @@ template <DType kDtype, int kKeys, bool kMasked>
 // Logits of a tile of kKeys keys (rows k[0..kKeys)) x 16 / kKeys query heads (rows q,
 // q + dim, ...): 16 accumulators of per-lane partial dot products, folded together by one
 // shuffle tree instead of a horizontal sum per (key, head). Writes s[h * kKeyBlock + j] for
-// the tile's valid keys j, and prefetches the next rows when `prefetch` and there are some.
+// the tile's valid keys j, and asks for the rows TileRows names ahead when `prefetch`.
 template <DType kDtype, int kKeys>
 inline void logits_tile(const float* q, const TileRows<kKeys>& rows, bool prefetch,
                         int32_t dim, float scale, float* s) {
   const std::byte* const* k = rows.k;
-  prefetch = prefetch && rows.has_next;
   constexpr int64_t kEsize = kDtype == DType::kF32 ? 4 : 2;
   __m512 acc[16];
 #pragma GCC unroll 16

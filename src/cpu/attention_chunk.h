@@ -22,48 +22,65 @@ inline constexpr int64_t kKeyBlock = 32;  // keys whose logits are computed befo
 // The SIMD workers ask for each key's K and V rows this many keys before they reach them.
 inline constexpr int64_t kPrefetchKeys = 32;
 
-// The rows one logits tile of kKeys keys reads, and those of the kKeys keys kPrefetchKeys
-// further on, which the SIMD tiles ask for a line at a time while they move through dim. The
-// hardware prefetcher alone kept too few lines in flight for kernels this busy, and asking for
-// a tile's rows all at once stalled on the line-fill buffers (2 threads, 64K keys, f16, 32/8
-// heads, AVX-512: 0.48-0.51 of the read probe with no requests, 0.65-0.71 asking per tile,
-// 0.80-0.86 a line per step; further ahead, or into L2 only, measured slower).
+// The rows one logits tile of kKeys keys reads, and the rows the SIMD tiles ask for a line at
+// a time while they move through dim: far ahead (the tile's keys kPrefetchKeys further on, K
+// and V) into L2, and near (the next tile's key rows, this tile's value rows, which the block's
+// value pass reads once its logits are done) into L1. The hardware prefetcher alone kept too
+// few lines in flight for kernels this busy, and asking for a tile's rows all at once stalled
+// on the line-fill buffers. Measured (2 threads, 64K keys, f16, 32/8 heads, AVX-512; earlier
+// machine): no requests 0.48-0.51 of the read probe, per tile 0.65-0.71, a line per step into
+// L1 0.80-0.86. On this project's 2-core Zen-4-class machines the far requests into L1 held
+// the fill buffers and DRAM reads stalled; into L2 plus the near requests into L1 read 64K
+// keys at 1.5-2x the rate (kvcache_attention_bench; the closing notes of #12 carry figures).
 template <int kKeys>
 struct TileRows {
   const std::byte* k[kKeys];  // keys j .. j + valid; the rest repeat the last valid row
   int32_t valid = 0;
   bool has_next = false;  // next_k / next_v hold rows that lie before the range's end
+  bool has_near = false;  // near_k holds the next tile's key rows
   const char* next_k[kKeys];
   const char* next_v[kKeys];
+  const char* near_k[kKeys];
+  const char* this_v[kKeys];  // this tile's value rows
   int64_t k_bytes = 0, v_bytes = 0;
 
-  // Asks for byte offset o of every next row that reaches that far. Always inlined: as an
+  // Asks for byte offset o of every row above that reaches that far. Always inlined: as an
   // out-of-line call GCC judged it free of effects and dropped it.
   [[gnu::always_inline]] void prefetch_line(int64_t o) const {
     for (int i = 0; i < kKeys; ++i) {
-      if (o < k_bytes) __builtin_prefetch(next_k[i] + o, 0, 3);
-      if (o < v_bytes) __builtin_prefetch(next_v[i] + o, 0, 3);
+      if (has_next && o < k_bytes) __builtin_prefetch(next_k[i] + o, 0, 1);
+      if (has_next && o < v_bytes) __builtin_prefetch(next_v[i] + o, 0, 1);
+      if (has_near && o < k_bytes) __builtin_prefetch(near_k[i] + o, 0, 3);
+      if (o < v_bytes) __builtin_prefetch(this_v[i] + o, 0, 3);
     }
   }
 };
 
 // The tile of kv head g's rows for keys [j, j + min(kKeys, left)) of `keys`, with the rows to
-// prefetch when keys j + kPrefetchKeys .. + kKeys lie before `end`.
+// prefetch: keys j + kPrefetchKeys .. + kKeys and j + kKeys .. + kKeys when they lie before
+// `end`.
 template <int kKeys>
 TileRows<kKeys> tile_rows(const AttentionProblem& p, const KeySet& keys, int32_t g, int64_t j,
                           int64_t left, int64_t end) {
   TileRows<kKeys> r;
   r.valid = static_cast<int32_t>(std::min<int64_t>(kKeys, left));
-  for (int i = 0; i < kKeys; ++i) r.k[i] = p.kv.k_row(g, keys.row(j + std::min(i, r.valid - 1)));
-  const int64_t next = j + kPrefetchKeys;
-  r.has_next = next + kKeys <= end;
+  for (int i = 0; i < kKeys; ++i) {
+    const int64_t row = keys.row(j + std::min(i, r.valid - 1));
+    r.k[i] = p.kv.k_row(g, row);
+    r.this_v[i] = reinterpret_cast<const char*>(p.kv.v_row(g, row));
+  }
   r.k_bytes = p.kv.head_dim * p.kv.esize();
   r.v_bytes = p.kv.value_dim * p.kv.esize();
+  const int64_t next = j + kPrefetchKeys;
+  r.has_next = next + kKeys <= end;
   for (int i = 0; r.has_next && i < kKeys; ++i) {
     const int64_t row = keys.row(next + i);
     r.next_k[i] = reinterpret_cast<const char*>(p.kv.k_row(g, row));
     r.next_v[i] = reinterpret_cast<const char*>(p.kv.v_row(g, row));
   }
+  r.has_near = j + 2 * kKeys <= end;
+  for (int i = 0; r.has_near && i < kKeys; ++i)
+    r.near_k[i] = reinterpret_cast<const char*>(p.kv.k_row(g, keys.row(j + kKeys + i)));
   return r;
 }
 

@@ -2,10 +2,12 @@
 // for, through the factory too (never nullptr, never an abort).
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 
 #include "core/factory.h"
 #include "cpu/cpu_cache.h"
+#include "cpu/kv_pool.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 // Under ASan an impossible malloc must return null (as libc does) rather than abort.
@@ -33,6 +35,25 @@ TEST(CacheAllocation, FailureNamesTheBytesAskedFor) {
   auto f = CacheFactory::global().build(kCpuBackend, kCellKind, g, c);
   EXPECT_EQ(f.status().code(), StatusCode::kResourceExhausted);  // not "returned no cache"
   EXPECT_NE(f.status().message().find(std::to_string(bytes) + " bytes"), std::string::npos);
+}
+
+// Buffers of 2 MiB or more start on a 2 MiB boundary (so whole huge pages can back them);
+// smaller ones on 64 bytes; every byte asked for is zeroed and writable, whatever the size.
+TEST(CacheAllocation, BigBuffersStartOnAHugePageAndEveryByteIsZeroed) {
+  constexpr int64_t kHuge = int64_t{2} << 20;
+  for (const int64_t n : {int64_t{1}, int64_t{100}, kHuge - 1, kHuge, 3 * kHuge + 12345}) {
+    SCOPED_TRACE(n);
+    cpu::AlignedBytes b = cpu::aligned_alloc_bytes(n);
+    ASSERT_NE(b, nullptr);
+    const auto at = reinterpret_cast<uintptr_t>(b.get());
+    EXPECT_EQ(at % (n >= kHuge ? kHuge : 64), 0u);
+    int64_t nonzero = 0;
+    for (int64_t i = 0; i < n; ++i) nonzero += b[i] != std::byte{0};
+    EXPECT_EQ(nonzero, 0);
+    b[n - 1] = std::byte{7};
+    EXPECT_EQ(b[n - 1], std::byte{7});
+  }
+  EXPECT_EQ(cpu::aligned_alloc_bytes(0), nullptr);
 }
 
 }  // namespace
