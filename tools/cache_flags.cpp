@@ -76,8 +76,19 @@ void add_cache_flags(CLI::App* cmd, CacheFlags& f, std::initializer_list<CacheFl
                         "Prompt + generated tokens per session; 0 = min(max_context, 4096)")
             ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))->capture_default_str();
         break;
+      case CacheFlag::kMapWeights:
+        cmd->add_flag("--map-weights", f.map_weights,
+                      "Map the model file in place instead of reading it into huge pages "
+                      "(shares the page cache with other processes; slower decode)");
+        break;
     }
   }
+}
+
+engine::LoadOptions load_options(const CacheFlags& f) {
+  engine::LoadOptions o;
+  o.huge_pages = !f.map_weights;
+  return o;
 }
 
 engine::CacheOptions cache_options(const CacheFlags& f) {

@@ -16,6 +16,7 @@
 #include "core/geometry.h"
 #include "core/status.h"
 #include "engine/cache_setup.h"
+#include "engine/model.h"
 
 namespace kvcache::tools {
 
@@ -31,6 +32,7 @@ struct CacheFlags {
   int32_t threads = 0;              // --threads; 0 = default
   int32_t max_sessions = 8;         // --max-sessions decoding at once
   int64_t max_session_tokens = 0;   // --max-session-tokens; 0 = min(max_context, 4096)
+  bool map_weights = false;         // --map-weights: map the model file instead of huge pages
 
   DType dtype() const { return parse_dtype(kv_dtype).value_or(DType::kF32); }
 };
@@ -45,6 +47,7 @@ enum class CacheFlag {
   kThreads,
   kMaxSessions,
   kMaxSessionTokens,
+  kMapWeights,
 };
 
 // Declares the chosen flags on `cmd`, bound to `f` (defaults: f's current values).
@@ -52,6 +55,9 @@ void add_cache_flags(CLI::App* cmd, CacheFlags& f, std::initializer_list<CacheFl
 
 // The engine's cache options from the flags (run): 0 means "the default" for capacity and step.
 engine::CacheOptions cache_options(const CacheFlags& f);
+
+// The engine's load options from the flags (--map-weights).
+engine::LoadOptions load_options(const CacheFlags& f);
 
 // Applies --threads (0 leaves the default pool).
 void apply_threads(const CacheFlags& f);

@@ -72,7 +72,7 @@ void add_flags(CLI::App* cmd, BatchFlags& f) {
       ->required();
   add_cache_flags(cmd, f.cache,
                   {CacheFlag::kMaxSessions, CacheFlag::kMaxSessionTokens, CacheFlag::kKvDtype,
-                   CacheFlag::kInitialCapacity, CacheFlag::kThreads});
+                   CacheFlag::kInitialCapacity, CacheFlag::kThreads, CacheFlag::kMapWeights});
   cmd->add_option("--pool-tokens", f.pool_tokens,
                   "Cells in the pool; 0 = max-sessions * max-session-tokens (smaller may "
                   "preempt)")
@@ -258,7 +258,8 @@ json store_json(const serve::ExecutorStats& s) {
 
 int run_batch(const BatchFlags& f) {
   apply_threads(f.cache);
-  Result<engine::LoadedModel> m = engine::load_model(engine::ModelSource::file(f.model));
+  Result<engine::LoadedModel> m =
+      engine::load_model(engine::ModelSource::file(f.model), load_options(f.cache));
   if (!m.ok()) return fail(m.status().message());
   Result<std::vector<Input>> inputs = read_inputs(f, *m);
   if (!inputs.ok()) return fail(inputs.status().message());

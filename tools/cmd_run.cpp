@@ -94,7 +94,7 @@ void add_flags(CLI::App* cmd, RunFlags& f) {
   add_cache_flags(cmd, f.cache,
                   {CacheFlag::kLayout, CacheFlag::kCapacity, CacheFlag::kInitialCapacity,
                    CacheFlag::kKvDtype, CacheFlag::kMaxStepTokens, CacheFlag::kWindows,
-                   CacheFlag::kThreads});
+                   CacheFlag::kThreads, CacheFlag::kMapWeights});
   cmd->add_flag("--interactive", f.interactive,
                 "Read prompts from stdin line by line (/undo [N], /reset, /quit)");
   cmd->add_option("--undo-turns", f.undo_turns,
@@ -126,7 +126,8 @@ void add_flags(CLI::App* cmd, RunFlags& f) {
 // The model and the cache the flags ask for.
 Status load(const RunFlags& f, Loaded& l) {
   KVCACHE_ASSIGN_OR_RETURN(
-      l, engine::open_runtime(engine::ModelSource::file(f.model), cache_options(f.cache)));
+      l, engine::open_runtime(engine::ModelSource::file(f.model), cache_options(f.cache),
+                              load_options(f.cache)));
   return ok_status();
 }
 

@@ -55,7 +55,7 @@ void add_flags(CLI::App* cmd, ServeFlags& f) {
       ->check(CLI::Range(0, 65535))->capture_default_str();
   add_cache_flags(cmd, f.cache,
                   {CacheFlag::kMaxSessions, CacheFlag::kMaxSessionTokens, CacheFlag::kKvDtype,
-                   CacheFlag::kThreads});
+                   CacheFlag::kThreads, CacheFlag::kMapWeights});
   cmd->add_option("--api-key", f.api_key,
                   "Require 'Authorization: Bearer KEY' on every endpoint but /health and the page /");
   cmd->add_option("--chat-template", f.chat_template,
@@ -134,7 +134,8 @@ void watch_signals(std::atomic<bool>& quit, server::EngineLoop& loop, server::Ht
 int run_serve(const ServeFlags& f) {
   if (!install_stop_handlers()) return fail("cannot install the SIGINT/SIGTERM handlers");
   apply_threads(f.cache);
-  Result<engine::LoadedModel> m = engine::load_model(engine::ModelSource::file(f.model));
+  Result<engine::LoadedModel> m =
+      engine::load_model(engine::ModelSource::file(f.model), load_options(f.cache));
   if (!m.ok()) return fail(m.status().message());
   serve::ExecutorOptions eo;
   eo.max_sessions = f.cache.max_sessions;

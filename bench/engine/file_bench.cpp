@@ -3,7 +3,9 @@
 // side-by-side. Per file: decode tok/s at depth 0 / 2K / 8K / 16K and a 512-token prefill at
 // depth 0 and 4K (sequence layout, f16 K/V, threads from KVCACHE_BENCH_THREADS, default 2),
 // with decode's effective bandwidth: (weight bytes + K/V bytes read per token) * tok/s, and its
-// ratio to the read probe run in this process. Output: Google Benchmark JSON.
+// ratio to the read probe run in this process. The file is read into huge pages as
+// `kvcache run` does; KVCACHE_BENCH_MAPPED=1 maps it in place instead (the --map-weights
+// comparison). Output: Google Benchmark JSON.
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -37,7 +39,10 @@ struct Loaded {
 
 Loaded load(const std::string& path) {
   Loaded l;
-  Result<gguf::GgufFile> f = gguf::GgufFile::open(path);
+  const char* mapped = std::getenv("KVCACHE_BENCH_MAPPED");
+  const bool map_it = mapped != nullptr && std::string(mapped) == "1";
+  Result<gguf::GgufFile> f = gguf::GgufFile::open(
+      path, map_it ? gguf::GgufFile::Placement::kMapped : gguf::GgufFile::Placement::kHugePages);
   if (!f.ok()) return l.error = f.status().to_string(), std::move(l);
   l.file = std::make_unique<gguf::GgufFile>(std::move(*f));
   Result<Model> m = Model::load(*l.file);

@@ -16,9 +16,11 @@ Result<LoadedModel> load_model(const ModelSource& source, const LoadOptions& opt
   if (source.path.empty() && bytes.empty())
     return not_found("no model given and this build embeds no default model "
                      "(models/tiny.gguf was absent when cmake ran)");
-  KVCACHE_ASSIGN_OR_RETURN(gguf::GgufFile file, source.path.empty()
-                                                    ? gguf::GgufFile::parse(bytes)
-                                                    : gguf::GgufFile::open(source.path));
+  const auto placement = options.huge_pages ? gguf::GgufFile::Placement::kHugePages
+                                             : gguf::GgufFile::Placement::kMapped;
+  KVCACHE_ASSIGN_OR_RETURN(gguf::GgufFile file,
+                           source.path.empty() ? gguf::GgufFile::parse(bytes)
+                                               : gguf::GgufFile::open(source.path, placement));
   l.file = std::make_unique<gguf::GgufFile>(std::move(file));
   KVCACHE_ASSIGN_OR_RETURN(Model model, Model::load(*l.file, options));
   l.model = std::make_unique<Model>(std::move(model));

@@ -119,6 +119,52 @@ Result<FileBytes> FileBytes::map(const std::string& path, const FileRule& rule) 
   return out;
 }
 
+bool FileBytes::huge_pages_available() {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  static const bool available = [] {
+    Result<std::string> mode = read_file("/sys/kernel/mm/transparent_hugepage/enabled",
+                                         FileRule{"transparent_hugepage", 4096, ""});
+    return mode.ok() && mode->find("[never]") == std::string::npos;
+  }();
+  return available;
+#else
+  return false;
+#endif
+}
+
+Result<FileBytes> FileBytes::read_huge(const std::string& path, const FileRule& rule) {
+  if (!huge_pages_available()) return map(path, rule);
+  Result<OpenFile> f = open_checked(path, rule);
+  if (!f.ok()) return f.status();
+  FileBytes out;
+  if (f->size == 0) return out;
+  constexpr size_t kHuge = size_t{2} << 20;
+  const auto size = static_cast<size_t>(f->size);
+  const size_t reserved = size + kHuge;  // room to start on a huge-page boundary
+  void* m = mmap(nullptr, reserved, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED)
+    return resource_exhausted(str_cat(rule.what, ": reserving ", size, " bytes to read '", path,
+                                      "' into failed: ", std::strerror(errno)));
+  out.map_ = m;  // released with the whole reservation, whatever happens below
+  out.map_size_ = reserved;
+  const uintptr_t base = (reinterpret_cast<uintptr_t>(m) + kHuge - 1) & ~uintptr_t{kHuge - 1};
+  auto* dst = reinterpret_cast<uint8_t*>(base);
+  (void)madvise(dst, size, MADV_HUGEPAGE);  // advice: without it the bytes are still right
+  size_t got = 0;
+  while (got < size) {  // never more than the size checked above
+    const ssize_t n = ::pread(f->fd, dst + got, size - got, static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      return data_loss(str_cat(rule.what, ": reading '", path, "' failed: ", std::strerror(errno)));
+    if (n == 0)
+      return data_loss(str_cat(rule.what, ": '", path, "' shrank to ", got,
+                               " bytes while being read (", size, " when opened)"));
+    got += static_cast<size_t>(n);
+  }
+  out.bytes_ = {dst, size};
+  return out;
+}
+
 FileBytes FileBytes::copy(std::span<const uint8_t> bytes) {
   FileBytes f;
   f.owned_.assign(bytes.begin(), bytes.end());

@@ -348,8 +348,10 @@ Result<GgufFile> GgufFile::parse(std::span<const uint8_t> bytes) {
   return GgufFile(std::move(impl));
 }
 
-Result<GgufFile> GgufFile::open(const std::string& path) {
-  Result<FileBytes> file = FileBytes::map(path, "gguf");
+Result<GgufFile> GgufFile::open(const std::string& path, Placement placement) {
+  const FileRule rule{"gguf", file_limits::kModel, ""};
+  Result<FileBytes> file = placement == Placement::kHugePages ? FileBytes::read_huge(path, rule)
+                                                              : FileBytes::map(path, rule);
   if (!file.ok()) return file.status();
   auto impl = std::make_unique<Impl>(std::move(file).value());
   Status s = impl->parse();

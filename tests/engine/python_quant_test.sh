@@ -4,7 +4,8 @@
 # with its own numpy code and computes float64 logits. kvcache runs the file (prefill in one
 # chunk of 20 > kSmallBatch tokens: decoded tiles + sgemm, tolerance 1e-4 — but Q8_0 on a CPU
 # with AVX-512 VNNI takes the int8 GEMM, int8 activations like decode; then one token per
-# step: int8 activations, tolerance 3e-2, see quant_matvec_test.cpp). inspect reads a file with a Q3_K tensor, which
+# step: int8 activations, tolerance 3e-2, see quant_matvec_test.cpp; the same with the file
+# mapped in place, bit for bit). inspect reads a file with a Q3_K tensor, which
 # run refuses naming the tensor and the type.
 # Usage: python_quant_test.sh KVCACHE_BIN REPO_DIR TYPE
 set -euo pipefail
@@ -34,6 +35,11 @@ check "$tmp/prefill.npy" "$prefill_tol" "$type prefill"
 "$bin" run "$tmp/m.gguf" --max-step-tokens 1 --prompt-ids "$ids" --max-new-tokens 0 \
   --dump-logits "$tmp/decode.npy" 2>/dev/null
 check "$tmp/decode.npy" 3e-2 "$type decode"
+# --map-weights maps the file in place instead of reading it into huge pages: same logits, bit
+# for bit.
+"$bin" run "$tmp/m.gguf" --max-step-tokens 1 --prompt-ids "$ids" --max-new-tokens 0 \
+  --map-weights --dump-logits "$tmp/mapped.npy" 2>/dev/null
+cmp "$tmp/decode.npy" "$tmp/mapped.npy" || { echo "--map-weights changed the logits"; exit 1; }
 $py "$repo/scripts/make_quant_gguf.py" --type "$type" --out "$tmp/q3k.gguf" \
   --raw-q3k blk.1.ffn_up.weight
 "$bin" inspect "$tmp/q3k.gguf" >/dev/null

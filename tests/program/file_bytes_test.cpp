@@ -1,11 +1,15 @@
 // The checked file reader (program/file_bytes.h): regular files only, refused by kind by name,
-// size-capped before reading, and confined to a directory when asked (symlinks resolved).
+// size-capped before reading, and confined to a directory when asked (symlinks resolved); a
+// file read into huge pages holds exactly the mapped bytes, under the same checks.
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "program/file_bytes.h"
 #include "test_util.h"
@@ -84,6 +88,39 @@ TEST_F(FileBytesTest, SymlinksMayPointInsideTheirDirectoryButNotOutside) {
   EXPECT_EQ(mapped.status().code(), StatusCode::kInvalidArgument);
   // Without a directory rule the same link is fine (a model path the user names).
   EXPECT_TRUE(read_file((dir_ / "escape.npy").string(), {"npy", 100, ""}).ok());
+}
+
+TEST_F(FileBytesTest, ReadIntoHugePagesHoldsTheMappedBytesUnderTheSameChecks) {
+  // 2 MiB + 3 bytes of a pattern: one whole huge page and a tail.
+  std::string text((size_t{2} << 20) + 3, '\0');
+  for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<char>((i * 131 + 7) % 251);
+  testing::write_text(dir_ / "w.gguf", text);
+  const FileRule rule{"gguf", file_limits::kModel, ""};
+  auto huge = FileBytes::read_huge((dir_ / "w.gguf").string(), rule);
+  auto mapped = FileBytes::map((dir_ / "w.gguf").string(), rule);
+  ASSERT_TRUE(huge.ok()) << huge.status().message();
+  ASSERT_TRUE(mapped.ok()) << mapped.status().message();
+  ASSERT_EQ(huge->bytes().size(), text.size());
+  EXPECT_TRUE(std::equal(huge->bytes().begin(), huge->bytes().end(), mapped->bytes().begin()));
+  if (FileBytes::huge_pages_available())  // starts on a huge page, as placed
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(huge->bytes().data()) % (uintptr_t{2} << 20), 0u);
+  FileBytes moved = std::move(huge).value();  // the bytes stay where they are
+  EXPECT_EQ(moved.bytes().size(), text.size());
+  EXPECT_EQ(moved.bytes()[text.size() - 1], static_cast<uint8_t>(text.back()));
+
+  testing::write_text(dir_ / "empty.gguf", "");
+  auto empty = FileBytes::read_huge((dir_ / "empty.gguf").string(), rule);
+  ASSERT_TRUE(empty.ok()) << empty.status().message();
+  EXPECT_TRUE(empty->bytes().empty());
+  auto missing = FileBytes::read_huge((dir_ / "none.gguf").string(), rule);
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  auto dir = FileBytes::read_huge(dir_.string(), rule);
+  EXPECT_EQ(dir.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(dir.status().message().find("gguf: '" + dir_.string() + "' is a directory"),
+            std::string::npos) << dir.status().message();
+  auto capped = FileBytes::read_huge((dir_ / "w.gguf").string(), {"gguf", 100, ""});
+  EXPECT_NE(capped.status().message().find("bytes, expected <= 100"), std::string::npos)
+      << capped.status().message();
 }
 
 }  // namespace

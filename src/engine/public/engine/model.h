@@ -64,6 +64,9 @@ struct LayerWeights {
 struct LoadOptions {
   bool keep_f16 = true;        // false: convert F16 matrices to f32 too
   bool keep_quantized = true;  // false: decode block-quantized matrices to f32 at load
+  // load_model from a path: read the file into huge pages (true) or map it in place (false;
+  // slower decode, but the page cache is shared with other processes).
+  bool huge_pages = true;
 };
 
 // Move-only: the weights are big. Thread-safety: immutable after load.

@@ -73,8 +73,12 @@ struct TensorInfo {
 // Thread-safety: immutable after open; concurrent reads are safe.
 class GgufFile {
  public:
-  // Maps the file. NotFound when missing; DataLoss/InvalidArgument for malformed content.
-  static Result<GgufFile> open(const std::string& path);
+  // Where open() puts the file's bytes: mapped in place (what reading metadata wants), or
+  // read into huge pages (what a model that streams its weights every token wants; see
+  // FileBytes::read_huge).
+  enum class Placement { kMapped, kHugePages };
+  // Opens the file. NotFound when missing; DataLoss/InvalidArgument for malformed content.
+  static Result<GgufFile> open(const std::string& path, Placement placement = Placement::kMapped);
   // Parses bytes held by the caller (fuzzing, tests); the bytes are copied.
   static Result<GgufFile> parse(std::span<const uint8_t> bytes);
 
