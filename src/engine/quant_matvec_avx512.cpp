@@ -58,10 +58,11 @@ inline float half_finish(__m512 acc, const uint8_t* row, const float* x, int64_t
 }
 
 // Weight rows r .. r + kRows against activation rows x_j = x + j * x_stride (j < kActs):
-// y[j * y_stride + i] for row r + i.
+// y[j * y_stride + i] for row r + i. With `next` (kRows rows), asks for their lines into L2
+// a line per two steps, one tile ahead of their use.
 template <bool kBf16, int kRows, int kActs>
 inline void half_tile(const Weight& w, int64_t r, const float* x, int64_t x_stride, float* y,
-                      int64_t y_stride, bool accumulate) {
+                      int64_t y_stride, bool accumulate, const uint8_t* const* next) {
   const int64_t body = w.cols & ~int64_t{15};
   const uint8_t* rows[kRows];
   for (int i = 0; i < kRows; ++i) rows[i] = w.row_data(r + i);
@@ -71,6 +72,8 @@ inline void half_tile(const Weight& w, int64_t r, const float* x, int64_t x_stri
 #pragma GCC unroll 4
     for (int j = 0; j < kActs; ++j) acc[i][j] = _mm512_setzero_ps();
   for (int64_t c = 0; c < body; c += 16) {
+    if (next != nullptr && c % 32 == 0)
+      for (int i = 0; i < kRows; ++i) __builtin_prefetch(next[i] + 2 * c, 0, 1);
     __m512 wv[kRows];
 #pragma GCC unroll 4
     for (int i = 0; i < kRows; ++i) wv[i] = widen16<kBf16>(rows[i] + 2 * c);
@@ -90,18 +93,19 @@ inline void half_tile(const Weight& w, int64_t r, const float* x, int64_t x_stri
 }
 
 // Weight rows r .. r + kRows against t activation rows, four at a time (the last group 1..3):
-// the weight rows stay in L1 while every group passes.
+// the weight rows stay in L1 while every group passes; the first group asks for `next`.
 template <bool kBf16, int kRows>
 inline void half_tile_all(const Weight& w, int64_t r, const float* x, int64_t t, float* y,
-                          int64_t y_stride, bool accumulate) {
+                          int64_t y_stride, bool accumulate, const uint8_t* const* next) {
   for (int64_t t0 = 0; t0 < t; t0 += 4) {
     const float* xg = x + t0 * w.cols;
     float* yg = y + t0 * y_stride;
+    const uint8_t* const* n = t0 == 0 ? next : nullptr;
     switch (std::min<int64_t>(4, t - t0)) {
-      case 4: half_tile<kBf16, kRows, 4>(w, r, xg, w.cols, yg, y_stride, accumulate); break;
-      case 3: half_tile<kBf16, kRows, 3>(w, r, xg, w.cols, yg, y_stride, accumulate); break;
-      case 2: half_tile<kBf16, kRows, 2>(w, r, xg, w.cols, yg, y_stride, accumulate); break;
-      default: half_tile<kBf16, kRows, 1>(w, r, xg, w.cols, yg, y_stride, accumulate); break;
+      case 4: half_tile<kBf16, kRows, 4>(w, r, xg, w.cols, yg, y_stride, accumulate, n); break;
+      case 3: half_tile<kBf16, kRows, 3>(w, r, xg, w.cols, yg, y_stride, accumulate, n); break;
+      case 2: half_tile<kBf16, kRows, 2>(w, r, xg, w.cols, yg, y_stride, accumulate, n); break;
+      default: half_tile<kBf16, kRows, 1>(w, r, xg, w.cols, yg, y_stride, accumulate, n); break;
     }
   }
 }
@@ -117,9 +121,15 @@ void half_rows_batch_512(const Weight& w, int64_t r0, int64_t r1, const float* x
                          float* y, int64_t y_stride, bool accumulate) {
   int64_t r = r0;
   if (t >= 8)
-    for (; r + 4 <= r1; r += 4)
-      half_tile_all<kBf16, 4>(w, r, x, t, y + (r - r0), y_stride, accumulate);
-  for (; r < r1; ++r) half_tile_all<kBf16, 1>(w, r, x, t, y + (r - r0), y_stride, accumulate);
+    for (; r + 4 <= r1; r += 4) {
+      const uint8_t* next[4];
+      const bool ahead = r + 8 <= r1;
+      for (int i = 0; ahead && i < 4; ++i) next[i] = w.row_data(r + 4 + i);
+      half_tile_all<kBf16, 4>(w, r, x, t, y + (r - r0), y_stride, accumulate,
+                              ahead ? next : nullptr);
+    }
+  for (; r < r1; ++r)
+    half_tile_all<kBf16, 1>(w, r, x, t, y + (r - r0), y_stride, accumulate, nullptr);
 }
 
 template <bool kBf16>
