@@ -6,9 +6,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <utility>
 
 #include "core/str_cat.h"
@@ -121,10 +123,11 @@ Result<FileBytes> FileBytes::map(const std::string& path, const FileRule& rule) 
 
 bool FileBytes::huge_pages_available() {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  static const bool available = [] {
-    Result<std::string> mode = read_file("/sys/kernel/mm/transparent_hugepage/enabled",
-                                         FileRule{"transparent_hugepage", 4096, ""});
-    return mode.ok() && mode->find("[never]") == std::string::npos;
+  static const bool available = [] {  // one line: "always [madvise] never"
+    std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+    std::string mode;
+    return std::getline(in, mode) && mode.find('[') != std::string::npos &&
+           mode.find("[never]") == std::string::npos;
   }();
   return available;
 #else
@@ -132,10 +135,32 @@ bool FileBytes::huge_pages_available() {
 #endif
 }
 
+std::optional<uint64_t> FileBytes::available_memory() {
+  // procfs reports a size of 0, so this reads lines (at most 64 of them) instead of read_file.
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  for (int n = 0; n < 64 && std::getline(in, line); ++n) {
+    constexpr std::string_view kKey = "MemAvailable:";
+    if (line.compare(0, kKey.size(), kKey) != 0) continue;
+    const char* p = line.c_str() + kKey.size();
+    while (*p == ' ') ++p;
+    uint64_t kib = 0;
+    const auto [end, ec] = std::from_chars(p, line.c_str() + line.size(), kib);
+    if (ec != std::errc() || end == p || kib > (~uint64_t{0} >> 10)) return std::nullopt;
+    return kib << 10;
+  }
+  return std::nullopt;
+}
+
+bool FileBytes::copy_fits(uint64_t file_bytes, std::optional<uint64_t> available) {
+  return available.has_value() && file_bytes <= *available / 2;
+}
+
 Result<FileBytes> FileBytes::read_huge(const std::string& path, const FileRule& rule) {
   if (!huge_pages_available()) return map(path, rule);
   Result<OpenFile> f = open_checked(path, rule);
   if (!f.ok()) return f.status();
+  if (!copy_fits(f->size, available_memory())) return map(path, rule);
   FileBytes out;
   if (f->size == 0) return out;
   constexpr size_t kHuge = size_t{2} << 20;

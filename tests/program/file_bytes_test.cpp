@@ -123,5 +123,21 @@ TEST_F(FileBytesTest, ReadIntoHugePagesHoldsTheMappedBytesUnderTheSameChecks) {
       << capped.status().message();
 }
 
+// A file is copied into huge pages only when it takes at most half of the available memory;
+// an unknown figure keeps the mapping.
+TEST(FileBytesHuge, TheCopyNeedsHalfTheAvailableMemory) {
+  constexpr uint64_t kGiB = uint64_t{1} << 30;
+  EXPECT_TRUE(FileBytes::copy_fits(4 * kGiB, 8 * kGiB));
+  EXPECT_FALSE(FileBytes::copy_fits(4 * kGiB + 1, 8 * kGiB));
+  EXPECT_FALSE(FileBytes::copy_fits(40 * kGiB, 60 * kGiB));
+  EXPECT_FALSE(FileBytes::copy_fits(1, std::nullopt));
+  EXPECT_TRUE(FileBytes::copy_fits(0, 0));
+#if defined(__linux__)
+  const std::optional<uint64_t> avail = FileBytes::available_memory();
+  ASSERT_TRUE(avail.has_value());  // Linux reports MemAvailable
+  EXPECT_GT(*avail, uint64_t{1} << 20);
+#endif
+}
+
 }  // namespace
 }  // namespace kvcache

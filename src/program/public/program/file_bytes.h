@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -47,10 +48,18 @@ class FileBytes {
   // advised to the kernel as huge pages, unchanged otherwise: the same resident size as a
   // mapping, but a stream over it walks one page-table entry per 2 MiB, not per 4 KiB (decode
   // reads every weight once a token: 1.14-1.2x the tokens/s of the mapped file, see the #12
-  // closing note). Where the kernel has no transparent huge pages (Linux's
-  // /sys/kernel/mm/transparent_hugepage/enabled absent or "never") this is map(). Errors as
+  // closing note). This is map() where the kernel has no transparent huge pages (Linux's
+  // /sys/kernel/mm/transparent_hugepage/enabled absent or "never") and where the copy does not
+  // fit (copy_fits): a file that is paged in on demand must stay a mapping, or a model near
+  // the machine's memory would be killed for memory instead of running slowly. Errors as
   // map(), plus DataLoss when reading fails and ResourceExhausted when memory runs out.
   static Result<FileBytes> read_huge(const std::string& path, const FileRule& rule);
+  // Whether read_huge copies a file of `file_bytes`: at most half of the memory the kernel
+  // reports available (the page cache keeps the file's pages too, until it needs them);
+  // never when that figure is unknown.
+  static bool copy_fits(uint64_t file_bytes, std::optional<uint64_t> available);
+  // MemAvailable of /proc/meminfo in bytes; nullopt where it cannot be read.
+  static std::optional<uint64_t> available_memory();
   static FileBytes copy(std::span<const uint8_t> bytes);
   // Whether read_huge can place bytes on huge pages on this machine.
   static bool huge_pages_available();
