@@ -1,10 +1,9 @@
 // Reading files the tools are handed, safely: the one home for "a regular file, inside its
 // allowed place, size-capped before reading". Layer: program. FileBytes maps a model file
 // (GGUF, safetensors), reads one into huge pages, or copies bytes the caller holds (fuzzing,
-// tests); read_file reads a
-// small file (JSON, .npy) whole. Both refuse directories, FIFOs, devices and sockets by name
-// and never block opening them; with `within` set, a path (or symlink) resolving outside that
-// directory is refused. Neither interprets the bytes.
+// tests); read_file reads a small file (JSON, .npy) whole. Both refuse directories, FIFOs,
+// devices and sockets by name and never block opening them; with `within` set, a path (or
+// symlink) resolving outside that directory is refused. Neither interprets the bytes.
 #pragma once
 
 #include <cstdint>
@@ -47,8 +46,8 @@ class FileBytes {
   // The file's bytes read into anonymous memory that starts on a 2 MiB boundary and is
   // advised to the kernel as huge pages, unchanged otherwise: the same resident size as a
   // mapping, but a stream over it walks one page-table entry per 2 MiB, not per 4 KiB (decode
-  // reads every weight once a token: 1.14-1.2x the tokens/s of the mapped file, see the #12
-  // closing note). This is map() where the kernel has no transparent huge pages (Linux's
+  // reads every weight once a token: 1.1-1.26x the tokens/s of the mapped file on this
+  // project's benchmark files). This is map() where the kernel has no transparent huge pages (Linux's
   // /sys/kernel/mm/transparent_hugepage/enabled absent or "never") and where the copy does not
   // fit (copy_fits): a file that is paged in on demand must stay a mapping, or a model near
   // the machine's memory would be killed for memory instead of running slowly. Errors as
