@@ -182,19 +182,22 @@ void values_block(const AttentionProblem& p, const KeySet& keys, int32_t g, int3
   const int32_t dv = p.kv.value_dim;
   const std::byte* rows[kKeyBlock];
   for (int64_t b = 0; b < nb; ++b) rows[b] = p.kv.v_row(g, keys.row(jb + b));
-  const int step = group % 4 == 0 ? 4 : group % 3 == 0 ? 3 : group % 2 == 0 ? 2 : 1;
-  for (int32_t h = 0; h < group; h += step) {
+  // Four heads at a time, then the 1..3 left: each value row is widened once per slice, so
+  // twice for a group of 7 (4 + 3) where slices of one head widened it 7 times.
+  for (int32_t h = 0; h < group;) {
+    const int32_t n = std::min(4, group - h);
     const float* wh = w + h * kKeyBlock;
     float* ah = acc + int64_t{h} * dv;
-    if (step == 4) {
+    if (n == 4) {
       values_heads<kDtype, 4>(rows, nb, dv, wh, ah);
-    } else if (step == 3) {  // 2 slices of 3 heads: each value row widened once per group
+    } else if (n == 3) {  // 2 slices of 3 heads
       values_heads<kDtype, 3>(rows, nb, dv, wh, ah);
-    } else if (step == 2) {
+    } else if (n == 2) {
       values_heads<kDtype, 2>(rows, nb, dv, wh, ah);
     } else {
       values_heads<kDtype, 1>(rows, nb, dv, wh, ah);
     }
+    h += n;
   }
 }
 
