@@ -17,10 +17,10 @@
 #include <memory>
 #include <random>
 #include <string>
-#include <sys/mman.h>
 #include <unistd.h>
 #include <vector>
 
+#include "cpu/huge_pages.h"
 #include "cpu/kv_pool.h"
 #include "cpu/thread_pool.h"
 #include "engine/model.h"
@@ -163,10 +163,7 @@ void prefill_product_args(benchmark::internal::Benchmark* b) {
 std::vector<uint8_t> huge_page_bytes(int64_t n) {
   std::vector<uint8_t> v;
   v.reserve(static_cast<size_t>(n));
-  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
-  const auto begin = (reinterpret_cast<uintptr_t>(v.data()) + kHuge - 1) & ~(kHuge - 1);
-  const auto end = (reinterpret_cast<uintptr_t>(v.data()) + static_cast<uintptr_t>(n)) & ~(kHuge - 1);
-  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+  cpu::advise_huge_pages(v.data(), n);
   v.resize(static_cast<size_t>(n));
   return v;
 }
@@ -174,8 +171,9 @@ std::vector<uint8_t> huge_page_bytes(int64_t n) {
 // A batched decode step's product (quant_matvec.h matvec_batch): F16 weights against t
 // activation rows, the tiles of weight rows x activation rows the executor's steps run. 16
 // matrices of the benchmark model's up projection (2048 x 768, 48 MiB: past the last-level
-// cache, as a step's weights are; on huge pages, as the engine's are) are multiplied in turn. range(0): t, range(1): threads.
-// Multiply-adds per second and their ratio to the f32 multiply-add probe of this process.
+// cache, as a step's weights are; on huge pages, as the engine's are) are multiplied in turn.
+// range(0): t, range(1): threads. Multiply-adds per second and their ratio to the f32
+// multiply-add probe of this process.
 void BM_BatchedHalfProduct(benchmark::State& bs) {
   constexpr int64_t kIn = 768, kOut = 2048, kMatrices = 16;
   const int64_t t = bs.range(0);

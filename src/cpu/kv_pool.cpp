@@ -5,45 +5,26 @@
 #include <cstring>
 #include <string>
 
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
-
 #include "core/str_cat.h"
 #include "cpu/dtype_convert.h"
+#include "cpu/huge_pages.h"
 
 namespace kvcache::cpu {
 
 void AlignedFree::operator()(std::byte* p) const { std::free(p); }
 
-namespace {
-constexpr int64_t kHugePage = int64_t{2} << 20;
-
-// Buffers of a huge page or more start on one and ask the kernel to back their whole huge
-// pages with huge pages (Linux, THP in "madvise" mode or "always"): a long K/V stream then
-// walks one page table entry per 2 MiB instead of per 4 KiB: decode attention over 64K keys
-// read 1.3x faster, 16K unchanged (kvcache_attention_bench, 1 and 2 threads). The tail past the
-// last whole huge page is advised nothing, so resident memory stays the buffer's size.
-void advise_huge_pages(void* p, int64_t n) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  if (const int64_t whole = n / kHugePage * kHugePage; whole > 0)
-    (void)madvise(p, static_cast<size_t>(whole), MADV_HUGEPAGE);  // advice: failure is harmless
-#else
-  (void)p, (void)n;
-#endif
-}
-}  // namespace
-
 AlignedBytes aligned_alloc_bytes(int64_t n) {
   if (n <= 0) return nullptr;
-  const int64_t align = n >= kHugePage ? kHugePage : 64;
+  // Buffers of a huge page or more start on one (huge_pages.h): decode attention over 64K
+  // keys read 1.3x faster, 16K unchanged (kvcache_attention_bench, 1 and 2 threads).
+  const int64_t align = n >= kHugePageBytes ? kHugePageBytes : 64;
   const int64_t rounded = (n + 63) / 64 * 64;
   // aligned_alloc wants a size that is a multiple of the alignment; round to it, but only the
   // 64-byte-rounded size is ever touched, so the rest stays virtual.
   const int64_t reserved = (rounded + align - 1) / align * align;
   void* p = std::aligned_alloc(static_cast<size_t>(align), static_cast<size_t>(reserved));
   if (p == nullptr) return nullptr;
-  if (align == kHugePage) advise_huge_pages(p, rounded);
+  advise_huge_pages(p, rounded);  // nothing below a whole huge page
   std::memset(p, 0, static_cast<size_t>(rounded));
   return AlignedBytes(static_cast<std::byte*>(p));
 }

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/str_cat.h"
+#include "cpu/huge_pages.h"
 
 namespace kvcache {
 namespace {
@@ -121,20 +122,6 @@ Result<FileBytes> FileBytes::map(const std::string& path, const FileRule& rule) 
   return out;
 }
 
-bool FileBytes::huge_pages_available() {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  static const bool available = [] {  // one line: "always [madvise] never"
-    std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
-    std::string mode;
-    return std::getline(in, mode) && mode.find('[') != std::string::npos &&
-           mode.find("[never]") == std::string::npos;
-  }();
-  return available;
-#else
-  return false;
-#endif
-}
-
 std::optional<uint64_t> FileBytes::available_memory() {
   // procfs reports a size of 0, so this reads lines (at most 64 of them) instead of read_file.
   std::ifstream in("/proc/meminfo");
@@ -157,13 +144,13 @@ bool FileBytes::copy_fits(uint64_t file_bytes, std::optional<uint64_t> available
 }
 
 Result<FileBytes> FileBytes::read_huge(const std::string& path, const FileRule& rule) {
-  if (!huge_pages_available()) return map(path, rule);
+  if (!cpu::huge_pages_available()) return map(path, rule);
   Result<OpenFile> f = open_checked(path, rule);
   if (!f.ok()) return f.status();
   if (!copy_fits(f->size, available_memory())) return map(path, rule);
   FileBytes out;
   if (f->size == 0) return out;
-  constexpr size_t kHuge = size_t{2} << 20;
+  constexpr auto kHuge = static_cast<size_t>(cpu::kHugePageBytes);
   const auto size = static_cast<size_t>(f->size);
   const size_t reserved = size + kHuge;  // room to start on a huge-page boundary
   void* m = mmap(nullptr, reserved, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -174,7 +161,7 @@ Result<FileBytes> FileBytes::read_huge(const std::string& path, const FileRule& 
   out.map_size_ = reserved;
   const uintptr_t base = (reinterpret_cast<uintptr_t>(m) + kHuge - 1) & ~uintptr_t{kHuge - 1};
   auto* dst = reinterpret_cast<uint8_t*>(base);
-  (void)madvise(dst, size, MADV_HUGEPAGE);  // advice: without it the bytes are still right
+  cpu::advise_huge_pages(dst, static_cast<int64_t>(size));
   size_t got = 0;
   while (got < size) {  // never more than the size checked above
     const ssize_t n = ::pread(f->fd, dst + got, size - got, static_cast<off_t>(got));

@@ -44,7 +44,7 @@ class FileBytes {
     return map(path, FileRule{what, file_limits::kModel, ""});
   }
   // The file's bytes read into anonymous memory that starts on a 2 MiB boundary and is
-  // advised to the kernel as huge pages, unchanged otherwise: the same resident size as a
+  // advised to the kernel as huge pages (cpu/huge_pages.h), unchanged otherwise: the same resident size as a
   // mapping, but a stream over it walks one page-table entry per 2 MiB, not per 4 KiB (decode
   // reads every weight once a token: 1.1-1.26x the tokens/s of the mapped file on this
   // project's benchmark files). This is map() where the kernel has no transparent huge pages (Linux's
@@ -60,8 +60,6 @@ class FileBytes {
   // MemAvailable of /proc/meminfo in bytes; nullopt where it cannot be read.
   static std::optional<uint64_t> available_memory();
   static FileBytes copy(std::span<const uint8_t> bytes);
-  // Whether read_huge can place bytes on huge pages on this machine.
-  static bool huge_pages_available();
 
   std::span<const uint8_t> bytes() const { return bytes_; }
 
