@@ -190,7 +190,7 @@ void values_block(const AttentionProblem& p, const KeySet& keys, int32_t g, int3
     float* ah = acc + int64_t{h} * dv;
     if (n == 4) {
       values_heads<kDtype, 4>(rows, nb, dv, wh, ah);
-    } else if (n == 3) {  // 2 slices of 3 heads
+    } else if (n == 3) {  // 3 heads x 2 vectors of 16 dims in registers
       values_heads<kDtype, 3>(rows, nb, dv, wh, ah);
     } else if (n == 2) {
       values_heads<kDtype, 2>(rows, nb, dv, wh, ah);

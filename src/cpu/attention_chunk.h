@@ -56,12 +56,12 @@ struct TileRows {
   }
 };
 
-// The tile of kv head g's rows for keys [j, j + min(kKeys, left)) of `keys`, with the rows to
-// prefetch: keys j + kPrefetchKeys .. + kKeys and j + kKeys .. + kKeys when they lie before
-// `end`.
+// The tile of kv head g's rows for keys [j, j + min(kKeys, left)) of `keys`, with, when
+// `ahead`, the rows to prefetch: keys j + kPrefetchKeys .. + kKeys and j + kKeys .. + kKeys
+// when they lie before `end` (a tile nobody prefetches for does not look them up).
 template <int kKeys>
 TileRows<kKeys> tile_rows(const AttentionProblem& p, const KeySet& keys, int32_t g, int64_t j,
-                          int64_t left, int64_t end) {
+                          int64_t left, int64_t end, bool ahead = true) {
   TileRows<kKeys> r;
   r.valid = static_cast<int32_t>(std::min<int64_t>(kKeys, left));
   for (int i = 0; i < kKeys; ++i) {
@@ -72,13 +72,13 @@ TileRows<kKeys> tile_rows(const AttentionProblem& p, const KeySet& keys, int32_t
   r.k_bytes = p.kv.head_dim * p.kv.esize();
   r.v_bytes = p.kv.value_dim * p.kv.esize();
   const int64_t next = j + kPrefetchKeys;
-  r.has_next = next + kKeys <= end;
+  r.has_next = ahead && next + kKeys <= end;
   for (int i = 0; r.has_next && i < kKeys; ++i) {
     const int64_t row = keys.row(next + i);
     r.next_k[i] = reinterpret_cast<const char*>(p.kv.k_row(g, row));
     r.next_v[i] = reinterpret_cast<const char*>(p.kv.v_row(g, row));
   }
-  r.has_near = j + 2 * kKeys <= end;
+  r.has_near = ahead && j + 2 * kKeys <= end;
   for (int i = 0; r.has_near && i < kKeys; ++i)
     r.near_k[i] = reinterpret_cast<const char*>(p.kv.k_row(g, keys.row(j + kKeys + i)));
   return r;
@@ -104,7 +104,7 @@ void logits_tiles(const AttentionProblem& p, const KeySet& keys, int32_t g, cons
                   float* s) {
   const int32_t dim = p.kv.head_dim;
   for (int64_t b = 0; b < nb; b += kKeys) {
-    const auto rows = tile_rows<kKeys>(p, keys, g, jb + b, nb - b, end);
+    const auto rows = tile_rows<kKeys>(p, keys, g, jb + b, nb - b, end, prefetch);
     for (int32_t h = h0; h < h1; h += kAcc / kKeys)
       Tiles::template run<kKeys>(q + int64_t{h} * dim, rows, prefetch && h == h0, dim, p.scale,
                                  s + int64_t{h} * kKeyBlock + b);

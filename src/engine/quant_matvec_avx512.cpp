@@ -43,21 +43,13 @@ inline __m512 widen16(const uint8_t* p) {
   else return _mm512_cvtph_ps(h);
 }
 
-// One stored F16 / BF16 value as a float.
-template <bool kBf16>
-inline float half_value(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return kBf16 ? kvcache::bf16_to_f32(h) : _cvtsh_ss(h);
-}
-
 // half_rows' reduction of a0 + a1, then its scalar tail over columns [body, cols).
 template <bool kBf16>
 inline float half_finish(__m512 acc, const uint8_t* row, const float* x, int64_t body,
                          int64_t cols) {
   const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
   float sum = hsum(_mm256_add_ps(_mm512_castps512_ps256(acc), hi));
-  for (int64_t c = body; c < cols; ++c) sum += half_value<kBf16>(row + 2 * c) * x[c];
+  for (int64_t c = body; c < cols; ++c) sum += half_of<kBf16>(row + 2 * c) * x[c];
   return sum;
 }
 
@@ -122,7 +114,7 @@ inline void half_tile(const Weight& w, int64_t r, const float* x, int64_t x_stri
       for (int i = 0; i < 4; ++i) {
         float v = sums[4 * j + i];
         const float* xj = x + j * x_stride;
-        for (int64_t c = body; c < w.cols; ++c) v += half_value<kBf16>(rows[i] + 2 * c) * xj[c];
+        for (int64_t c = body; c < w.cols; ++c) v += half_of<kBf16>(rows[i] + 2 * c) * xj[c];
         float& out = y[j * y_stride + i];
         out = accumulate ? out + v : v;
       }

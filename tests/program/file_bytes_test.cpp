@@ -103,8 +103,9 @@ TEST_F(FileBytesTest, ReadIntoHugePagesHoldsTheMappedBytesUnderTheSameChecks) {
   ASSERT_TRUE(mapped.ok()) << mapped.status().message();
   ASSERT_EQ(huge->bytes().size(), text.size());
   EXPECT_TRUE(std::equal(huge->bytes().begin(), huge->bytes().end(), mapped->bytes().begin()));
-  if (cpu::huge_pages_available())  // starts on a huge page, as placed
+  if (cpu::huge_pages_available()) {  // starts on a huge page, as placed
     EXPECT_EQ(reinterpret_cast<uintptr_t>(huge->bytes().data()) % (uintptr_t{2} << 20), 0u);
+  }
   FileBytes moved = std::move(huge).value();  // the bytes stay where they are
   EXPECT_EQ(moved.bytes().size(), text.size());
   EXPECT_EQ(moved.bytes()[text.size() - 1], static_cast<uint8_t>(text.back()));
