@@ -86,16 +86,15 @@ inline __m256 fold8(const __m256* a) {
   return _mm256_add_ps(_mm256_permute2f128_ps(lo, hi, 0x20), _mm256_permute2f128_ps(lo, hi, 0x31));
 }
 
-// Logits of a tile of kKeys keys (rows k[0..kKeys)) x 8 / kKeys query heads (rows q,
-// q + dim, ...): 8 accumulators of per-lane partial dot products folded by one hadd tree
-// instead of a horizontal sum per (key, head); dims past the last multiple of 8 go scalar.
-// Writes s[h * kKeyBlock + j] for the tile's valid keys j, and asks for the rows TileRows
-// names ahead when `prefetch`.
-template <DType kDtype, int kKeys>
+// Logits of a tile of kKeys keys (rows k[0..kKeys)) x kNh <= 8 / kKeys query heads (rows q,
+// q + dim, ...): 8 accumulators of per-lane partial dot products (those past kKeys * kNh stay
+// zero) folded by one hadd tree instead of a horizontal sum per (key, head); dims past the
+// last multiple of 8 go scalar. Writes s[h * kKeyBlock + j] for the tile's valid keys j, and
+// asks for the rows TileRows names ahead when `prefetch`.
+template <DType kDtype, int kKeys, int kNh>
 inline void logits_tile(const float* q, const TileRows<kKeys>& rows, bool prefetch,
                         int32_t dim, float scale, float* s) {
   const std::byte* const* k = rows.k;
-  constexpr int kNh = 8 / kKeys;
   constexpr int64_t kEsize = kDtype == DType::kF32 ? 4 : 2;
   __m256 acc[8];
 #pragma GCC unroll 8

@@ -74,10 +74,9 @@ inline __m512 fold_blocks(__m512 z0, __m512 z1, __m512 z2, __m512 z3) {
 }
 
 // One 16-wide step of dim for a tile: kKeys key slices against kNh query slices.
-template <DType kDtype, int kKeys, bool kMasked>
+template <DType kDtype, int kKeys, int kNh, bool kMasked>
 [[gnu::always_inline]] inline void tile_step(__m512* acc, const float* q, const std::byte* const* k,
                                              int32_t dim, int32_t d, __mmask16 m) {
-  constexpr int kNh = 16 / kKeys;
   __m512 kx[kKeys];
 #pragma GCC unroll 16
   for (int j = 0; j < kKeys; ++j)
@@ -92,11 +91,12 @@ template <DType kDtype, int kKeys, bool kMasked>
   }
 }
 
-// Logits of a tile of kKeys keys (rows k[0..kKeys)) x 16 / kKeys query heads (rows q,
-// q + dim, ...): 16 accumulators of per-lane partial dot products, folded together by one
-// shuffle tree instead of a horizontal sum per (key, head). Writes s[h * kKeyBlock + j] for
-// the tile's valid keys j, and asks for the rows TileRows names ahead when `prefetch`.
-template <DType kDtype, int kKeys>
+// Logits of a tile of kKeys keys (rows k[0..kKeys)) x kNh <= 16 / kKeys query heads (rows q,
+// q + dim, ...): 16 accumulators of per-lane partial dot products (those past kKeys * kNh stay
+// zero), folded together by one shuffle tree instead of a horizontal sum per (key, head).
+// Writes s[h * kKeyBlock + j] for the tile's valid keys j, and asks for the rows TileRows
+// names ahead when `prefetch`.
+template <DType kDtype, int kKeys, int kNh>
 inline void logits_tile(const float* q, const TileRows<kKeys>& rows, bool prefetch,
                         int32_t dim, float scale, float* s) {
   const std::byte* const* k = rows.k;
@@ -108,9 +108,9 @@ inline void logits_tile(const float* q, const TileRows<kKeys>& rows, bool prefet
   for (; d < dim; d += 16) {
     if (const int64_t o = d * kEsize; prefetch && o % 64 == 0) rows.prefetch_line(o);
     if (d + 16 > dim) break;
-    tile_step<kDtype, kKeys, false>(acc, q, k, dim, d, 0xFFFF);
+    tile_step<kDtype, kKeys, kNh, false>(acc, q, k, dim, d, 0xFFFF);
   }
-  if (d < dim) tile_step<kDtype, kKeys, true>(acc, q, k, dim, d, lanes(dim - d));
+  if (d < dim) tile_step<kDtype, kKeys, kNh, true>(acc, q, k, dim, d, lanes(dim - d));
   if (prefetch) {  // value rows wider than key rows
     for (int64_t o = (dim * kEsize + 63) / 64 * 64; o < rows.v_bytes; o += 64)
       rows.prefetch_line(o);
@@ -125,6 +125,7 @@ inline void logits_tile(const float* q, const TileRows<kKeys>& rows, bool prefet
 #pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) {
     const int h = i / (kKeys / 4), key0 = 4 * (i % (kKeys / 4));
+    if (h >= kNh) break;
     const int n = std::clamp(rows.valid - key0, 0, 4);
     const auto m = static_cast<__mmask16>(((1u << n) - 1) << (4 * i));
     _mm512_mask_storeu_ps(s + int64_t{h} * kKeyBlock + key0 - 4 * i, m, r);

@@ -94,28 +94,30 @@ inline void apply_softcap(float* s, int32_t group, int64_t nb, float softcap) {
 }
 
 // Logits of q heads [h0, h1) of kv head g's group (rows q + h * head_dim) over keys
-// [jb, jb + nb) into s[h * kKeyBlock + b], in tiles of kKeys keys x kAcc / kKeys heads;
-// Tiles::template run<kKeys>(q, rows, prefetch, dim, scale, s) computes one tile (kAcc
-// accumulators) and, when `prefetch`, asks for the rows the tile names ahead: only the first
-// head tile of each key step does, and only when `prefetch` is set here.
-template <int kAcc, class Tiles, int kKeys>
+// [jb, jb + nb) into s[h * kKeyBlock + b], in tiles of kKeys keys x kNh heads (kNh divides
+// h1 - h0; kKeys * kNh <= kAcc); Tiles::template run<kKeys, kNh>(q, rows, prefetch, dim,
+// scale, s) computes one tile and, when `prefetch`, asks for the rows the tile names ahead:
+// only the first head tile of each key step does, and only when `prefetch` is set here.
+template <int kAcc, class Tiles, int kKeys, int kNh = kAcc / kKeys>
 void logits_tiles(const AttentionProblem& p, const KeySet& keys, int32_t g, const float* q,
                   int32_t h0, int32_t h1, int64_t jb, int64_t nb, int64_t end, bool prefetch,
                   float* s) {
+  static_assert(kKeys * kNh <= kAcc);
   const int32_t dim = p.kv.head_dim;
   for (int64_t b = 0; b < nb; b += kKeys) {
     const auto rows = tile_rows<kKeys>(p, keys, g, jb + b, nb - b, end, prefetch);
-    for (int32_t h = h0; h < h1; h += kAcc / kKeys)
-      Tiles::template run<kKeys>(q + int64_t{h} * dim, rows, prefetch && h == h0, dim, p.scale,
-                                 s + int64_t{h} * kKeyBlock + b);
+    for (int32_t h = h0; h < h1; h += kNh)
+      Tiles::template run<kKeys, kNh>(q + int64_t{h} * dim, rows, prefetch && h == h0, dim,
+                                      p.scale, s + int64_t{h} * kKeyBlock + b);
   }
 }
 
 // The group's logits: tiles of kAcc / 4 keys x 4 heads when 4 divides the group, of kAcc / 2
-// x 2 when 2 does; an odd group (3 mod 4 arrives padded to a multiple of 4 by blocked_chunk)
-// takes its multiples of 4 in 4-head tiles and the last head alone, so a group of 5 widens
-// each key row twice, not 5 times (16K keys, f16, 1 thread: 1.14-1.27x faster). Splitting even
-// groups the same way (6 = 4 + 2) measured 4-8 % slower than 3 passes of 2-head tiles.
+// x 2 when 2 does; an odd group takes its multiples of 4 in 4-head tiles and the rest in one
+// tile: 3 heads x kAcc / 4 keys (the tile's last accumulators idle), or the last head alone.
+// So a group of 5 or 7 widens each key row twice, not 5 or 7 times (16K keys, f16, 1 thread,
+// a group of 5: 1.14-1.27x faster). Splitting even groups the same way (6 = 4 + 2) measured
+// 4-8 % slower than 3 passes of 2-head tiles.
 template <int kAcc, class Tiles>
 void logits_block(const AttentionProblem& p, const KeySet& keys, int32_t g, const float* q,
                   int32_t group, int64_t jb, int64_t nb, int64_t end, float* s) {
@@ -127,13 +129,17 @@ void logits_block(const AttentionProblem& p, const KeySet& keys, int32_t g, cons
     const int32_t fours = group / 4 * 4;
     if (fours > 0)
       logits_tiles<kAcc, Tiles, kAcc / 4>(p, keys, g, q, 0, fours, jb, nb, end, true, s);
-    logits_tiles<kAcc, Tiles, kAcc>(p, keys, g, q, fours, group, jb, nb, end, fours == 0, s);
+    if (group % 4 == 3)
+      logits_tiles<kAcc, Tiles, kAcc / 4, 3>(p, keys, g, q, fours, group, jb, nb, end,
+                                             fours == 0, s);
+    else
+      logits_tiles<kAcc, Tiles, kAcc>(p, keys, g, q, fours, group, jb, nb, end, fours == 0, s);
   }
   if (p.softcap > 0.0f) apply_softcap(s, group, nb, p.softcap);
 }
 
 // The blocked online softmax every SIMD worker runs over keys [j0, j1) of token t for kv head
-// g, kKeyBlock keys at a time: logits (W::kAcc accumulators a tile, W::run<kKeys> one tile),
+// g, kKeyBlock keys at a time: logits (W::kAcc accumulators a tile, W::run<kKeys, kNh> one tile),
 // then W::softmax per head (a block's logits into weights, rescaling that head's m, l, acc),
 // then W::values (acc += weights x value rows, whole group). s is the logits scratch.
 template <class W>
@@ -142,24 +148,11 @@ void blocked_chunk(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, 
   const int32_t group = p.q_heads / p.kv.kv_heads, dv = p.kv.value_dim, dim = p.kv.head_dim;
   const KeySet& keys = p.keys[t];
   const float* q = p.q + (int64_t{t} * p.q_heads + int64_t{g} * group) * dim;
-  // A group of 3 (mod 4) heads computes its logits as one head more (a copy of the last,
-  // whose logits nobody reads): the tiles of four heads then widen each key row once for the
-  // group, where tiles of one head widened it once per head. Same logits for the real heads.
-  int32_t logit_heads = group;
-  if (group % 4 == 3) {
-    thread_local std::vector<float> q_pad, s_pad;
-    logit_heads = group + 1;
-    q_pad.assign(q, q + int64_t{group} * dim);
-    q_pad.insert(q_pad.end(), q + int64_t{group - 1} * dim, q + int64_t{group} * dim);
-    s_pad.resize(static_cast<size_t>(logit_heads) * kKeyBlock);
-    q = q_pad.data();
-    s = s_pad.data();
-  }
   for (int32_t h = 0; h < group; ++h) m[h] = -INFINITY, l[h] = 0.0f;
   std::memset(acc, 0, sizeof(float) * static_cast<size_t>(group) * dv);
   for (int64_t jb = j0; jb < j1; jb += kKeyBlock) {
     const int64_t nb = std::min(kKeyBlock, j1 - jb);
-    logits_block<W::kAcc, W>(p, keys, g, q, logit_heads, jb, nb, j1, s);
+    logits_block<W::kAcc, W>(p, keys, g, q, group, jb, nb, j1, s);
     for (int32_t h = 0; h < group; ++h)
       W::softmax(s + h * kKeyBlock, nb, dv, m[h], l[h], acc + int64_t{h} * dv);
     W::values(p, keys, g, group, jb, nb, s, acc);
@@ -195,7 +188,7 @@ void chunk_avx512_wide(const AttentionProblem& p, int32_t t, int32_t g, int64_t 
                        float* m, float* l, float* acc, float* scratch);
 
 // The tail every SIMD worker file ends with, in namespace detail: the file's anonymous
-// namespace defines logits_tile<kDtype, kKeys>, softmax_block and values_block; this binds
+// namespace defines logits_tile<kDtype, kKeys, kNh>, softmax_block and values_block; this binds
 // them into the Worker blocked_chunk drives (`lanes` floats per accumulator register) and
 // defines the entry `name` (chunk_avx2, chunk_avx512).
 #define KVCACHE_ATTENTION_SIMD_ENTRY(name, lanes)                                                \
@@ -203,10 +196,10 @@ void chunk_avx512_wide(const AttentionProblem& p, int32_t t, int32_t g, int64_t 
   template <DType kDtype>                                                                       \
   struct Worker {                                                                               \
     static constexpr int kAcc = lanes;                                                          \
-    template <int kKeys>                                                                        \
+    template <int kKeys, int kNh>                                                               \
     static void run(const float* q, const TileRows<kKeys>& rows, bool prefetch, int32_t dim,   \
                     float scale, float* s) {                                                    \
-      logits_tile<kDtype, kKeys>(q, rows, prefetch, dim, scale, s);                             \
+      logits_tile<kDtype, kKeys, kNh>(q, rows, prefetch, dim, scale, s);                        \
     }                                                                                           \
     static void softmax(float* s, int64_t nb, int32_t dv, float& m, float& l, float* acc) {    \
       softmax_block(s, nb, dv, m, l, acc);                                                      \

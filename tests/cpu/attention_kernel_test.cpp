@@ -172,14 +172,16 @@ TEST(AttentionKernel, OptimizedMatchesReferenceOverSampledGrid) {
 
 TEST(AttentionKernel, EveryTileShapeAndTailMatchesReference) {
   // The AVX-512 worker tiles logits by the group size G = q_heads / kv_heads (4 keys x 4 heads
-  // when 4 | G, 8 x 2 when 2 | G, else 16 x 1) and values by slices of 4 heads, masks dims that are not a multiple of 16 and
-  // key blocks that are not a multiple of the tile, and prefetches rows of keys further on
-  // (value rows wider than key rows included). 300 keys reach all of those paths.
+  // when 4 | G, 8 x 2 when 2 | G; an odd G takes its multiples of 4 in 4 x 4 tiles, then 3
+  // heads in a 4 x 3 tile or the last head in a 16 x 1 tile) and values by slices of 4 heads,
+  // masks dims that are not a multiple of 16 and key blocks that are not a multiple of the
+  // tile, and prefetches rows of keys further on (value rows wider than key rows included).
+  // The AVX2 worker does the same at half the width. 300 keys reach all of those paths.
   std::mt19937 rng(99);
   ThreadPool p1(1), p2(2);
-  // Groups 5, 7 and 9 take slices of 4 value heads and then the 1..3 left.
+  // Groups 5, 7, 9 and 11 take slices of 4 value heads and then the 1..3 left.
   const int heads[][2] = {{1, 1}, {2, 1}, {3, 1}, {6, 2}, {8, 1}, {12, 4}, {5, 1}, {14, 2},
-                          {9, 1}};
+                          {9, 1}, {11, 1}};
   const int dims[][2] = {{20, 12}, {16, 48}, {128, 128}, {72, 40}};
   for (auto& h : heads)
     for (auto& d : dims)
