@@ -168,37 +168,68 @@ std::vector<uint8_t> huge_page_bytes(int64_t n) {
   return v;
 }
 
-// A batched decode step's product (quant_matvec.h matvec_batch): F16 weights against t
-// activation rows, the tiles of weight rows x activation rows the executor's steps run. 16
-// matrices of the benchmark model's up projection (2048 x 768, 48 MiB: past the last-level
-// cache, as a step's weights are; on huge pages, as the engine's are) are multiplied in turn.
-// range(0): t, range(1): threads. Multiply-adds per second and their ratio to the f32
-// multiply-add probe of this process.
-void BM_BatchedHalfProduct(benchmark::State& bs) {
-  constexpr int64_t kIn = 768, kOut = 2048, kMatrices = 16;
-  const int64_t t = bs.range(0);
-  const int threads = static_cast<int>(bs.range(1));
-  cpu::set_global_threads(threads);
-  std::mt19937_64 g(6);
+// A random F16 matrix (normal entries) whose bytes lie on huge pages.
+Weight random_half_weight(int64_t rows, int64_t cols, std::mt19937_64& g) {
   std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<Weight> ws;
-  for (int64_t m = 0; m < kMatrices; ++m) {
-    std::vector<float> dense(static_cast<size_t>(kOut * kIn));
-    for (float& v : dense) v = d(g);
-    std::vector<uint8_t> bytes = huge_page_bytes(kOut * *gguf::row_bytes(TensorType::kF16, kIn));
-    (void)gguf::quantize(TensorType::kF16, dense, bytes);
-    ws.push_back(Weight::from_bytes(TensorType::kF16, kOut, kIn, std::move(bytes)));
+  std::vector<float> dense(static_cast<size_t>(rows * cols));
+  for (float& v : dense) v = d(g);
+  std::vector<uint8_t> bytes = huge_page_bytes(rows * *gguf::row_bytes(TensorType::kF16, cols));
+  (void)gguf::quantize(TensorType::kF16, dense, bytes);
+  return Weight::from_bytes(TensorType::kF16, rows, cols, std::move(bytes));
+}
+
+// Multiplies every matrix of `ws` in turn against t activation rows (matvec_batch) on
+// `threads` threads; reports multiply-adds per second and their ratio to the f32 multiply-add
+// probe of this process.
+void time_products(benchmark::State& bs, const std::vector<Weight>& ws, int64_t t,
+                   int threads, std::mt19937_64& g) {
+  cpu::set_global_threads(threads);
+  int64_t rows = 0, cols = 0, macs = 0;
+  for (const Weight& w : ws) {
+    rows = std::max(rows, w.rows), cols = std::max(cols, w.cols);
+    macs += w.rows * w.cols * t;
   }
-  std::vector<float> x(static_cast<size_t>(t * kIn)), y(static_cast<size_t>(t * kOut));
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(t * cols)), y(static_cast<size_t>(t * rows));
   for (float& v : x) v = d(g);
   const double fps = bench::measure_fma_probe(threads, 3);
   for (auto _ : bs) {
     for (const Weight& w : ws) matvec_batch(w, x.data(), y.data(), t, false);
     benchmark::DoNotOptimize(y.data());
   }
-  const double macs = double(kMatrices) * t * kIn * kOut;
-  bs.counters["macs_per_s"] = Counter(macs, Counter::kIsIterationInvariantRate);
-  bs.counters["fma_probe_ratio"] = Counter(macs / fps, Counter::kIsIterationInvariantRate);
+  const auto n = static_cast<double>(macs);
+  bs.counters["macs_per_s"] = Counter(n, Counter::kIsIterationInvariantRate);
+  bs.counters["fma_probe_ratio"] = Counter(n / fps, Counter::kIsIterationInvariantRate);
+}
+
+// A batched decode step's product (quant_matvec.h matvec_batch): F16 weights against t
+// activation rows, the tiles of weight rows x activation rows the executor's steps run. 16
+// matrices of the benchmark model's up projection (2048 x 768, 48 MiB: past the last-level
+// cache, as a step's weights are; on huge pages, as the engine's are) are multiplied in turn.
+// range(0): t, range(1): threads, range(2): the input width (768: the up projection; 2048: the
+// down projection, 768 x 2048, the same bytes).
+void BM_BatchedHalfProduct(benchmark::State& bs) {
+  const int64_t in = bs.range(2), out = 768 * 2048 / in;
+  std::mt19937_64 g(6);
+  std::vector<Weight> ws;
+  for (int m = 0; m < 16; ++m) ws.push_back(random_half_weight(out, in, g));
+  time_products(bs, ws, bs.range(0), static_cast<int>(bs.range(1)), g);
+}
+
+// Every product of one decode step of the benchmark model (per layer q, k, v, o, gate, up,
+// down, then the tied output matrix), F16 on huge pages, against t = range(0) activation
+// rows on range(1) threads.
+void BM_StepProducts(benchmark::State& bs) {
+  using M = bench::BenchModel;
+  constexpr int64_t kQ = M::kHeads * M::kHeadDim, kKv = M::kKvHeads * M::kHeadDim;
+  const int64_t shapes[][2] = {{kQ, M::kD}, {kKv, M::kD}, {kKv, M::kD}, {M::kD, kQ},
+                               {M::kFf, M::kD}, {M::kFf, M::kD}, {M::kD, M::kFf}};
+  std::mt19937_64 g(7);
+  std::vector<Weight> ws;
+  for (int l = 0; l < M::kLayers; ++l)
+    for (const auto& s : shapes) ws.push_back(random_half_weight(s[0], s[1], g));
+  ws.push_back(random_half_weight(M::kVocab, M::kD, g));
+  time_products(bs, ws, bs.range(0), static_cast<int>(bs.range(1)), g);
 }
 
 using bench::BenchModel;
@@ -317,7 +348,9 @@ BENCHMARK(BM_Matvec)->Apply(matvec_args)->Iterations(8)->Unit(benchmark::kMillis
     ->UseRealTime();
 BENCHMARK(BM_PrefillProduct)->Apply(prefill_product_args)->Iterations(10)
     ->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_BatchedHalfProduct)->ArgsProduct({{8, 16}, {1, 2}})->Iterations(20)
+BENCHMARK(BM_BatchedHalfProduct)->ArgsProduct({{8, 16}, {1, 2}, {768, 2048}})->Iterations(20)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_StepProducts)->ArgsProduct({{1, 8, 16}, {2}})->Iterations(20)
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Model)->Apply(model_args)->Iterations(8)->Unit(benchmark::kMillisecond)
     ->UseRealTime();
