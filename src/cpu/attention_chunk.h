@@ -47,12 +47,15 @@ struct TileRows {
   // Asks for byte offset o of every row above that reaches that far. Always inlined: as an
   // out-of-line call GCC judged it free of effects and dropped it.
   [[gnu::always_inline]] void prefetch_line(int64_t o) const {
-    for (int i = 0; i < kKeys; ++i) {
-      if (has_next && o < k_bytes) __builtin_prefetch(next_k[i] + o, 0, 1);
-      if (has_next && o < v_bytes) __builtin_prefetch(next_v[i] + o, 0, 1);
-      if (has_near && o < k_bytes) __builtin_prefetch(near_k[i] + o, 0, 3);
-      if (o < v_bytes) __builtin_prefetch(this_v[i] + o, 0, 3);
-    }
+    const bool k_line = o < k_bytes, v_line = o < v_bytes;
+    if (has_next && k_line)
+      for (int i = 0; i < kKeys; ++i) __builtin_prefetch(next_k[i] + o, 0, 1);
+    if (has_next && v_line)
+      for (int i = 0; i < kKeys; ++i) __builtin_prefetch(next_v[i] + o, 0, 1);
+    if (has_near && k_line)
+      for (int i = 0; i < kKeys; ++i) __builtin_prefetch(near_k[i] + o, 0, 3);
+    if (v_line)
+      for (int i = 0; i < kKeys; ++i) __builtin_prefetch(this_v[i] + o, 0, 3);
   }
 };
 
