@@ -18,7 +18,10 @@
 
 namespace kvcache::cpu::detail {
 
-inline constexpr int64_t kKeyBlock = 32;  // keys whose logits are computed before one rescale
+// Keys whose logits are computed before one rescale. 64 over 32 halves the per-block softmax
+// work (maxima, sums, rescales) per key: 12 q / 4 kv heads of 64, 1K keys, 1 thread, 3-5 %
+// faster; 32 / 8 heads of 128, 4K keys, 2.5 %; 64K keys and chunked prefill unchanged.
+inline constexpr int64_t kKeyBlock = 64;
 // The SIMD workers ask for each key's K and V rows this many keys before they reach them.
 inline constexpr int64_t kPrefetchKeys = 32;
 

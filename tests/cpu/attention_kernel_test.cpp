@@ -337,14 +337,15 @@ TEST(AttentionKernel, SharedGroupsShrinkToKeepStackedHeadsWithinTheWideWorker) {
 
 // The wide worker (heads across lanes, for shared groups' virtual tokens) straight against
 // the reference: head counts that fill 1..4 vectors or leave lanes empty, more than 64 (it
-// hands over to chunk_avx512), key counts around the 32-key block and its 4/6-key tiles, dims
+// hands over to chunk_avx512), key counts around the key block and its 4/6-key tiles, dims
 // that are no multiple of its 4/6-dim value tiles, every dtype, runs and cell lists.
 TEST(AttentionKernel, WideWorkerMatchesReferenceOverHeadsKeysAndDims) {
   if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 here";
   std::mt19937 rng(53);
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
     for (int32_t group : {1, 5, 16, 17, 48, 64, 80})
-      for (int64_t context : {1, 7, 32, 33, 101})
+      for (int64_t context : {int64_t{1}, int64_t{7}, detail::kKeyBlock, detail::kKeyBlock + 1,
+                              2 * detail::kKeyBlock + 37})
         for (int mode : {0, 2}) {
           const int32_t dim = group % 2 ? 40 : 64, dv = group % 2 ? 22 : 64;
           Shape shape{1, 2 * group, 2, dim, dv, context, 0, dt, mode, 0.0f};
