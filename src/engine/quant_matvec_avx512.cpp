@@ -48,9 +48,8 @@ template <bool kBf16>
 inline float half_finish(__m512 acc, const uint8_t* row, const float* x, int64_t body,
                          int64_t cols) {
   const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
-  float sum = hsum(_mm256_add_ps(_mm512_castps512_ps256(acc), hi));
-  for (int64_t c = body; c < cols; ++c) sum += half_of<kBf16>(row + 2 * c) * x[c];
-  return sum;
+  return half_tail<kBf16>(hsum(_mm256_add_ps(_mm512_castps512_ps256(acc), hi)), row, x, body,
+                          cols);
 }
 
 // The sixteen sums of a 4 x 4 tile, a[i][j] -> lane 4 * j + i, each formed by exactly the
@@ -112,9 +111,7 @@ inline void half_tile(const Weight& w, int64_t r, const float* x, int64_t x_stri
     _mm512_store_ps(sums, fold_tile4x4(acc));
     for (int j = 0; j < 4; ++j)
       for (int i = 0; i < 4; ++i) {
-        float v = sums[4 * j + i];
-        const float* xj = x + j * x_stride;
-        for (int64_t c = body; c < w.cols; ++c) v += half_of<kBf16>(rows[i] + 2 * c) * xj[c];
+        const float v = half_tail<kBf16>(sums[4 * j + i], rows[i], x + j * x_stride, body, w.cols);
         float& out = y[j * y_stride + i];
         out = accumulate ? out + v : v;
       }

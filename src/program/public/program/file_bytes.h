@@ -44,14 +44,15 @@ class FileBytes {
     return map(path, FileRule{what, file_limits::kModel, ""});
   }
   // The file's bytes read into anonymous memory that starts on a 2 MiB boundary and is
-  // advised to the kernel as huge pages (cpu/huge_pages.h), unchanged otherwise: the same resident size as a
-  // mapping, but a stream over it walks one page-table entry per 2 MiB, not per 4 KiB (decode
-  // reads every weight once a token: 1.1-1.26x the tokens/s of the mapped file on this
-  // project's benchmark files). This is map() where the kernel has no transparent huge pages (Linux's
-  // /sys/kernel/mm/transparent_hugepage/enabled absent or "never") and where the copy does not
-  // fit (copy_fits): a file that is paged in on demand must stay a mapping, or a model near
-  // the machine's memory would be killed for memory instead of running slowly. Errors as
-  // map(), plus DataLoss when reading fails and ResourceExhausted when memory runs out.
+  // advised to the kernel as huge pages (cpu/huge_pages.h), unchanged otherwise: the same
+  // resident size as a mapping, but a stream over it walks one page-table entry per 2 MiB, not
+  // per 4 KiB (decode reads every weight once a token: 1.1-1.26x the tokens/s of the mapped
+  // file on this project's benchmark files). This is map() where the kernel has no
+  // transparent huge pages (Linux's /sys/kernel/mm/transparent_hugepage/enabled absent or
+  // "never") and where the copy does not fit (copy_fits): a file that is paged in on demand
+  // must stay a mapping, or a model near the machine's memory would be killed for memory
+  // instead of running slowly. Errors as map(), plus DataLoss when reading fails and
+  // ResourceExhausted when memory runs out.
   static Result<FileBytes> read_huge(const std::string& path, const FileRule& rule);
   // Whether read_huge copies a file of `file_bytes`: at most half of the memory the kernel
   // reports available (the page cache keeps the file's pages too, until it needs them);
