@@ -19,3 +19,17 @@ function(kvcache_add_test name label)
   target_link_libraries(${name} PRIVATE GTest::gtest GTest::gtest_main GTest::gmock)
   gtest_discover_tests(${name} PROPERTIES LABELS ${label} DISCOVERY_TIMEOUT 60)
 endfunction()
+
+# One layer of SPEC §1: a static library named kvcache_<layer> from this folder's sources.
+# Its public/ folder is all other targets may include (public/<layer>/*.h); internal/ reaches
+# the folder's own headers. DEPS are linked publicly (the layers below), PRIVATE_DEPS not.
+#   kvcache_layer(engine SOURCES a.cpp b.cpp DEPS kvcache_cpu PRIVATE_DEPS PkgConfig::X)
+function(kvcache_layer layer)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "SOURCES;DEPS;PRIVATE_DEPS")
+  set(target kvcache_${layer})
+  add_library(${target} STATIC ${arg_SOURCES})
+  target_include_directories(${target} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/public)
+  target_include_directories(${target} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/internal)
+  target_link_libraries(${target} PUBLIC ${arg_DEPS} PRIVATE ${arg_PRIVATE_DEPS})
+  kvcache_target_options(${target})
+endfunction()

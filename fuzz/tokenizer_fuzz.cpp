@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 #include "program/gguf.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,10 +1,10 @@
 #!/usr/bin/python3
-"""Writes src/engine/unicode_tables.h: the Unicode general category of every code point as a
+"""Writes src/text/unicode_tables.h: the Unicode general category of every code point as a
 sorted table of ranges, for the BPE pre-tokenizers (\\p{L}, \\p{N}, \\p{P}, \\p{S}, \\p{M},
 \\p{Lu}, ...). Categories come from Python's unicodedata; unassigned code points (Cn) and
 code points past the last range are left out (the lookup answers kOther for them).
 
-Usage: /usr/bin/python3 scripts/gen_unicode_tables.py > src/engine/unicode_tables.h
+Usage: /usr/bin/python3 scripts/gen_unicode_tables.py > src/text/unicode_tables.h
 """
 import sys
 import unicodedata

@@ -7,7 +7,7 @@
 
 #include "commands.h"
 #include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 #include "program/cache_summary.h"
 #include "program/gguf.h"
 #include "program/hf_import.h"

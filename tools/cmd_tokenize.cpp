@@ -14,7 +14,7 @@
 
 #include "commands.h"
 #include "core/str_cat.h"
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 #include "program/gguf.h"
 
 namespace kvcache::tools {

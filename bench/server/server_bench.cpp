@@ -32,8 +32,8 @@
 
 #include "bench_model.h"
 #include "engine/model.h"
-#include "engine/tokenizer.h"
-#include "engine/tokenizer_bpe.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer_bpe.h"
 #include "program/gguf.h"
 #include "serve/executor.h"
 #include "server/engine_loop.h"

@@ -14,7 +14,7 @@
 #include "core/str_cat.h"
 #include "server/metrics.h"
 #include "server/saved_prefixes.h"
-#include "engine/utf8.h"
+#include "text/utf8.h"
 
 namespace kvcache::server {
 namespace {

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/sampler.h"
-#include "engine/utf8.h"
+#include "text/utf8.h"
 
 namespace kvcache::engine {
 namespace {

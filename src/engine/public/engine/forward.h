@@ -11,7 +11,7 @@
 
 #include "core/cache.h"
 #include "core/status.h"
-#include "engine/kernels.h"
+#include "kernels/kernels.h"
 #include "engine/model.h"
 
 namespace kvcache::engine {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "engine/kernels.h"
+#include "kernels/kernels.h"
 #include "program/gguf.h"
 #include "program/model_geometry.h"
 

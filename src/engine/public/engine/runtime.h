@@ -17,7 +17,7 @@
 #include "engine/cache_setup.h"
 #include "engine/forward.h"
 #include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 #include "program/gguf.h"
 
 namespace kvcache::engine {

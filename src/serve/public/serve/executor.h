@@ -30,7 +30,7 @@
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/snapshot.h"
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 #include "serve/kv_store.h"
 #include "serve/prefix_index.h"
 

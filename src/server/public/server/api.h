@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "serve/executor.h"
-#include "server/chat_template.h"
+#include "text/chat_template.h"
 
 namespace kvcache::server {
 

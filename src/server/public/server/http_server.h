@@ -10,11 +10,11 @@
 #include <string>
 
 #include "core/status.h"
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 #include "server/api.h"
-#include "server/chat_template.h"
+#include "text/chat_template.h"
 #include "server/engine_loop.h"
-#include "server/special_tokens.h"
+#include "text/special_tokens.h"
 
 namespace kvcache::server {
 

@@ -1,0 +1,180 @@
+// The AVX-512 VNNI kernel of the Q8_0 integer GEMM (quant_gemm.h). Weight rows are packed 16
+// to a vector, four columns to a 32-bit lane ("VNNI layout"), so one vpdpbusd multiplies four
+// columns of 16 rows by four broadcast activation bytes and eight of them finish a block's
+// int32 dot for 16 rows at once: the f32 scaling (convert, scale, fma) is paid once per block
+// and 16 rows, not once per row. Entered only through q8_gemm's dispatch (avx512vnni checked).
+#pragma GCC diagnostic ignored "-Wuninitialized"  // GCC 12's AVX-512 headers, not this code
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "core/half.h"
+#include "cpu/simd_target.h"
+#include "kernels/quant_gemm.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+KVCACHE_SIMD_BEGIN("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")
+
+namespace kvcache::engine {
+namespace {
+
+using quant_detail::Q8GemmActs;
+
+constexpr int64_t kBlockBytes = 34;
+constexpr int kLanes = 16;  // weight rows per vector
+constexpr int kTokens = 6;  // activation rows per micro-tile
+
+// Rows tile r0 .. r0 + 16 (fewer at the end: zero rows) of a Q8_0 weight, per block b:
+// q[b][k][i] = the 4 bytes of columns 32 b + 4 k .. + 3 of row r0 + i (as one int32), d[b][i]
+// its scale, corr[b][i] = -128 x the sum of its 32 values (undoes the activations' +128).
+struct Panel {
+  std::vector<int32_t> q, corr;
+  std::vector<float> d;
+  void pack(const Weight& w, int64_t r0, int64_t n, int64_t blocks) {
+    q.assign(static_cast<size_t>(blocks * 8 * kLanes), 0);
+    corr.assign(static_cast<size_t>(blocks * kLanes), 0);
+    d.assign(static_cast<size_t>(blocks * kLanes), 0.0f);
+    for (int64_t i = 0; i < n; ++i) {
+      const uint8_t* row = w.row_data(r0 + i);
+      for (int64_t b = 0; b < blocks; ++b) {
+        const uint8_t* blk = row + b * kBlockBytes;
+        d[b * kLanes + i] = _cvtsh_ss(static_cast<uint16_t>(blk[0] | blk[1] << 8));
+        int32_t sum = 0;
+        for (int l = 0; l < 32; ++l) sum += static_cast<int8_t>(blk[2 + l]);
+        corr[b * kLanes + i] = -128 * sum;
+        for (int k = 0; k < 8; ++k) std::memcpy(&q[(b * 8 + k) * kLanes + i], blk + 2 + 4 * k, 4);
+      }
+    }
+  }
+};
+
+// Activation rows j .. j + kT against kG packed row vectors: y[(j + t) * y_stride + i] for the
+// first n[g] lanes of vector g. Per block: eight vpdpbusd from the correction, then
+// acc = fma(float(dot), d_w * d_x, acc) as q8_gemm_reference does.
+template <int kG, int kT>
+void micro_tile(const Panel* const* panels, const int64_t* n, const Q8GemmActs& a, int64_t j,
+                float* y, int64_t y_stride, bool accumulate) {
+  __m512 acc[kG][kT];
+  for (int g = 0; g < kG; ++g)
+    for (int t = 0; t < kT; ++t) acc[g][t] = _mm512_setzero_ps();
+  const uint8_t* xu[kT];
+  const float* dx[kT];
+  for (int t = 0; t < kT; ++t) {
+    xu[t] = a.xu.data() + (j + t) * a.cols;
+    dx[t] = a.d.data() + (j + t) * a.blocks;
+  }
+  for (int64_t b = 0; b < a.blocks; ++b) {
+    __m512i dot[kG][kT];
+    for (int g = 0; g < kG; ++g) {
+      const __m512i c = _mm512_loadu_si512(panels[g]->corr.data() + b * kLanes);
+      for (int t = 0; t < kT; ++t) dot[g][t] = c;
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      __m512i wv[kG];
+      for (int g = 0; g < kG; ++g)
+        wv[g] = _mm512_loadu_si512(panels[g]->q.data() + (b * 8 + k) * kLanes);
+      for (int t = 0; t < kT; ++t) {
+        int32_t bytes;
+        std::memcpy(&bytes, xu[t] + 32 * b + 4 * k, 4);
+        const __m512i xv = _mm512_set1_epi32(bytes);
+        for (int g = 0; g < kG; ++g) dot[g][t] = _mm512_dpbusd_epi32(dot[g][t], xv, wv[g]);
+      }
+    }
+    for (int g = 0; g < kG; ++g) {
+      const __m512 dw = _mm512_loadu_ps(panels[g]->d.data() + b * kLanes);
+      for (int t = 0; t < kT; ++t)
+        acc[g][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[g][t]),
+                                    _mm512_mul_ps(dw, _mm512_set1_ps(dx[t][b])), acc[g][t]);
+    }
+  }
+  for (int g = 0; g < kG; ++g) {
+    const auto mask = static_cast<__mmask16>((1u << n[g]) - 1u);
+    for (int t = 0; t < kT; ++t) {
+      float* out = y + (j + t) * y_stride + g * kLanes;
+      __m512 v = acc[g][t];
+      if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, out), v);
+      _mm512_mask_storeu_ps(out, mask, v);
+    }
+  }
+}
+
+template <int kG>
+void all_tokens(const Panel* const* panels, const int64_t* n, const Q8GemmActs& a, float* y,
+                int64_t y_stride, bool accumulate) {
+  int64_t j = 0;
+  for (; j + kTokens <= a.t; j += kTokens)
+    micro_tile<kG, kTokens>(panels, n, a, j, y, y_stride, accumulate);
+  switch (a.t - j) {
+    case 5: return micro_tile<kG, 5>(panels, n, a, j, y, y_stride, accumulate);
+    case 4: return micro_tile<kG, 4>(panels, n, a, j, y, y_stride, accumulate);
+    case 3: return micro_tile<kG, 3>(panels, n, a, j, y, y_stride, accumulate);
+    case 2: return micro_tile<kG, 2>(panels, n, a, j, y, y_stride, accumulate);
+    case 1: return micro_tile<kG, 1>(panels, n, a, j, y, y_stride, accumulate);
+    default: return;
+  }
+}
+
+// Rows [r0, r1), two vectors (32 rows) at a time while there are more than 16 left.
+void gemm_rows(const Weight& w, int64_t r0, int64_t r1, const Q8GemmActs& a, float* y,
+               bool accumulate) {
+  thread_local Panel panel[2];
+  const Panel* panels[2] = {&panel[0], &panel[1]};
+  for (int64_t r = r0; r < r1;) {
+    const int64_t n0 = std::min<int64_t>(kLanes, r1 - r);
+    const int64_t n1 = std::min<int64_t>(kLanes, r1 - r - n0);
+    const int64_t n[2] = {n0, n1};
+    panel[0].pack(w, r, n0, a.blocks);
+    if (n1 > 0) {
+      panel[1].pack(w, r + n0, n1, a.blocks);
+      all_tokens<2>(panels, n, a, y + r, w.rows, accumulate);
+    } else {
+      all_tokens<1>(panels, n, a, y + r, w.rows, accumulate);
+    }
+    r += n0 + n1;
+  }
+}
+
+// quantize_activations' q and d, 32 values a step: d = amax / 127, q = round-to-even(x / d)
+// (x times 1 / d, as there), stored as q + 128.
+void quantize_rows(const float* x, int64_t j0, int64_t j1, Q8GemmActs& a) {
+  for (int64_t j = j0; j < j1; ++j)
+    for (int64_t b = 0; b < a.blocks; ++b) {
+      const float* xb = x + j * a.cols + 32 * b;
+      const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+      const float d = amax / 127.0f;
+      const float inv = d > 0.0f ? 1.0f / d : 0.0f;
+      const __m512 vi = _mm512_set1_ps(inv);
+      const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vi));
+      const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vi));
+      const __m128i bias = _mm_set1_epi8(static_cast<char>(0x80));
+      uint8_t* out = a.xu.data() + j * a.cols + 32 * b;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
+                       _mm_xor_si128(_mm512_cvtepi32_epi8(q0), bias));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16),
+                       _mm_xor_si128(_mm512_cvtepi32_epi8(q1), bias));
+      a.d[static_cast<size_t>(j * a.blocks + b)] = d;
+    }
+}
+
+}  // namespace
+
+quant_detail::Q8QuantizeFn quant_detail::avx512_q8_quantize() { return quantize_rows; }
+quant_detail::Q8GemmRowsFn quant_detail::avx512_q8_gemm_rows() { return gemm_rows; }
+
+}  // namespace kvcache::engine
+
+KVCACHE_SIMD_END()
+
+#else
+namespace kvcache::engine {
+quant_detail::Q8QuantizeFn quant_detail::avx512_q8_quantize() { return nullptr; }
+quant_detail::Q8GemmRowsFn quant_detail::avx512_q8_gemm_rows() { return nullptr; }
+}  // namespace kvcache::engine
+#endif

@@ -1,0 +1,243 @@
+// Activation quantization, the scalar integer kernels, the double reference and the run-time
+// dispatch of the matrix-vector products. See quant_matvec.h.
+#include "kernels/quant_matvec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+#include "cpu/thread_pool.h"
+#include "program/gguf_quant.h"
+#include "core/half.h"
+
+namespace kvcache::engine {
+namespace {
+
+using gguf::TensorType;
+
+float half_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);
+}
+
+// One 32-value sub-block of a weight row in integer form: value l = s[l / 16] * w[l] + c.
+// Every block type decodes to this shape, so one integer loop serves them all.
+struct IntBlock {
+  int8_t w[32] = {};
+  float s[2] = {0.0f, 0.0f};
+  float c = 0.0f;
+};
+
+// Sub-block `sb` (32 values) of the weight block at `b`.
+void int_block(TensorType type, const uint8_t* b, int sb, IntBlock& o) {
+  o.c = 0.0f;
+  switch (type) {
+    case TensorType::kQ8_0:
+      o.s[0] = o.s[1] = half_at(b);
+      std::memcpy(o.w, b + 2, 32);
+      return;
+    case TensorType::kQ4_0: case TensorType::kQ4_1:
+    case TensorType::kQ5_0: case TensorType::kQ5_1: {
+      const bool has_min = type == TensorType::kQ4_1 || type == TensorType::kQ5_1;
+      const bool five = type == TensorType::kQ5_0 || type == TensorType::kQ5_1;
+      o.s[0] = o.s[1] = half_at(b);
+      if (has_min) o.c = half_at(b + 2);
+      const uint8_t* p = b + (has_min ? 4 : 2);
+      uint32_t qh = 0;
+      if (five) {
+        std::memcpy(&qh, p, 4);
+        p += 4;
+      }
+      const int offset = has_min ? 0 : (five ? 16 : 8);
+      for (int j = 0; j < 16; ++j) {
+        const int hi5 = five ? static_cast<int>((qh >> (j + 16)) & 1u) << 4 : 0;
+        const int lo5 = five ? static_cast<int>((qh >> j) & 1u) << 4 : 0;
+        o.w[j] = static_cast<int8_t>(((p[j] & 0x0F) | lo5) - offset);
+        o.w[j + 16] = static_cast<int8_t>(((p[j] >> 4) | hi5) - offset);
+      }
+      return;
+    }
+    case TensorType::kQ4_K: case TensorType::kQ5_K: {
+      const bool five = type == TensorType::kQ5_K;
+      const gguf::ScaleMin sm = gguf::unpack_k_scale(b + 4, sb);
+      o.s[0] = o.s[1] = half_at(b) * sm.scale;
+      o.c = -half_at(b + 2) * sm.min;
+      const uint8_t* qh = b + 16;
+      const uint8_t* q = b + (five ? 48 : 16) + 32 * (sb / 2);
+      for (int l = 0; l < 32; ++l) {
+        int v = sb % 2 == 0 ? (q[l] & 0x0F) : (q[l] >> 4);
+        if (five) v |= ((qh[l] >> sb) & 1) << 4;
+        o.w[l] = static_cast<int8_t>(v);
+      }
+      return;
+    }
+    case TensorType::kQ6_K: {
+      const int h = sb / 4, g = sb % 4;
+      const uint8_t* ql = b + 64 * h + 32 * (g % 2);
+      const uint8_t* qh = b + 128 + 32 * h;
+      const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
+      const float d = half_at(b + 208);
+      o.s[0] = d * sc[2 * sb];
+      o.s[1] = d * sc[2 * sb + 1];
+      for (int l = 0; l < 32; ++l) {
+        const int lo = g < 2 ? (ql[l] & 0x0F) : (ql[l] >> 4);
+        o.w[l] = static_cast<int8_t>((lo | (((qh[l] >> (2 * g)) & 3) << 4)) - 32);
+      }
+      return;
+    }
+    default: return;
+  }
+}
+
+void scalar_blocks(const Weight& w, int64_t r0, int64_t r1, const Q8Activations& a,
+                   const float*, float* y, bool accumulate) {
+  const gguf::BlockGeometry g = *gguf::block_geometry(w.type);
+  const int64_t per_block = g.elements / 32;
+  IntBlock ib;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = w.row_data(r);
+    float acc = 0.0f;
+    for (int64_t xb = 0; xb < a.blocks; ++xb) {
+      int_block(w.type, row + (xb / per_block) * g.bytes, static_cast<int>(xb % per_block), ib);
+      const int8_t* q = a.q.data() + 32 * xb;
+      int32_t lo = 0, hi = 0;
+      for (int l = 0; l < 16; ++l) lo += int32_t{ib.w[l]} * q[l];
+      for (int l = 16; l < 32; ++l) hi += int32_t{ib.w[l]} * q[l];
+      const int32_t sum = a.sum16[2 * xb] + a.sum16[2 * xb + 1];
+      acc += a.d[xb] * (ib.s[0] * static_cast<float>(lo) + ib.s[1] * static_cast<float>(hi) +
+                        ib.c * static_cast<float>(sum));
+    }
+    y[r - r0] = accumulate ? y[r - r0] + acc : acc;
+  }
+}
+
+template <bool kBf16>
+void scalar_halves(const Weight& w, int64_t r0, int64_t r1, const Q8Activations&, const float* x,
+                   float* y, bool accumulate) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = w.row_data(r);
+    float acc = 0.0f;
+    for (int64_t c = 0; c < w.cols; ++c) {
+      uint16_t h;
+      std::memcpy(&h, row + 2 * c, 2);
+      acc += (kBf16 ? bf16_to_f32(h) : f16_to_f32(h)) * x[c];
+    }
+    y[r - r0] = accumulate ? y[r - r0] + acc : acc;
+  }
+}
+
+bool is_block_type(TensorType t) {
+  return t != TensorType::kF32 && t != TensorType::kF16 && t != TensorType::kBF16;
+}
+
+// Calls fn(r0, r1) over rows [0, rows) on the global pool, in chunks of about a quarter of a
+// thread's share (at least kMinRows, a multiple of 4) claimed dynamically: when the OS parks a
+// thread mid-product (a shared machine), the others take its remaining chunks instead of
+// waiting for it. Every row is computed by one call whatever the split, so results do not
+// depend on it. One thread runs everything when `small`.
+void share_rows(int64_t rows, bool small, const std::function<void(int64_t, int64_t)>& fn) {
+  constexpr int64_t kMinRows = 64;
+  cpu::ThreadPool& pool = cpu::global_pool();
+  if (pool.size() == 1 || small || rows < 2 * kMinRows) return fn(0, rows);
+  const int64_t per = std::max<int64_t>(kMinRows, rows / (4 * int64_t{pool.size()})) & ~int64_t{3};
+  const int64_t n = (rows + per - 1) / per;
+  pool.run_tasks(n, [&](int64_t i) { fn(i * per, std::min(rows, (i + 1) * per)); });
+}
+
+}  // namespace
+
+void quantize_activations(const float* x, int64_t cols, Q8Activations& out) {
+  out.blocks = cols / 32;
+  out.q.resize(static_cast<size_t>(cols));
+  out.d.resize(static_cast<size_t>(out.blocks));
+  out.sum16.resize(static_cast<size_t>(2 * out.blocks));
+  out.dsum16.resize(static_cast<size_t>(2 * out.blocks));
+  out.dsum.resize(static_cast<size_t>(out.blocks));
+  out.sum4.assign(static_cast<size_t>(8 * out.blocks), 0);
+  for (int64_t b = 0; b < out.blocks; ++b) {
+    const float* xb = x + 32 * b;
+    float amax = 0.0f;
+    for (int l = 0; l < 32; ++l) amax = std::max(amax, std::fabs(xb[l]));
+    const float d = amax / 127.0f;
+    const float inv = d > 0.0f ? 1.0f / d : 0.0f;
+    out.d[b] = d;
+    int32_t s[2] = {0, 0};
+    for (int l = 0; l < 32; ++l) {
+      const auto q = static_cast<int8_t>(std::lrintf(xb[l] * inv));
+      out.q[32 * b + l] = q;
+      s[l / 16] += q;
+      out.sum4[8 * b + l / 4] += q;
+    }
+    out.sum16[2 * b] = s[0];
+    out.sum16[2 * b + 1] = s[1];
+    out.dsum16[2 * b] = d * static_cast<float>(s[0]);
+    out.dsum16[2 * b + 1] = d * static_cast<float>(s[1]);
+    out.dsum[b] = d * static_cast<float>(s[0] + s[1]);
+  }
+}
+
+namespace quant_detail {
+RowKernel scalar_kernel(TensorType type) {
+  if (type == TensorType::kF16) return scalar_halves<false>;
+  if (type == TensorType::kBF16) return scalar_halves<true>;
+  return scalar_blocks;
+}
+}  // namespace quant_detail
+
+void matvec(const Weight& w, const float* x, float* y, bool accumulate, cpu::Isa isa) {
+  if (w.rows == 0) return;
+  isa = cpu::resolve_isa(isa, cpu::KernelFamily::kInt8Dot);
+  quant_detail::RowKernel fn = isa == cpu::Isa::kAvx512 ? quant_detail::avx512_kernel(w.type)
+                               : isa == cpu::Isa::kAvx2 ? quant_detail::avx2_kernel(w.type)
+                                                        : quant_detail::scalar_kernel(w.type);
+  thread_local Q8Activations a;
+  if (is_block_type(w.type)) quantize_activations(x, w.cols, a);
+  const Q8Activations& shared = a;  // the workers read the caller's thread_local
+  share_rows(w.rows, w.rows * w.cols < (int64_t{1} << 15), [&](int64_t r0, int64_t r1) {
+    fn(w, r0, r1, shared, x, y + r0, accumulate);
+  });
+}
+
+void matvec_batch(const Weight& w, const float* x, float* y, int64_t t, bool accumulate,
+                  cpu::Isa isa) {
+  if (w.rows == 0 || t <= 0) return;
+  isa = cpu::resolve_isa(isa, cpu::KernelFamily::kInt8Dot);
+  quant_detail::RowKernel fn = isa == cpu::Isa::kAvx512 ? quant_detail::avx512_kernel(w.type)
+                               : isa == cpu::Isa::kAvx2 ? quant_detail::avx2_kernel(w.type)
+                                                        : quant_detail::scalar_kernel(w.type);
+  thread_local std::vector<Q8Activations> acts;
+  if (static_cast<int64_t>(acts.size()) < t) acts.resize(static_cast<size_t>(t));
+  if (is_block_type(w.type))
+    for (int64_t j = 0; j < t; ++j) quantize_activations(x + j * w.cols, w.cols, acts[j]);
+  // Chunks of about 64 KiB of weight rows stay in L2 while every activation row passes.
+  const int64_t chunk = std::max<int64_t>(4, (int64_t{64} << 10) / std::max<int64_t>(1, w.row_bytes()));
+  const std::vector<Q8Activations>& a = acts;  // the workers read the caller's thread_local
+  // F16/BF16: one pass over each weight row for every activation row.
+  const quant_detail::HalfBatchKernel hb =
+      isa == cpu::Isa::kAvx512 ? quant_detail::avx512_half_batch(w.type)
+      : isa == cpu::Isa::kAvx2 ? quant_detail::avx2_half_batch(w.type)
+                               : nullptr;
+  auto run = [&](int64_t r0, int64_t r1) {
+    if (hb != nullptr) return hb(w, r0, r1, x, t, y + r0, w.rows, accumulate);
+    for (int64_t c0 = r0; c0 < r1; c0 += chunk) {
+      const int64_t c1 = std::min(r1, c0 + chunk);
+      for (int64_t j = 0; j < t; ++j)
+        fn(w, c0, c1, a[static_cast<size_t>(j)], x + j * w.cols, y + j * w.rows + c0, accumulate);
+    }
+  };
+  share_rows(w.rows, t * w.rows * w.cols < (int64_t{1} << 15), run);
+}
+
+void matvec_reference(const Weight& w, const float* x, float* y, bool accumulate) {
+  std::vector<float> row(static_cast<size_t>(w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) {
+    w.row(r, row);
+    double acc = accumulate ? y[r] : 0.0;
+    for (int64_t c = 0; c < w.cols; ++c) acc += double{row[c]} * x[c];
+    y[r] = static_cast<float>(acc);
+  }
+}
+
+}  // namespace kvcache::engine

@@ -1,0 +1,69 @@
+// Matrix-vector products (decode, T = 1) for weights kept in their file format: F16, BF16 and
+// the block types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K. Layer: engine. Block types
+// quantize the activation to int8 blocks of 32 (one f32 scale each) and take integer dot
+// products; a scalar kernel, an AVX2+FMA+F16C one and an AVX-512 VNNI one (256-bit vectors)
+// compute the same sums, chosen at run time. matvec_reference is the readable form
+// (dequantize, then double dot) everything is tested against. F32 weights go to BLAS elsewhere.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cpu/isa.h"
+#include "kernels/weight.h"
+
+namespace kvcache::engine {
+
+// The activation as int8 blocks of 32: x[32 b + l] ~= d[b] * q[32 b + l], |q| <= 127, and
+// sum16[2 b + h] = sum of q over the half [32 b + 16 h, +16) (for offsets and mins), also
+// premultiplied by d[b] (dsum16) and whole (dsum[b] = d[b] * sum of the block's q);
+// sum4[8 b + k] = sum of q over [32 b + 4 k, +4) (lane k of a SIMD dot product).
+struct Q8Activations {
+  int64_t blocks = 0;
+  std::vector<int8_t> q;
+  std::vector<float> d;
+  std::vector<int32_t> sum16, sum4;
+  std::vector<float> dsum16, dsum;
+};
+// cols must be a multiple of 32.
+void quantize_activations(const float* x, int64_t cols, Q8Activations& out);
+
+// The matvec kernels are cpu/isa.h's KernelFamily::kInt8Dot (their AVX-512 level needs VNNI);
+// these name that family for callers and hold no rule of their own.
+inline bool matvec_isa_supported(cpu::Isa isa) {
+  return cpu::isa_supported(isa, cpu::KernelFamily::kInt8Dot);
+}
+inline cpu::Isa matvec_best_isa() { return cpu::best_isa(cpu::KernelFamily::kInt8Dot); }
+
+// y[w.rows] = W x (+ y when accumulate). w.type is not F32. `isa` must be supported (kAuto
+// always is); rows are shared over cpu::global_pool().
+void matvec(const Weight& w, const float* x, float* y, bool accumulate,
+            cpu::Isa isa = cpu::Isa::kAuto);
+
+// Y[T, w.rows] = X[T, w.cols] W^T (+ Y when accumulate) for a few rows (a batched decode
+// step): each chunk of weight rows is read from memory once and applied to every row of X
+// while it is in cache, with the same row kernel as matvec — so row j of Y is bitwise what
+// matvec gives for row j of X alone, whoever else is in the batch.
+void matvec_batch(const Weight& w, const float* x, float* y, int64_t t, bool accumulate,
+                  cpu::Isa isa = cpu::Isa::kAuto);
+
+// Decodes each row to f32 and accumulates in double. Single-threaded.
+void matvec_reference(const Weight& w, const float* x, float* y, bool accumulate);
+
+namespace quant_detail {
+// One ISA's row kernel: y[r - r0] for rows [r0, r1) from the quantized activation (block
+// types) or from x (F16/BF16). Entered only through matvec's dispatch.
+using RowKernel = void (*)(const Weight& w, int64_t r0, int64_t r1, const Q8Activations& a,
+                           const float* x, float* y, bool accumulate);
+RowKernel scalar_kernel(gguf::TensorType type);
+// F16/BF16 rows [r0, r1) against t activation rows: y[j * y_stride + r - r0], each bitwise what
+// the ISA's RowKernel gives row j alone; nullptr for other types or without the ISA.
+using HalfBatchKernel = void (*)(const Weight& w, int64_t r0, int64_t r1, const float* x,
+                                 int64_t t, float* y, int64_t y_stride, bool accumulate);
+HalfBatchKernel avx2_half_batch(gguf::TensorType type);
+HalfBatchKernel avx512_half_batch(gguf::TensorType type);
+RowKernel avx2_kernel(gguf::TensorType type);
+RowKernel avx512_kernel(gguf::TensorType type);
+}  // namespace quant_detail
+
+}  // namespace kvcache::engine

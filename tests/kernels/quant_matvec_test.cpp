@@ -1,0 +1,319 @@
+// The matrix-vector kernels of weights kept in their file format: every ISA this machine has
+// and 1/2 threads against the scalar kernel, the scalar integer kernel against the double
+// reference within the activation-quantization bound, T > 1 products against the reference,
+// engine logits of quantized tiny models against the same model decoded to f32, and
+// malformed or unsupported quantized tensors refused naming the tensor.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu/thread_pool.h"
+#include "kernels/kernels.h"
+#include "kernels/quant_gemm.h"
+#include "kernels/quant_matvec.h"
+#include "engine_test_util.h"
+#include "program/gguf_quant.h"
+#include "test_model.h"
+#include "random_values.h"
+
+namespace kvcache::engine {
+namespace {
+
+using gguf::TensorType;
+
+using testing::rnd;
+
+Weight quantized(TensorType type, int64_t rows, int64_t cols, uint64_t seed) {
+  std::vector<float> dense = rnd(static_cast<size_t>(rows * cols), seed);
+  std::vector<uint8_t> bytes(static_cast<size_t>(rows * *gguf::row_bytes(type, cols)));
+  EXPECT_TRUE(gguf::quantize(type, dense, bytes));
+  return Weight::from_bytes(type, rows, cols, std::move(bytes));
+}
+
+const TensorType kTypes[] = {TensorType::kF16,  TensorType::kBF16, TensorType::kQ4_0,
+                             TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1,
+                             TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ5_K,
+                             TensorType::kQ6_K};
+
+std::vector<int64_t> col_grid(TensorType t) {
+  const int64_t block = gguf::block_geometry(t)->elements;
+  if (block == 1) return {1, 17, 64, 100};
+  if (block == 32) return {32, 96, 320};  // 1, 3 and 10 blocks
+  return {256, 768};                      // 1 and 3 super-blocks
+}
+
+std::vector<cpu::Isa> isas() {
+  std::vector<cpu::Isa> v = {cpu::Isa::kScalar};
+  for (cpu::Isa i : {cpu::Isa::kAvx2, cpu::Isa::kAvx512})
+    if (matvec_isa_supported(i)) v.push_back(i);
+  return v;
+}
+
+// Every ISA computes the scalar kernel's integer sums: only the f32 summation order differs.
+TEST(QuantMatvec, EveryIsaAndThreadCountMatchesTheScalarKernel) {
+  for (TensorType type : kTypes)
+    for (int64_t cols : col_grid(type))
+      for (int64_t rows : {1, 7, 130, 301}) {
+        const Weight w = quantized(type, rows, cols, 100 + rows);
+        const std::vector<float> x = rnd(static_cast<size_t>(cols), 7);
+        const std::vector<float> y0 = rnd(static_cast<size_t>(rows), 8);
+        std::vector<float> want = y0;
+        cpu::set_global_threads(1);
+        matvec(w, x.data(), want.data(), /*accumulate=*/true, cpu::Isa::kScalar);
+        for (int threads : {1, 2})
+          for (cpu::Isa isa : isas())
+            for (bool acc : {false, true}) {
+              cpu::set_global_threads(threads);
+              std::vector<float> y = y0;
+              matvec(w, x.data(), y.data(), acc, isa);
+              for (int64_t r = 0; r < rows; ++r) {
+                const double expect = acc ? want[r] : want[r] - y0[r];
+                ASSERT_NEAR(y[r], expect, 2e-5 * (std::sqrt(double(cols)) + std::fabs(expect)))
+                    << gguf::to_string(type) << " " << rows << "x" << cols << " row " << r
+                    << " isa " << cpu::to_string(isa) << " threads " << threads << " acc " << acc;
+              }
+            }
+      }
+  cpu::set_global_threads(2);
+}
+
+// The integer path differs from the exact product only by the activation's rounding: each x
+// moves by at most half its block's step d_b, so |y - ref| <= sum_b d_b / 2 * sum_{i in b} |w_i|
+// (plus f32 summation noise). F16/BF16 use x as is: only summation noise.
+TEST(QuantMatvec, ScalarKernelIsWithinTheActivationRoundingOfTheDoubleReference) {
+  for (TensorType type : kTypes)
+    for (int64_t cols : col_grid(type)) {
+      const int64_t rows = 9;
+      const Weight w = quantized(type, rows, cols, 3);
+      const std::vector<float> x = rnd(static_cast<size_t>(cols), 4);
+      std::vector<float> y(rows), ref(rows), row(static_cast<size_t>(cols));
+      matvec(w, x.data(), y.data(), false, cpu::Isa::kScalar);
+      matvec_reference(w, x.data(), ref.data(), false);
+      const bool blocks = gguf::block_geometry(type)->elements > 1;
+      for (int64_t r = 0; r < rows; ++r) {
+        w.row(r, row);
+        double bound = 1e-5 * std::sqrt(double(cols));
+        for (int64_t b = 0; blocks && b < cols / 32; ++b) {
+          double amax = 0.0, wsum = 0.0;
+          for (int64_t i = 32 * b; i < 32 * b + 32; ++i) {
+            amax = std::max(amax, std::fabs(double{x[i]}));
+            wsum += std::fabs(double{row[i]});
+          }
+          bound += amax / 127.0 / 2.0 * wsum * 1.001;
+        }
+        ASSERT_NEAR(y[r], ref[r], bound) << gguf::to_string(type) << " cols " << cols;
+        if (blocks) {
+          EXPECT_NE(y[r], ref[r]);  // the activation really was quantized
+        }
+      }
+    }
+}
+
+// T > 1 decodes tiles of rows to f32 and runs sgemm: the double reference on decoded rows.
+// (Q8_0 goes to the integer GEMM where the CPU has AVX-512 VNNI: quant_gemm_test.cpp.)
+TEST(QuantMatvec, PrefillProductsMatchTheReferenceOverTilesAndThreads) {
+  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K,
+                          TensorType::kBF16, TensorType::kQ5_1})
+    for (int threads : {1, 2})
+      for (int64_t t : {kSmallBatch + 1, kSmallBatch + 4}) {  // above: decoded tiles + sgemm
+        cpu::set_global_threads(threads);
+        const int64_t rows = 300, cols = 256;  // two tiles of 256 rows, the second partial
+        const Weight w = quantized(type, rows, cols, 11);
+        if (q8_gemm_available(w)) continue;
+        std::vector<float> dense(static_cast<size_t>(rows * cols));
+        for (int64_t r = 0; r < rows; ++r)
+          w.row(r, std::span<float>(dense).subspan(static_cast<size_t>(r * cols), cols));
+        const std::vector<float> x = rnd(static_cast<size_t>(t * cols), 12);
+        std::vector<float> y = rnd(static_cast<size_t>(t * rows), 13), want = y;
+        matmul(x, w, y, t, /*accumulate=*/true);
+        matmul_reference(x, dense, want, t, cols, rows, true);
+        for (size_t i = 0; i < y.size(); ++i)
+          ASSERT_NEAR(y[i], want[i], 1e-4 * (1.0 + std::fabs(want[i])))
+              << gguf::to_string(type) << " threads " << threads << " t " << t;
+      }
+  cpu::set_global_threads(2);
+}
+
+// A batched decode step (2..kSmallBatch rows) gives every row bitwise what its product alone
+// gives, on every ISA: the same row sums over chunks of weight rows shared by the batch. F16 /
+// BF16 also run column counts with a tail after the last 16 (100, 17) and a row count that is
+// not a multiple of the 4-row tiles (301).
+TEST(QuantMatvec, BatchedDecodeRowsEqualTheirSingleRowProducts) {
+  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K,
+                          TensorType::kBF16, TensorType::kQ5_1, TensorType::kF16})
+    for (int64_t cols : gguf::block_geometry(type)->elements == 1 ? std::vector<int64_t>{256, 100, 17}
+                                                                  : std::vector<int64_t>{256})
+      for (int threads : {1, 2})
+        for (cpu::Isa isa : isas()) {
+          cpu::set_global_threads(threads);
+          const int64_t rows = 301;
+          const Weight w = quantized(type, rows, cols, 21);
+          for (int64_t t : {int64_t{2}, int64_t{7}, kSmallBatch}) {
+            const std::vector<float> x = rnd(static_cast<size_t>(t * cols), 22);
+            std::vector<float> y(static_cast<size_t>(t * rows));
+            matvec_batch(w, x.data(), y.data(), t, /*accumulate=*/false, isa);
+            for (int64_t j = 0; j < t; ++j) {
+              std::vector<float> one(static_cast<size_t>(rows));
+              matvec(w, x.data() + j * cols, one.data(), /*accumulate=*/false, isa);
+              for (int64_t r = 0; r < rows; ++r)
+                ASSERT_EQ(y[static_cast<size_t>(j * rows + r)], one[static_cast<size_t>(r)])
+                    << gguf::to_string(type) << " cols " << cols << " threads " << threads
+                    << " isa " << cpu::to_string(isa) << " row " << j << " of " << t;
+            }
+          }
+        }
+  cpu::set_global_threads(2);
+}
+
+// The 512-bit F16/BF16 kernels hold the 256-bit kernel's two accumulators in the halves of one
+// register and reduce them the same way: every product is bitwise the AVX2 one, alone or
+// batched, so a session's numbers do not depend on which kernel ran them either.
+TEST(QuantMatvec, HalfPrecisionAvx512ProductsEqualTheAvx2OnesBitwise) {
+  if (!matvec_isa_supported(cpu::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 VNNI here";
+  for (TensorType type : {TensorType::kF16, TensorType::kBF16})
+    for (int64_t cols : {16, 100, 768})
+      for (int64_t t : {int64_t{1}, int64_t{3}, int64_t{8}, int64_t{11}, kSmallBatch}) {
+        const int64_t rows = 45;
+        const Weight w = quantized(type, rows, cols, 31);
+        const std::vector<float> x = rnd(static_cast<size_t>(t * cols), 32);
+        const std::vector<float> y0 = rnd(static_cast<size_t>(t * rows), 33);
+        std::vector<float> a = y0, b = y0;
+        matvec_batch(w, x.data(), a.data(), t, /*accumulate=*/true, cpu::Isa::kAvx2);
+        matvec_batch(w, x.data(), b.data(), t, /*accumulate=*/true, cpu::Isa::kAvx512);
+        for (size_t i = 0; i < a.size(); ++i)
+          ASSERT_EQ(a[i], b[i]) << gguf::to_string(type) << " cols " << cols << " t " << t
+                                << " index " << i;
+      }
+}
+
+// The kernels dispatch through cpu/isa.h: under a scalar ceiling kAuto runs the scalar
+// kernel, bitwise, for every type.
+TEST(QuantMatvec, AutoUnderAScalarCeilingRunsTheScalarKernel) {
+  for (TensorType type : kTypes) {
+    const int64_t rows = 37, cols = col_grid(type).back();
+    const Weight w = quantized(type, rows, cols, 41);
+    const std::vector<float> x = rnd(static_cast<size_t>(cols), 42);
+    std::vector<float> scalar(static_cast<size_t>(rows)), capped(scalar.size(), -9.0f);
+    matvec(w, x.data(), scalar.data(), false, cpu::Isa::kScalar);
+    {
+      cpu::ScopedIsaCeiling cap(cpu::Isa::kScalar);
+      EXPECT_EQ(matvec_best_isa(), cpu::Isa::kScalar);
+      matvec(w, x.data(), capped.data(), false, cpu::Isa::kAuto);
+    }
+    EXPECT_EQ(std::memcmp(scalar.data(), capped.data(), scalar.size() * sizeof(float)), 0)
+        << gguf::to_string(type);
+  }
+}
+
+// A tiny model stored as each type: the engine on the file's blocks against the same model
+// decoded to f32 at load (keep_quantized = false). The only difference is the int8 rounding
+// of the activations in the T = 1 products (block types), so the tolerance (max |diff| over
+// the logit scale) is set by that rounding, not by the weight type: measured 1.6e-2 (Q4_K) to
+// 2.1e-2 (Q5_K) on this model; BF16 keeps f32 activations (measured 4e-7).
+struct LogitCase {
+  TensorType type;
+  double tol;
+};
+
+class QuantizedModel : public ::testing::TestWithParam<LogitCase> {};
+
+TEST_P(QuantizedModel, LogitsMatchTheSameModelDecodedToF32) {
+  testing::TinySpec s;
+  s.d_model = 256;  // every matrix's row is whole K-quant super-blocks
+  s.d_ff = 512;
+  s.q_heads = 4;
+  s.head_dim = 64;
+  s.store_as = GetParam().type;
+  s.cache_windows = {0, 32, 0};  // a window wide enough for a 20-token prefill chunk
+  s.max_step_tokens = 20;
+  gguf::GgufFile f = testing::tiny_file(s);
+  Model kept = Model::load(f).value();
+  Model wide = Model::load(f, LoadOptions{true, false}).value();
+  EXPECT_EQ(kept.layers()[0].wq.type, GetParam().type);
+  EXPECT_EQ(kept.layers()[0].wq.bytes.data(), f.tensor("blk.0.attn_q.weight")->bytes.data());
+  // BF16 is not a block type: it stays BF16 in both, with exact f32 activations.
+  const bool block = GetParam().type != TensorType::kBF16;
+  EXPECT_EQ(wide.layers()[0].wq.type, block ? TensorType::kF32 : TensorType::kBF16);
+  const std::vector<int32_t> tokens = testing::some_tokens(20, 260, 5);
+  std::vector<double> want = reference_logits(wide, tokens);
+  CacheOptions o;
+  o.capacity = 32;
+  o.max_step_tokens = 20;
+  testing::Built a = testing::build(kept, o);
+  testing::Built b = testing::build(wide, o);
+  // Chunks of 1 (decode, integer kernels), of 4 (a small batch: the same kernels), then of 20
+  // (above kSmallBatch: prefill through decoded tiles, exact but for f32 rounding; Q8_0 with
+  // AVX-512 VNNI through the integer GEMM, within the decode kernels' tolerance).
+  EXPECT_LE(testing::rel_diff(testing::cached_logits(a, tokens, 1), want), GetParam().tol);
+  EXPECT_LE(testing::rel_diff(testing::cached_logits(b, tokens, 1), want), 1e-4);
+  testing::Built c = testing::build(kept, o);
+  EXPECT_LE(testing::rel_diff(testing::cached_logits(c, tokens, 4), want), GetParam().tol);
+  testing::Built d = testing::build(kept, o);
+  const double prefill_tol = q8_gemm_available(kept.layers()[0].wq) ? GetParam().tol : 1e-4;
+  EXPECT_LE(testing::rel_diff(testing::cached_logits(d, tokens, 20), want), prefill_tol);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, QuantizedModel,
+                         ::testing::Values(LogitCase{TensorType::kQ8_0, 3e-2},
+                                           LogitCase{TensorType::kQ4_0, 3e-2},
+                                           LogitCase{TensorType::kQ4_1, 3e-2},
+                                           LogitCase{TensorType::kQ5_0, 3e-2},
+                                           LogitCase{TensorType::kQ5_1, 3e-2},
+                                           LogitCase{TensorType::kQ4_K, 3e-2},
+                                           LogitCase{TensorType::kQ5_K, 3e-2},
+                                           LogitCase{TensorType::kQ6_K, 3e-2},
+                                           LogitCase{TensorType::kBF16, 1e-4}),
+                         [](const auto& case_info) {
+                           return gguf::to_string(case_info.param.type);
+                         });
+
+std::string load_error(const std::vector<uint8_t>& bytes) {
+  Result<gguf::GgufFile> f = gguf::GgufFile::parse(bytes);
+  if (!f.ok()) return f.status().message();
+  Result<Model> m = Model::load(*f);
+  return m.ok() ? std::string("loaded") : m.status().message();
+}
+
+TEST(QuantizedModelErrors, UnsupportedTypesTruncatedDataAndPartialBlocksNameTheTensor) {
+  testing::TinySpec s;
+  s.d_model = 256;
+  s.d_ff = 512;
+  s.head_dim = 64;
+  s.store_as = TensorType::kQ4_K;
+  const std::vector<uint8_t> good = testing::tiny_model_bytes(s);
+  ASSERT_EQ(load_error(good), "loaded");
+  // Truncated: the last tensor's data ends past the file.
+  std::vector<uint8_t> cut(good.begin(), good.end() - 100);
+  Result<gguf::GgufFile> f = gguf::GgufFile::parse(cut);
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(f.status().message().find("tensor 'output.weight': data"), std::string::npos)
+      << f.status().message();
+  // A type the engine cannot compute with (Q3_K: 110 bytes per 256 values) is refused by the
+  // loader, naming tensor and type, while the reader accepts the file.
+  s.skip_tensors = {"blk.0.attn_q.weight"};
+  gguf::GgufWriter w;
+  {
+    Result<gguf::GgufFile> src = gguf::GgufFile::parse(testing::tiny_model_bytes(s));
+    ASSERT_TRUE(src.ok());
+    for (const auto& [k, v] : src->metadata()) w.set(k, v);
+    for (const gguf::TensorInfo& t : src->tensors())
+      ASSERT_TRUE(w.add_tensor(t.name, t.type, t.dims, {t.bytes.begin(), t.bytes.end()}).ok());
+  }
+  ASSERT_TRUE(w.add_tensor("blk.0.attn_q.weight", TensorType::kQ3_K, {256, 256},
+                           std::vector<uint8_t>(256 * 110)).ok());
+  EXPECT_EQ(load_error(w.bytes()),
+            "load model: tensor blk.0.attn_q.weight has type Q3_K, expected F32, F16, BF16, "
+            "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K");
+  // The writer refuses a quantized tensor of the wrong byte size, naming it.
+  Status wrong = w.add_tensor("extra", TensorType::kQ8_0, {64, 2}, std::vector<uint8_t>(135));
+  EXPECT_EQ(wrong.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(wrong.message(), "gguf writer: tensor 'extra': 135 data bytes, expected 136");
+}
+
+}  // namespace
+}  // namespace kvcache::engine

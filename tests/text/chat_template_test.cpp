@@ -1,0 +1,189 @@
+// Chat templates: every built-in formatter against what Jinja renders from the model's real
+// template (fixtures), conversations with and without a system message, multi-turn, with the
+// generation prompt on and off; detection by markers; the plain default.
+#include "text/chat_template.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace kvcache::server {
+namespace {
+
+using nlohmann::json;
+using Conversation = std::vector<ChatMessage>;
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string fixture(const std::string& name) {
+  return std::string(KVCACHE_FIXTURES) + "/chat_templates/" + name;
+}
+
+std::vector<Conversation> conversations() {
+  return {
+      {{"user", "Hello!"}},
+      {{"system", "You are terse."}, {"user", "What is 2+2?"}},
+      {{"system", "Be kind."}, {"user", "Hi"}, {"assistant", "Hello, how can I help?"},
+       {"user", "Tell me a joke."}},
+      {{"user", "  padded question \n"}, {"assistant", " padded answer\n\n"}, {"user", "ok"}},
+      {{"user", "One"}, {"assistant", "Two"}},
+      {{"system", "Only system then user and assistant"}, {"user", "u"}, {"assistant", "a"}},
+      {{"user", "caf\xC3\xA9 \xE2\x9C\x93 multi\nline"}},
+      {{"user", "a"}, {"user", "b"}},  // not alternating: Gemma and Mistral refuse
+  };
+}
+
+// Renders every conversation with generation prompt on and off through Jinja.
+json render_with_jinja(const std::string& template_file, const ChatTokens& tokens) {
+  json cases = json::array();
+  for (const Conversation& c : conversations())
+    for (bool gen : {true, false}) {
+      json msgs = json::array();
+      for (const ChatMessage& m : c) msgs.push_back({{"role", m.role}, {"content", m.content}});
+      cases.push_back({{"messages", msgs}, {"add_generation_prompt", gen}, {"bos", tokens.bos},
+                       {"eos", tokens.eos}});
+    }
+  // One file per template and process: ctest runs the cases of several builds at once.
+  const std::string cases_path = ::testing::TempDir() + "chat_cases_" +
+                                 std::filesystem::path(template_file).stem().string() + "_" +
+                                 std::to_string(getpid()) + ".json";
+  std::ofstream(cases_path) << cases.dump();
+  const std::string cmd = std::string("/usr/bin/python3 ") + KVCACHE_RENDER_SCRIPT + " '" +
+                          template_file + "' '" + cases_path + "'";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return json();
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int rc = pclose(p);
+  std::filesystem::remove(cases_path);
+  if (rc != 0) return json();
+  return json::parse(out, nullptr, false);
+}
+
+bool have_jinja() {
+  return std::system("/usr/bin/python3 -c 'import jinja2' >/dev/null 2>&1") == 0;
+}
+
+void expect_matches_jinja(ChatTemplate t, const std::string& file) {
+  if (!have_jinja()) GTEST_SKIP() << "/usr/bin/python3 with jinja2 is needed (python3-jinja2)";
+  ASSERT_TRUE(std::filesystem::exists(fixture(file))) << fixture(file);
+  const ChatTokens tokens = default_chat_tokens(t);
+  const json expected = render_with_jinja(fixture(file), tokens);
+  ASSERT_TRUE(expected.is_array()) << "the Jinja renderer failed";
+  size_t i = 0, rendered = 0;
+  for (const Conversation& c : conversations())
+    for (bool gen : {true, false}) {
+      const json& e = expected.at(i++);
+      Result<std::string> got = render_chat(t, c, gen, tokens);
+      SCOPED_TRACE("conversation " + std::to_string(i / 2) + " gen " + std::to_string(gen));
+      if (e.contains("error")) {
+        ASSERT_FALSE(got.ok()) << "Jinja refused (" << e["error"] << ") but we rendered:\n" << *got;
+        EXPECT_EQ(got.status().code(), StatusCode::kInvalidArgument);
+        continue;
+      }
+      ASSERT_TRUE(got.ok()) << got.status().to_string();
+      EXPECT_EQ(*got, e.at("text").get<std::string>());
+      ++rendered;
+    }
+  EXPECT_GE(rendered, 8u);  // most conversations are ones the template accepts
+}
+
+TEST(ChatTemplate, ChatmlMatchesQwenTemplate) {
+  expect_matches_jinja(ChatTemplate::kChatml, "Qwen-Qwen2.5-7B-Instruct.jinja");
+}
+TEST(ChatTemplate, Llama3MatchesLlama31Template) {
+  expect_matches_jinja(ChatTemplate::kLlama3, "meta-llama-Llama-3.1-8B-Instruct.jinja");
+}
+TEST(ChatTemplate, GemmaMatchesGemma2Template) {
+  expect_matches_jinja(ChatTemplate::kGemma, "google-gemma-2-2b-it.jinja");
+}
+TEST(ChatTemplate, MistralMatchesMistralNemoTemplate) {
+  expect_matches_jinja(ChatTemplate::kMistral, "mistralai-Mistral-Nemo-Instruct-2407.jinja");
+}
+TEST(ChatTemplate, Phi3MatchesPhi35Template) {
+  expect_matches_jinja(ChatTemplate::kPhi3, "microsoft-Phi-3.5-mini-instruct.jinja");
+}
+
+TEST(ChatTemplate, DetectsEveryFixtureByItsMarkers) {
+  const std::pair<const char*, ChatTemplate> cases[] = {
+      {"Qwen-Qwen2.5-7B-Instruct.jinja", ChatTemplate::kChatml},
+      {"meta-llama-Llama-3.1-8B-Instruct.jinja", ChatTemplate::kLlama3},
+      {"google-gemma-2-2b-it.jinja", ChatTemplate::kGemma},
+      {"mistralai-Mistral-Nemo-Instruct-2407.jinja", ChatTemplate::kMistral},
+      {"microsoft-Phi-3.5-mini-instruct.jinja", ChatTemplate::kPhi3},
+  };
+  for (const auto& [file, want] : cases) {
+    const std::string text = read_file(fixture(file));
+    ASSERT_FALSE(text.empty()) << fixture(file);
+    EXPECT_EQ(detect_chat_template(text), want) << file;
+  }
+  EXPECT_EQ(detect_chat_template("{{ messages }}"), std::nullopt);
+}
+
+TEST(ChatTemplate, NamesRoundTripAndUnknownIsRefused) {
+  for (auto t : {ChatTemplate::kPlain, ChatTemplate::kChatml, ChatTemplate::kLlama3,
+                 ChatTemplate::kGemma, ChatTemplate::kMistral, ChatTemplate::kPhi3})
+    EXPECT_EQ(chat_template_from_name(to_string(t)), t);
+  EXPECT_EQ(chat_template_from_name("jinja"), std::nullopt);
+}
+
+TEST(ChatTemplate, ChoiceTakesTheFlagThenTheModelThenPlain) {
+  EXPECT_EQ(choose_chat_template("gemma", "<|im_start|>").tmpl, ChatTemplate::kGemma);
+  EXPECT_EQ(choose_chat_template("", "{{ '<|im_start|>' }}").tmpl, ChatTemplate::kChatml);
+  EXPECT_EQ(choose_chat_template("", std::nullopt).tmpl, ChatTemplate::kPlain);
+  const TemplateChoice bad_name = choose_chat_template("jinja", std::nullopt);
+  EXPECT_EQ(bad_name.tmpl, std::nullopt);
+  EXPECT_EQ(bad_name.problem, "no chat template: chat_template = 'jinja' is not one of plain, "
+                              "chatml, llama3, gemma, mistral, phi3");
+  const TemplateChoice unknown = choose_chat_template("", "{{ messages }}");
+  EXPECT_EQ(unknown.tmpl, std::nullopt);
+  EXPECT_EQ(unknown.problem,
+            "the model's tokenizer.chat_template is not one the server knows; pick one with "
+            "chat_template: plain, chatml, llama3, gemma, mistral, phi3");
+}
+
+TEST(ChatTemplate, PlainWritesRoleLinesThenAssistantPrompt) {
+  const Conversation c = {{"system", "S"}, {"user", "U"}, {"assistant", "A"}, {"user", "V"}};
+  Result<std::string> on = render_chat(ChatTemplate::kPlain, c, true, {});
+  ASSERT_TRUE(on.ok());
+  EXPECT_EQ(*on, "system: S\nuser: U\nassistant: A\nuser: V\nassistant: ");
+  Result<std::string> off = render_chat(ChatTemplate::kPlain, c, false, {});
+  ASSERT_TRUE(off.ok());
+  EXPECT_EQ(*off, "system: S\nuser: U\nassistant: A\nuser: V\n");
+}
+
+TEST(ChatTemplate, RefusesBadConversationsNamingMessages) {
+  const Conversation empty;
+  EXPECT_EQ(render_chat(ChatTemplate::kChatml, empty, true, {}).status().code(),
+            StatusCode::kInvalidArgument);
+  const Conversation late_system = {{"user", "u"}, {"system", "s"}};
+  Result<std::string> r = render_chat(ChatTemplate::kChatml, late_system, true, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "messages[1] is a system message; only the first may be");
+  const Conversation tool = {{"tool", "x"}};
+  Result<std::string> t = render_chat(ChatTemplate::kPlain, tool, true, {});
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(), "messages[0].role = \"tool\", expected system, user or assistant");
+  const Conversation sys = {{"system", "s"}, {"user", "u"}};
+  EXPECT_EQ(render_chat(ChatTemplate::kGemma, sys, true, default_chat_tokens(ChatTemplate::kGemma))
+                .status().message(),
+            "messages[0]: this model's template has no system role");
+}
+
+}  // namespace
+}  // namespace kvcache::server
