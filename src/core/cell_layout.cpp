@@ -79,10 +79,6 @@ struct Pool {
   }
 };
 
-// Lowest position a Sliding(w) pool must hold for a sequence whose next position is `next`.
-int64_t window_low(int64_t next, int32_t w) {
-  return w > 0 ? std::max<int64_t>(0, next - w + 1) : 0;
-}
 
 std::string pool_name(const CellPool& p) {
   std::string layers;
@@ -134,7 +130,7 @@ struct CellLayout::State {
   void trim(int32_t seq, size_t g) {
     Pool& pool = pools[g];
     Held& h = seqs[seq].held[g];
-    const int64_t keep = window_low(seqs[seq].next, pool.spec.window);
+    const int64_t keep = first_visible(pool.spec.window, seqs[seq].next);
     while (h.low < keep && h.size() > 0) {
       pool.drop_owner(h.cells[h.head++]);
       ++h.low;
@@ -172,7 +168,7 @@ struct CellLayout::State {
       if (scratch_stamp[seq] == st) continue;
       scratch_stamp[seq] = st;
       const Held& h = seqs[seq].held[g];
-      const int64_t keep = window_low(seqs[seq].next, pool.spec.window);
+      const int64_t keep = first_visible(pool.spec.window, seqs[seq].next);
       for (int64_t p = h.low; p < keep && p < h.low + h.size(); ++p) {
         const int32_t c = h.at(p);
         if (pool.drops[c]++ == 0) touched.push_back(c);
@@ -206,12 +202,12 @@ struct CellLayout::State {
 
   // The sliding pool that no longer holds what a sequence at `next` needs to continue from
   // `p` (0 <= p <= next): its W - 1 positions before p (none when p = 0 or W = 1). Between
-  // steps a sequence holds [window_low(next), next). -1 when every pool holds them.
+  // steps a sequence holds [first_visible(next), next). -1 when every pool holds them.
   int32_t missing_window(int64_t next, int64_t p) const {
     if (p == 0) return -1;
     for (size_t g = 0; g < pools.size(); ++g) {
       const int32_t w = pools[g].spec.window;
-      if (w > 1 && window_low(p, w) < window_low(next, w)) return static_cast<int32_t>(g);
+      if (w > 1 && first_visible(w, p) < first_visible(w, next)) return static_cast<int32_t>(g);
     }
     return -1;
   }
@@ -323,8 +319,8 @@ Result<int32_t> CellLayout::seq_clone(int32_t src, std::optional<int64_t> upto) 
     const int32_t w = s.pools[g].spec.window;
     return out_of_range(str_cat("cell_layout.seq_clone: sequence ", src, " up to position ", n,
                                 ": the ", pool_name(s.pools[g].spec), " holds its positions ",
-                                window_low(next, w), "..", next - 1, " only, the clone needs ",
-                                window_low(n, w), "..", n - 1));
+                                first_visible(w, next), "..", next - 1, " only, the clone needs ",
+                                first_visible(w, n), "..", n - 1));
   }
   s.end_step();
   const int32_t id = s.take_id();
@@ -332,7 +328,7 @@ Result<int32_t> CellLayout::seq_clone(int32_t src, std::optional<int64_t> upto) 
     const Held& from = s.seqs[src].held[g];
     Held& to = s.seqs[id].held[g];
     to.reset();
-    to.low = window_low(n, s.pools[g].spec.window);
+    to.low = first_visible(s.pools[g].spec.window, n);
     for (int64_t p = to.low; p < n; ++p) {
       to.cells.push_back(from.at(p));
       ++s.pools[g].cell_owners[to.cells.back()];
@@ -366,8 +362,8 @@ Status CellLayout::rewind(int32_t seq, int64_t pos) {
     const int32_t w = s.pools[g].spec.window;
     return out_of_range(str_cat("cell_layout.rewind: sequence ", seq, " to position ", pos,
                                 ": the ", pool_name(s.pools[g].spec), " holds its positions ",
-                                window_low(end, w), "..", end - 1, " only, position ", pos,
-                                " needs ", window_low(pos, w), "..", pos - 1,
+                                first_visible(w, end), "..", end - 1, " only, position ", pos,
+                                " needs ", first_visible(w, pos), "..", pos - 1,
                                 " (rewind to 0 always works)"));
   }
   s.end_step();
@@ -441,7 +437,7 @@ int64_t CellLayout::held_first_pos(int32_t seq, int32_t pool) const {
 int64_t CellLayout::kept_from(int32_t seq, int32_t pool) const {
   if (!s_->live(seq) || pool < 0 || pool >= n_pools()) return 0;
   return std::max(held_first_pos(seq, pool),
-                  window_low(s_->pos(seq), s_->pools[pool].spec.window));
+                  first_visible(s_->pools[pool].spec.window, s_->pos(seq)));
 }
 
 // ---- a step ----
@@ -552,7 +548,7 @@ Result<std::span<const int32_t>> CellLayout::visible(int32_t layer, int32_t toke
 int64_t CellLayout::visible_first_pos(int32_t layer, int32_t token) const {
   if (!placed(layer) || token < 0 || static_cast<size_t>(token) >= s_->step_pos.size())
     return -1;
-  return window_low(s_->step_pos[token], s_->geometry.layers[layer].window);
+  return first_visible(s_->geometry.layers[layer].window, s_->step_pos[token]);
 }
 
 }  // namespace kvcache

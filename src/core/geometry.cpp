@@ -115,10 +115,15 @@ bool looks_back(const CacheGeometry& geometry) {
   return false;
 }
 
+int64_t step_rows(int32_t window, const CacheConfig& c) {
+  if (c.max_write) return *c.max_write;
+  return window > 0 ? window : c.capacity;
+}
+
 int64_t step_limit(const CacheGeometry& g, const CacheConfig& c) {
-  int64_t limit = c.max_write ? *c.max_write : c.capacity;
+  int64_t limit = step_rows(0, c);
   for (const auto& l : g.layers)
-    if (l.sliding()) limit = std::min<int64_t>(limit, c.max_write ? *c.max_write : l.window);
+    if (l.sliding()) limit = std::min<int64_t>(limit, step_rows(l.window, c));
   return std::min(limit, c.capacity);
 }
 
@@ -131,7 +136,7 @@ std::vector<CellPool> cell_pools(const CacheGeometry& g, const CacheConfig& c) {
       if (p.window == window) return p;
     pools.push_back(CellPool{window, {}, c.capacity});
     if (window > 0) {
-      const int64_t m = c.max_write ? *c.max_write : window;
+      const int64_t m = step_rows(window, c);
       auto held = checked_mul(cell_max_seqs(c), int64_t{window} - 1);
       auto n = held ? checked_add(*held, m) : std::nullopt;
       pools.back().cells = n ? std::min(*n, c.capacity) : c.capacity;
@@ -160,7 +165,7 @@ std::optional<int64_t> cell_bytes_at_capacity(const CacheGeometry& g, const Cach
 
 int64_t sequence_slots(const LayerGeometry& l, const CacheConfig& c) {
   if (!l.sliding()) return c.capacity;
-  const int64_t m = c.max_write ? *c.max_write : l.window;
+  const int64_t m = step_rows(l.window, c);
   return std::min<int64_t>(static_cast<int64_t>(l.window) + m - 1, c.capacity);
 }
 

@@ -60,7 +60,7 @@ Result<SlotRuns> SequenceLayout::visible(int32_t layer, int64_t pos) const {
                                 length_ - 1, " (a query reads only placed positions)"));
   const LayerGeometry& l = geometry_.layers[layer];
   SlotRuns r;
-  r.first = l.sliding() ? std::max<int64_t>(0, pos - l.window + 1) : 0;
+  r.first = first_visible(l, pos);
   if (r.first < held_from(layer))
     return out_of_range(str_cat("sequence_layout.visible: layer ", layer, " position ", pos,
                                 " reads back to ", r.first, ", the ring holds from ",
@@ -72,7 +72,7 @@ Result<SlotRuns> SequenceLayout::visible(int32_t layer, int64_t pos) const {
 SlotRuns SequenceLayout::lookback(int32_t layer) const {
   SlotRuns r;
   if (layer < 0 || layer >= n_layers() || !geometry_.layers[layer].sliding()) return r;
-  r.first = std::max<int64_t>(0, length_ - geometry_.layers[layer].window + 1);
+  r.first = first_visible(geometry_.layers[layer], length_);
   r.n = ring_runs(r.first, length_ - r.first, slots(layer), r.runs);
   return r;
 }
@@ -86,7 +86,7 @@ int64_t SequenceLayout::rewind_floor() const {
   for (size_t i = 0; i < geometry_.layers.size(); ++i) {
     const LayerGeometry& l = geometry_.layers[i];
     if (!l.sliding()) continue;
-    const int64_t m = config_.max_write ? *config_.max_write : l.window;
+    const int64_t m = step_rows(l.window, config_);
     floor = std::max(floor, length_ - m);
     // After a rewind the ring may hold less than R positions: the next step must still find
     // its W-1 look-back positions intact (a window of 1 looks back at nothing).
@@ -122,7 +122,7 @@ Result<SequencePlan> SequenceLayout::plan(int32_t layer, int64_t start, int32_t 
     return p;
   }
   p.n_write = ring_runs(start, n_tokens, p.slots, p.write);
-  p.read_begin = std::max<int64_t>(0, start - l.window + 1);
+  p.read_begin = first_visible(l, start);
   p.n_read = ring_runs(p.read_begin, end - p.read_begin, p.slots, p.read);
   return p;
 }
@@ -217,7 +217,7 @@ Status SequenceLayout::restore(int64_t new_len) {
                                 length_, " (restore never grows)"));
   for (size_t i = 0; i < geometry_.layers.size(); ++i)
     if (geometry_.layers[i].sliding())
-      ring_low_[i] = std::max<int64_t>(0, new_len - geometry_.layers[i].window + 1);
+      ring_low_[i] = first_visible(geometry_.layers[i], new_len);
   length_ = new_len;
   end_step();
   return ok_status();

@@ -46,7 +46,7 @@ std::vector<int64_t> needed_from(const CacheGeometry& g, int64_t from, int64_t t
   std::vector<int64_t> need;
   need.reserve(g.layers.size());
   for (const LayerGeometry& l : g.layers)
-    need.push_back(l.sliding() ? std::max(from, to - (l.window - 1)) : from);
+    need.push_back(std::max(from, first_visible(l, to)));
   return need;
 }
 

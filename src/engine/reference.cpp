@@ -65,7 +65,7 @@ Vec attend(const Vec& q, const Vec& k, const Vec& v, int64_t t, int64_t hq, int6
   for (int64_t p = 0; p < t; ++p)
     for (int64_t h = 0; h < hq; ++h) {
       const int64_t kh = h / group;
-      const int64_t lo = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
+      const int64_t lo = first_visible(window, p);
       double mx = -1e300;
       for (int64_t j = lo; j <= p; ++j) {
         double s = 0.0;

@@ -220,7 +220,7 @@ Status parse_body(std::span<const uint8_t> body, Snapshot& s) {
     r.layer = static_cast<int32_t>(i);
     (void)c.get(r.first), (void)c.get(r.n);
     const LayerGeometry& l = s.geometry.layers[i];
-    const int64_t least = l.sliding() ? std::min<int64_t>(s.positions, l.window - 1) : s.positions;
+    const int64_t least = s.positions - first_visible(l, s.positions);
     if (r.first < 0 || r.n < least || r.n > s.positions || r.first != s.positions - r.n)
       return invalid_argument(str_cat("snapshot header: layer ", i, " rows [", r.first, ", +", r.n,
                                       "), expected the last n >= ", least, " of the ", s.positions,

@@ -55,7 +55,7 @@ DecodedBlock refuse(BlockFault f, std::string why) {
 
 int64_t BlockFormat::rows(int32_t layer) const {
   const int32_t w = geometry.layers[static_cast<size_t>(layer)].window;
-  return w > 0 ? std::min<int64_t>(block_tokens, w - 1) : block_tokens;
+  return block_tokens - first_visible(w, block_tokens);
 }
 
 int64_t BlockFormat::rows_first(int32_t layer, int64_t index) const {

@@ -224,7 +224,7 @@ void StoreWorker::assemble(const LookupJob& job, const std::vector<std::string>&
   out.to = (first + out.blocks) * b;
   for (int32_t l = 0; l < static_cast<int32_t>(f.geometry.layers.size()); ++l) {
     const int32_t w = f.geometry.layers[static_cast<size_t>(l)].window;
-    const int64_t lo = w > 0 ? std::max(out.from, out.to - (w - 1)) : out.from;
+    const int64_t lo = std::max(out.from, first_visible(w, out.to));
     const int64_t kb = f.k_row_bytes(l), vb = f.v_row_bytes(l);
     LayerRows r;
     r.layer = l;

@@ -80,6 +80,20 @@ std::optional<int64_t> bytes_per_cell(const LayerGeometry& layer, DType dtype);
 // Sum over layers; nullopt on overflow.
 std::optional<int64_t> bytes_per_cell(const CacheGeometry& geometry, DType dtype);
 
+// ---- the window rule: its one home (SPEC §2) ----
+// The lowest position a query at `pos` sees on a layer of `window` (0 = Full: 0; Sliding(W):
+// max(0, pos - W + 1), the current token plus W - 1 before it). Also the lowest position a
+// layer must still hold for a sequence whose next position is `pos`.
+inline int64_t first_visible(int32_t window, int64_t pos) {
+  return window > 0 ? (pos - window + 1 > 0 ? pos - window + 1 : 0) : 0;
+}
+inline int64_t first_visible(const LayerGeometry& layer, int64_t pos) {
+  return first_visible(layer.window, pos);
+}
+// The most tokens one step writes into a layer of `window` under `config`: max_write when set,
+// else W on a sliding layer and capacity on a full one.
+int64_t step_rows(int32_t window, const CacheConfig& config);
+
 // Largest step a sequence-layout cache accepts: min over sliding layers of (max_write or W),
 // else max_write, else capacity.
 int64_t step_limit(const CacheGeometry& geometry, const CacheConfig& config);
