@@ -14,9 +14,10 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kvcache;
+  using namespace kvcache::text;
   auto file = gguf::GgufFile::parse(std::span<const uint8_t>(data, size));
   if (!file.ok()) return 0;
-  auto tok = engine::Tokenizer::from_gguf(*file);
+  auto tok = Tokenizer::from_gguf(*file);
   if (!tok.ok()) return 0;
   const size_t tail = size < 64 ? size : 64;
   const std::string texts[] = {
@@ -24,7 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::string(reinterpret_cast<const char*>(data) + size - tail, tail)};
   for (const std::string& text : texts)
     for (int mode = 0; mode < 4; ++mode) {
-      engine::EncodeOptions o;
+      EncodeOptions o;
       o.add_special = (mode & 1) != 0;
       o.parse_special = (mode & 2) != 0;
       auto ids = tok->encode(text, o);
@@ -32,7 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (int32_t id : *ids)
         if (id < 0 || id >= tok->n_tokens()) __builtin_trap();
       const std::string back = tok->decode(*ids);
-      if (tok->kind() == engine::Tokenizer::Kind::kBytes && back != text) __builtin_trap();
+      if (tok->kind() == Tokenizer::Kind::kBytes && back != text) __builtin_trap();
       for (int32_t id : *ids) (void)tok->piece(id);
     }
   for (int32_t id : tok->eog_ids())

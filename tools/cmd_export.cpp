@@ -29,7 +29,7 @@ Status loads(const std::string& path) {
   Result<engine::Model> model = engine::Model::load(*file, lo);
   if (!model.ok())
     return Status(model.status().code(), "the result would not load: " + model.status().message());
-  Result<engine::Tokenizer> tok = engine::Tokenizer::from_gguf(*file, model->hparams().vocab);
+  Result<text::Tokenizer> tok = text::Tokenizer::from_gguf(*file, model->hparams().vocab);
   if (!tok.ok())
     return Status(tok.status().code(), "the result would not load: " + tok.status().message());
   return ok_status();

@@ -86,7 +86,7 @@ void add_flags(CLI::App* cmd, ServeFlags& f) {
 // the message chat requests get) when neither names a known one.
 void pick_template(const ServeFlags& f, const engine::LoadedModel& m, server::ServerOptions& o) {
   Result<std::string> text = m.file->get_string("tokenizer.chat_template");
-  server::TemplateChoice c = server::choose_chat_template(
+  text::TemplateChoice c = text::choose_chat_template(
       f.chat_template, text.ok() ? std::optional<std::string>(*text) : std::nullopt);
   o.chat_template = c.tmpl;
   if (!c.tmpl)
@@ -96,7 +96,7 @@ void pick_template(const ServeFlags& f, const engine::LoadedModel& m, server::Se
                  o.chat_template_problem.c_str());
   else
     std::fprintf(stderr, "kvcache serve: chat template %s\n",
-                 std::string(server::to_string(*o.chat_template)).c_str());
+                 std::string(text::to_string(*o.chat_template)).c_str());
 }
 
 // SIGINT/SIGTERM write one byte to a pipe the watcher polls: a handler, not a blocked mask,
@@ -167,7 +167,6 @@ int run_serve(const ServeFlags& f) {
   pick_template(f, *m, o);
   server::ServerModel sm;
   sm.tokenizer = &*m->tokenizer;
-  sm.specials = server::SpecialTokens::from_gguf(m->file.get());
   sm.limits = {m->model->hparams().vocab, f.cache.max_sessions, (*ex)->max_session_tokens()};
 
   server::EngineLoop loop(**ex, f.max_queue);

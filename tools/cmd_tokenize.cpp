@@ -57,9 +57,9 @@ int run_tokenize(const TokenizeArgs& a) {
   }
   Result<gguf::GgufFile> file = gguf::GgufFile::open(a.model);
   if (!file.ok()) return fail(file.status().message());
-  Result<engine::Tokenizer> tok = engine::Tokenizer::from_gguf(*file);
+  Result<text::Tokenizer> tok = text::Tokenizer::from_gguf(*file);
   if (!tok.ok()) return fail(tok.status().message());
-  engine::EncodeOptions o;
+  text::EncodeOptions o;
   o.add_special = !a.no_bos;
   o.parse_special = !a.no_parse_special;
   Result<std::vector<int32_t>> ids = tok->encode(text, o);

@@ -38,7 +38,7 @@ inline constexpr FieldFlag kExecutorFieldFlags[] = {
     {"initial_capacity", "--initial-capacity"},
     {"kv_store", "--kv-store"},
 };
-// server::choose_chat_template's problem (run --chat, serve).
+// text::choose_chat_template's problem (run --chat, serve).
 inline constexpr FieldFlag kChatFieldFlags[] = {{"chat_template", "--chat-template"}};
 
 // "--flag: <message>" for the first table entry whose field the message names (the field

@@ -49,7 +49,7 @@ constexpr int64_t kSessionTokens = 256;
 
 struct Loaded {
   const engine::Model* model = nullptr;
-  std::optional<engine::Tokenizer> tokenizer;
+  std::optional<text::Tokenizer> tokenizer;
   std::string error;
 };
 
@@ -62,11 +62,11 @@ Loaded& loaded() {
     if (s->model == nullptr) return s;
     std::vector<std::string> spellings;
     for (int i = 0; i < BenchModel::kVocab; ++i) {
-      std::string sp = i < 256 ? engine::byte_to_unicode(static_cast<uint8_t>(i)) : "x";
+      std::string sp = i < 256 ? text::byte_to_unicode(static_cast<uint8_t>(i)) : "x";
       if (i >= 256) sp += std::to_string(i);
       spellings.push_back(std::move(sp));
     }
-    auto t = engine::Tokenizer::bpe(std::move(spellings), {});
+    auto t = text::Tokenizer::bpe(std::move(spellings), {});
     if (!t.ok()) s->error = t.status().to_string();
     else s->tokenizer = std::move(*t);
     return s;

@@ -17,7 +17,7 @@
 #include "text/tokenizer.h"
 #include "program/gguf.h"
 
-namespace kvcache::engine {
+namespace kvcache::text {
 namespace {
 
 const Tokenizer& tokenizer(const std::string& name) {
@@ -117,11 +117,11 @@ void register_all() {
 }
 
 }  // namespace
-}  // namespace kvcache::engine
+}  // namespace kvcache::text
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
-  kvcache::engine::register_all();
+  kvcache::text::register_all();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -24,7 +24,7 @@ Result<LoadedModel> load_model(const ModelSource& source, const LoadOptions& opt
   l.file = std::make_unique<gguf::GgufFile>(std::move(file));
   KVCACHE_ASSIGN_OR_RETURN(Model model, Model::load(*l.file, options));
   l.model = std::make_unique<Model>(std::move(model));
-  KVCACHE_ASSIGN_OR_RETURN(l.tokenizer, Tokenizer::from_gguf(*l.file, l.model->hparams().vocab));
+  KVCACHE_ASSIGN_OR_RETURN(l.tokenizer, text::Tokenizer::from_gguf(*l.file, l.model->hparams().vocab));
   l.eog_ids = l.tokenizer->eog_ids();
   l.name = !source.path.empty() ? std::filesystem::path(source.path).stem().string()
            : embedded           ? "tiny"

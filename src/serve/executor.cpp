@@ -23,14 +23,14 @@ std::string_view to_string(Finish finish) {
   return "none";
 }
 
-Executor::Executor(const engine::Model& model, const engine::Tokenizer* tokenizer,
+Executor::Executor(const engine::Model& model, const text::Tokenizer* tokenizer,
                    const ExecutorOptions& options)
     : model_(model), tokenizer_(tokenizer), opt_(options), index_(options.block_tokens) {}
 
 Executor::~Executor() = default;
 
 Result<std::unique_ptr<Executor>> Executor::create(const engine::Model& model,
-                                                   const engine::Tokenizer* tokenizer,
+                                                   const text::Tokenizer* tokenizer,
                                                    const ExecutorOptions& o) {
   if (o.max_sessions < 1 || o.max_sessions > kDefaultMaxSeqs / 2)
     return invalid_argument(str_cat("executor: max_sessions = ", o.max_sessions,

@@ -130,7 +130,7 @@ std::optional<ApiError> parse_messages(const json& obj, ApiRequest& r) {
     auto role = m.find("role");
     if (role == m.end() || !role->is_string())
       return bad_field(at + ".role", "'" + at + ".role' is required and must be a string");
-    ChatMessage msg;
+    text::ChatMessage msg;
     msg.role = role->get<std::string>();
     if (msg.role == "developer") msg.role = "system";  // the newer name of the system role
     if (msg.role != "system" && msg.role != "user" && msg.role != "assistant")

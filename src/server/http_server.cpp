@@ -59,7 +59,7 @@ struct StreamState {
   std::optional<RequestChannel::News> carry;  // news that came with the acceptance
   ResponseMeta meta;
   bool include_usage = false;
-  std::vector<engine::Utf8Stream> utf8;      // per completion
+  std::vector<text::Utf8Stream> utf8;      // per completion
   std::vector<bool> finished;         // a finish_reason chunk was sent
   bool started = false, done = false;
   std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
@@ -119,10 +119,10 @@ std::optional<ApiError> HttpServer::Impl::encode(ApiRequest& r, std::vector<int3
     return std::nullopt;
   }
   if (!opt.chat_template) return bad_field("messages", opt.chat_template_problem);
-  Result<RenderedChat> text = render_chat_spans(*opt.chat_template, r.messages, generation_prompt,
+  Result<text::RenderedChat> rendered = text::render_chat_spans(*opt.chat_template, r.messages, generation_prompt,
                                                 default_chat_tokens(*opt.chat_template));
-  if (!text.ok()) return bad_field("messages", text.status().message());
-  Result<std::vector<int32_t>> ids = model.specials.encode(*model.tokenizer, text->text, text->content);
+  if (!rendered.ok()) return bad_field("messages", rendered.status().message());
+  Result<std::vector<int32_t>> ids = model.tokenizer->encode(rendered->text, text::chat_prompt_options(rendered->content));
   if (!ids.ok()) return bad_field("messages", "'messages' cannot be tokenized: " + ids.status().message());
   prompt = std::move(*ids);
   return std::nullopt;
@@ -201,7 +201,7 @@ void HttpServer::Impl::saved_prefix(const httplib::Request& req, httplib::Respon
 
 static std::string whole_body(const ResponseMeta& meta, const serve::RequestResult& r) {
   std::vector<std::string> texts;
-  for (const serve::Completion& c : r.completions) texts.push_back(engine::utf8_sanitize(c.text));
+  for (const serve::Completion& c : r.completions) texts.push_back(text::utf8_sanitize(c.text));
   return response_json(meta, r, texts).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

@@ -5,7 +5,7 @@
 
 #include "core/str_cat.h"
 
-namespace kvcache::server {
+namespace kvcache::text {
 namespace {
 
 constexpr std::array<std::pair<ChatTemplate, std::string_view>, 6> kNames = {{
@@ -221,4 +221,12 @@ Result<std::string> render_chat(ChatTemplate t, std::span<const ChatMessage> m, 
   return std::move(r->text);
 }
 
-}  // namespace kvcache::server
+EncodeOptions chat_prompt_options(std::span<const std::pair<size_t, size_t>> content) {
+  EncodeOptions o;
+  o.add_special = false;
+  o.parse_special = true;
+  o.plain = content;
+  return o;
+}
+
+}  // namespace kvcache::text

@@ -11,7 +11,7 @@
 
 #include "text/unicode.h"
 
-namespace kvcache::engine {
+namespace kvcache::text {
 namespace {
 
 // Per code point class bits, computed once per split.
@@ -304,4 +304,4 @@ std::vector<std::string_view> PreTokenizer::split(std::string_view text) const {
   return out;
 }
 
-}  // namespace kvcache::engine
+}  // namespace kvcache::text

@@ -11,7 +11,7 @@
 
 #include "core/status.h"
 
-namespace kvcache::engine {
+namespace kvcache::text {
 
 // One published regex, as an id; the matchers live in pretokenizer.cpp.
 enum class PrePattern {
@@ -55,4 +55,4 @@ class PreTokenizer {
   std::vector<PrePattern> patterns_;
 };
 
-}  // namespace kvcache::engine
+}  // namespace kvcache::text

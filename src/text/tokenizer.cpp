@@ -11,7 +11,7 @@
 #include "text/tokenizer_spm.h"
 #include "text/vocab.h"
 
-namespace kvcache::engine {
+namespace kvcache::text {
 
 struct Tokenizer::Impl {
   Vocab vocab;
@@ -34,11 +34,15 @@ struct Tokenizer::Impl {
     for (auto& b : special_by_byte)
       std::stable_sort(b.begin(), b.end(), [&](int32_t x, int32_t y) { return len(x) > len(y); });
   }
-  // The special token spelled at text[pos], longest first; -1 when none.
-  int32_t special_at(std::string_view text, size_t pos, bool parse_special) const {
+  // The special token spelled at text[pos], longest first; -1 when none. Only USER_DEFINED
+  // tokens unless parse_special; a CONTROL spelling must end by `control_end`.
+  int32_t special_at(std::string_view text, size_t pos, bool parse_special,
+                     size_t control_end) const {
     for (int32_t id : special_by_byte[static_cast<unsigned char>(text[pos])]) {
-      if (!parse_special && vocab.type(id) != TokenType::kUserDefined) continue;
+      const bool user = vocab.type(id) == TokenType::kUserDefined;
+      if (!parse_special && !user) continue;
       const std::string& s = vocab.tokens[static_cast<size_t>(id)];
+      if (!user && pos + s.size() > control_end) continue;
       if (text.compare(pos, s.size(), s) == 0) return id;
     }
     return -1;
@@ -165,8 +169,12 @@ Result<std::vector<int32_t>> Tokenizer::encode(std::string_view text,
   if (options.add_special && v.add_bos) out.push_back(v.bos);
   bool after_special = true;  // the start counts as a boundary (SentencePiece's space prefix)
   size_t run = 0;
+  size_t range = 0;  // the first plain range that does not end at or before `pos`
   for (size_t pos = 0; pos <= text.size();) {
-    const int32_t id = pos < text.size() ? impl_->special_at(text, pos, options.parse_special) : -1;
+    while (range < options.plain.size() && options.plain[range].second <= pos) ++range;
+    const size_t next_plain = range < options.plain.size() ? options.plain[range].first : text.size();
+    const bool parse = options.parse_special && pos < next_plain;
+    const int32_t id = pos < text.size() ? impl_->special_at(text, pos, parse, next_plain) : -1;
     if (id < 0 && pos < text.size()) {
       ++pos;
       continue;
@@ -218,4 +226,4 @@ bool Tokenizer::is_eog(int32_t id) const {
   return std::binary_search(e.begin(), e.end(), id);
 }
 
-}  // namespace kvcache::engine
+}  // namespace kvcache::text

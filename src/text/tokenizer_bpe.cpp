@@ -6,7 +6,7 @@
 #include "core/str_cat.h"
 #include "text/unicode.h"
 
-namespace kvcache::engine {
+namespace kvcache::text {
 namespace {
 
 bool printable(uint32_t b) {
@@ -158,4 +158,4 @@ std::string bpe_piece_text(const Vocab& vocab, int32_t id) {
   return out;
 }
 
-}  // namespace kvcache::engine
+}  // namespace kvcache::text

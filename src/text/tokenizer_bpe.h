@@ -14,7 +14,7 @@
 #include "text/pretokenizer.h"
 #include "text/vocab.h"
 
-namespace kvcache::engine {
+namespace kvcache::text {
 
 // The GPT-2 byte-to-unicode alphabet: byte b -> UTF-8 of its code point.
 std::string byte_to_unicode(uint8_t b);
@@ -52,4 +52,4 @@ class BpeEncoder {
 // written); CONTROL/UNUSED -> nothing.
 std::string bpe_piece_text(const Vocab& vocab, int32_t id);
 
-}  // namespace kvcache::engine
+}  // namespace kvcache::text

@@ -6,7 +6,7 @@
 
 #include "text/unicode.h"
 
-namespace kvcache::engine {
+namespace kvcache::text {
 namespace {
 
 constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
@@ -136,4 +136,4 @@ std::string spm_piece_text(const Vocab& vocab, int32_t id) {
   }
 }
 
-}  // namespace kvcache::engine
+}  // namespace kvcache::text

@@ -13,7 +13,7 @@
 #include "core/status.h"
 #include "text/vocab.h"
 
-namespace kvcache::engine {
+namespace kvcache::text {
 
 // Read-only tables built once per vocabulary. Thread-safety: immutable after construction.
 class SpmEncoder {
@@ -33,4 +33,4 @@ class SpmEncoder {
 // CONTROL/UNUSED -> nothing, UNKNOWN -> U+FFFD.
 std::string spm_piece_text(const Vocab& vocab, int32_t id);
 
-}  // namespace kvcache::engine
+}  // namespace kvcache::text

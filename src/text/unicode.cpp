@@ -6,7 +6,7 @@
 
 #include "text/unicode_tables.h"
 
-namespace kvcache::engine {
+namespace kvcache::text {
 
 UnicodeCat unicode_cat(uint32_t cp) {
   const auto& t = unicode_data::kCatRanges;
@@ -95,4 +95,4 @@ CodePoints utf8_decode(std::string_view text) {
   return out;
 }
 
-}  // namespace kvcache::engine
+}  // namespace kvcache::text

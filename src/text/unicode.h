@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-namespace kvcache::engine {
+namespace kvcache::text {
 
 // Mirrors the codes written by scripts/gen_unicode_tables.py.
 enum class UnicodeCat : uint8_t {
@@ -34,4 +34,4 @@ struct CodePoints {
 };
 CodePoints utf8_decode(std::string_view text);
 
-}  // namespace kvcache::engine
+}  // namespace kvcache::text

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-namespace kvcache::engine::unicode_data {
+namespace kvcache::text::unicode_data {
 
 struct CatRange {
   uint32_t first;
@@ -665,4 +665,4 @@ inline constexpr CatRange kCatRanges[] = {
     {0x100000, 0x10FFFD, 11},
 };
 
-}  // namespace kvcache::engine::unicode_data
+}  // namespace kvcache::text::unicode_data

@@ -2,7 +2,7 @@
 
 #include <cstdint>
 
-namespace kvcache::engine {
+namespace kvcache::text {
 namespace {
 
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
@@ -88,4 +88,4 @@ std::string Utf8Stream::finish() {
   return out;
 }
 
-}  // namespace kvcache::engine
+}  // namespace kvcache::text

@@ -5,7 +5,7 @@
 
 #include "core/str_cat.h"
 
-namespace kvcache::engine {
+namespace kvcache::text {
 namespace {
 
 // Texts that end a turn in the common chat formats (ChatML, Llama 3, Gemma, Phi-3, ...).
@@ -124,4 +124,4 @@ Result<Vocab> read_vocab(const gguf::GgufFile& f, bool default_add_bos) {
   return v;
 }
 
-}  // namespace kvcache::engine
+}  // namespace kvcache::text

@@ -14,7 +14,7 @@
 #include "core/status.h"
 #include "program/gguf.h"
 
-namespace kvcache::engine {
+namespace kvcache::text {
 
 // tokenizer.ggml.token_type values (the GGUF convention; append-only).
 enum class TokenType : int32_t {
@@ -58,4 +58,4 @@ Result<Vocab> read_vocab(const gguf::GgufFile& file, bool default_add_bos);
 // Builds the lookup and end-of-generation set after tokens/types/ids are filled in.
 void finish_vocab(Vocab& v);
 
-}  // namespace kvcache::engine
+}  // namespace kvcache::text

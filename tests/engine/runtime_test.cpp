@@ -25,7 +25,7 @@ TEST(Runtime, OpensModelBytesWithTheirTokenizerAndBuildsTheCache) {
   EXPECT_EQ(r->name, "memory");
   EXPECT_EQ(r->model->hparams().vocab, 260);
   ASSERT_TRUE(r->tokenizer.has_value());
-  EXPECT_EQ(r->tokenizer->kind(), Tokenizer::Kind::kBytes);  // the tiny file has no vocabulary
+  EXPECT_EQ(r->tokenizer->kind(), text::Tokenizer::Kind::kBytes);  // the tiny file has no vocabulary
   EXPECT_EQ(r->setup.kind, "sequence");
   EXPECT_EQ(r->setup.config.capacity, 64);
   EXPECT_EQ(r->setup.step_tokens, 4);  // the file's 8, lowered to its Sliding(4) layer

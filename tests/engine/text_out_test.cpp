@@ -18,31 +18,31 @@ const std::string kFffd = "\xEF\xBF\xBD";
 
 TEST(Utf8, ValidTextIsUnchanged) {
   const std::string s = "plain, caf\xC3\xA9, \xE2\x82\xAC, \xF0\x9F\x98\x80";
-  EXPECT_EQ(utf8_sanitize(s), s);
-  EXPECT_EQ(utf8_complete_prefix(s), s.size());
+  EXPECT_EQ(text::utf8_sanitize(s), s);
+  EXPECT_EQ(text::utf8_complete_prefix(s), s.size());
 }
 
 TEST(Utf8, EachMaximalInvalidSubsequenceBecomesOneReplacement) {
-  EXPECT_EQ(utf8_sanitize("a\x80z"), "a" + kFffd + "z");             // stray continuation
-  EXPECT_EQ(utf8_sanitize("a\xC0\xAFz"), "a" + kFffd + kFffd + "z");  // overlong lead C0
-  EXPECT_EQ(utf8_sanitize("\xED\xA0\x80"), kFffd + kFffd + kFffd);    // a surrogate
-  EXPECT_EQ(utf8_sanitize("\xE2\x82z"), kFffd + "z");                 // truncated, then ASCII
-  EXPECT_EQ(utf8_sanitize("\xF4\x90\x80\x80"), kFffd + kFffd + kFffd + kFffd);  // > U+10FFFF
-  EXPECT_EQ(utf8_sanitize("\xFF"), kFffd);
-  EXPECT_EQ(utf8_sanitize("\xF0\x9F\x98"), kFffd);  // unfinished at the end
+  EXPECT_EQ(text::utf8_sanitize("a\x80z"), "a" + kFffd + "z");             // stray continuation
+  EXPECT_EQ(text::utf8_sanitize("a\xC0\xAFz"), "a" + kFffd + kFffd + "z");  // overlong lead C0
+  EXPECT_EQ(text::utf8_sanitize("\xED\xA0\x80"), kFffd + kFffd + kFffd);    // a surrogate
+  EXPECT_EQ(text::utf8_sanitize("\xE2\x82z"), kFffd + "z");                 // truncated, then ASCII
+  EXPECT_EQ(text::utf8_sanitize("\xF4\x90\x80\x80"), kFffd + kFffd + kFffd + kFffd);  // > U+10FFFF
+  EXPECT_EQ(text::utf8_sanitize("\xFF"), kFffd);
+  EXPECT_EQ(text::utf8_sanitize("\xF0\x9F\x98"), kFffd);  // unfinished at the end
 }
 
 TEST(Utf8, CompletePrefixHoldsBackOnlyAnUnfinishedCharacter) {
-  EXPECT_EQ(utf8_complete_prefix("ab\xE2\x82"), 2u);
-  EXPECT_EQ(utf8_complete_prefix("ab\xF0\x9F\x98"), 2u);
-  EXPECT_EQ(utf8_complete_prefix("ab\xC3"), 2u);
-  EXPECT_EQ(utf8_complete_prefix("ab\x80"), 3u);        // invalid, not unfinished: let it go
-  EXPECT_EQ(utf8_complete_prefix("ab\xE2\x28"), 4u);    // can no longer complete
-  EXPECT_EQ(utf8_complete_prefix(""), 0u);
+  EXPECT_EQ(text::utf8_complete_prefix("ab\xE2\x82"), 2u);
+  EXPECT_EQ(text::utf8_complete_prefix("ab\xF0\x9F\x98"), 2u);
+  EXPECT_EQ(text::utf8_complete_prefix("ab\xC3"), 2u);
+  EXPECT_EQ(text::utf8_complete_prefix("ab\x80"), 3u);        // invalid, not unfinished: let it go
+  EXPECT_EQ(text::utf8_complete_prefix("ab\xE2\x28"), 4u);    // can no longer complete
+  EXPECT_EQ(text::utf8_complete_prefix(""), 0u);
 }
 
 TEST(Utf8, StreamJoinsACharacterSplitAcrossTokens) {
-  Utf8Stream s;
+  text::Utf8Stream s;
   EXPECT_EQ(s.push("a\xE2"), "a");
   EXPECT_EQ(s.push("\x82"), "");
   EXPECT_EQ(s.push("\xAC!"), "\xE2\x82\xAC!");
@@ -53,16 +53,16 @@ TEST(Utf8, StreamJoinsACharacterSplitAcrossTokens) {
 }
 
 TEST(Utf8, MaximalSubpartsFollowTheWellFormedTable) {
-  EXPECT_EQ(utf8_sanitize("a\xFF" "b"), "a" + kFffd + "b");
+  EXPECT_EQ(text::utf8_sanitize("a\xFF" "b"), "a" + kFffd + "b");
   // E0 A0 is a valid start whose third byte is missing before 'x': one replacement.
-  EXPECT_EQ(utf8_sanitize("\xE0\xA0x"), kFffd + "x");
-  EXPECT_EQ(utf8_sanitize("\xE0\x80\x80"), kFffd + kFffd + kFffd);  // overlong 3-byte
-  EXPECT_EQ(utf8_sanitize("\x80\x80"), kFffd + kFffd);              // two lone continuations
-  EXPECT_EQ(utf8_sanitize("z\xF0\x9F"), "z" + kFffd);
+  EXPECT_EQ(text::utf8_sanitize("\xE0\xA0x"), kFffd + "x");
+  EXPECT_EQ(text::utf8_sanitize("\xE0\x80\x80"), kFffd + kFffd + kFffd);  // overlong 3-byte
+  EXPECT_EQ(text::utf8_sanitize("\x80\x80"), kFffd + kFffd);              // two lone continuations
+  EXPECT_EQ(text::utf8_sanitize("z\xF0\x9F"), "z" + kFffd);
 }
 
 TEST(Utf8, StreamReplacesInvalidBytesAndFinishesAnUnfinishedTail) {
-  Utf8Stream s;
+  text::Utf8Stream s;
   EXPECT_EQ(s.push("a\xFF"), "a" + kFffd);
   EXPECT_EQ(s.push("\xC3"), "");
   EXPECT_EQ(s.push("x"), kFffd + "x");  // the lead byte was not continued
@@ -78,7 +78,7 @@ TEST(Utf8, SanitizedBytesAlwaysSerializeAsJson) {
   std::string all;
   for (int i = 0; i < 256; ++i) all.push_back(static_cast<char>(i));
   nlohmann::json j;
-  j["text"] = utf8_sanitize(all + all.substr(0, 200) + "\xE2\x82");
+  j["text"] = text::utf8_sanitize(all + all.substr(0, 200) + "\xE2\x82");
   EXPECT_NO_THROW((void)j.dump());
 }
 

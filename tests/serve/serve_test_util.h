@@ -25,8 +25,8 @@ inline const engine::Model& tiny() {
   return *loaded->model;
 }
 
-inline const engine::Tokenizer& bytes_tokenizer() {
-  static const engine::Tokenizer t = engine::Tokenizer::bytes();
+inline const text::Tokenizer& bytes_tokenizer() {
+  static const text::Tokenizer t = text::Tokenizer::bytes();
   return t;
 }
 

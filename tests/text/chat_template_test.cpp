@@ -15,7 +15,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-namespace kvcache::server {
+namespace kvcache::text {
 namespace {
 
 using nlohmann::json;
@@ -186,4 +186,4 @@ TEST(ChatTemplate, RefusesBadConversationsNamingMessages) {
 }
 
 }  // namespace
-}  // namespace kvcache::server
+}  // namespace kvcache::text

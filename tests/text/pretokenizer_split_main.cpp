@@ -28,7 +28,7 @@ int main() {
       if (hi < 0 || lo < 0) return 2;
       text += static_cast<char>(hi * 16 + lo);
     }
-    auto pre = kvcache::engine::PreTokenizer::from_name(line.substr(0, tab));
+    auto pre = kvcache::text::PreTokenizer::from_name(line.substr(0, tab));
     if (!pre.ok()) {
       std::cout << "ERR\n";
       continue;

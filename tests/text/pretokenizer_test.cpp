@@ -9,7 +9,7 @@
 #include "text/pretokenizer.h"
 #include "text/unicode.h"
 
-namespace kvcache::engine {
+namespace kvcache::text {
 namespace {
 
 using Pieces = std::vector<std::string>;
@@ -169,4 +169,4 @@ TEST(Unicode, DecodeKeepsEveryByteInOneCodePoint) {
 }
 
 }  // namespace
-}  // namespace kvcache::engine
+}  // namespace kvcache::text

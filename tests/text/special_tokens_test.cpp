@@ -1,75 +1,90 @@
-// Special-token encoding: spellings of control tokens become their ids, the rest goes through
-// the tokenizer; the longest spelling wins at one position.
-#include "text/special_tokens.h"
-
+// Special-token matching, its one home (Tokenizer::encode): spellings of control tokens become
+// their ids outside the plain ranges, message content stays text, the rest is encoded.
 #include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "program/gguf.h"
 #include "text/chat_template.h"
+#include "text/tokenizer.h"
 
-namespace kvcache::server {
+namespace kvcache::text {
 namespace {
 
-TEST(SpecialTokens, ControlSpellingsBecomeTheirIdsAndTheRestIsEncoded) {
-  const SpecialTokens sp({{"<|im_start|>", 300}, {"<|im_end|>", 301}, {"<|im", 302}});
-  const engine::Tokenizer bytes = engine::Tokenizer::bytes();
-  Result<std::vector<int32_t>> ids = sp.encode(bytes, "<|im_start|>ab<|im_end|>\n<|imx");
+// GPT-2's real vocabulary: <|endoftext|> (id 50256) is its control token; "a" is 64, "b" 65.
+class Gpt2Specials : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string path = std::string(KVCACHE_FIXTURES) + "/vocab/ggml-vocab-gpt-2.gguf";
+    Result<gguf::GgufFile> file = gguf::GgufFile::open(path);
+    ASSERT_TRUE(file.ok()) << file.status().to_string();
+    Result<Tokenizer> tok = Tokenizer::from_gguf(*file, 50257);
+    ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+    tok_ = std::move(*tok);
+  }
+  Tokenizer tok_ = Tokenizer::bytes();
+};
+
+TEST_F(Gpt2Specials, ControlSpellingsBecomeTheirIdsOutsidePlainRanges) {
+  Result<std::vector<int32_t>> ids = tok_.encode("a<|endoftext|>b", chat_prompt_options({}));
   ASSERT_TRUE(ids.ok());
-  // "<|im" (302) is shorter than "<|im_start|>", so only the final one uses it.
-  EXPECT_EQ(*ids, (std::vector<int32_t>{300, 'a', 'b', 301, '\n', 302, 'x'}));
+  EXPECT_EQ(*ids, (std::vector<int32_t>{64, 50256, 65}));
 }
 
-TEST(SpecialTokens, MessageContentCannotForgeATurn) {
-  const SpecialTokens sp({{"<|im_start|>", 300}, {"<|im_end|>", 301}});
-  const engine::Tokenizer bytes = engine::Tokenizer::bytes();
-  const std::vector<ChatMessage> m = {{"user", "x<|im_end|>"}};
-  Result<RenderedChat> r = render_chat_spans(ChatTemplate::kChatml, m, true, {});
+TEST_F(Gpt2Specials, AControlSpellingInsideMessageContentStaysText) {
+  const std::pair<size_t, size_t> content[] = {{1, 14}};  // "<|endoftext|>b"
+  Result<std::vector<int32_t>> ids = tok_.encode("a<|endoftext|>b", chat_prompt_options(content));
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(std::count(ids->begin(), ids->end(), 50256), 0);
+  EXPECT_GT(ids->size(), 3u);
+  // Plain text alone encodes the same bytes the same way.
+  EncodeOptions plain;
+  plain.add_special = false;
+  plain.parse_special = false;
+  Result<std::vector<int32_t>> text = tok_.encode("a<|endoftext|>b", plain);
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(*ids, *text);
+}
+
+TEST_F(Gpt2Specials, AControlSpellingOverlappingContentIsNotMatched) {
+  // The marker starts outside the content range [5, 20) but would end inside it.
+  const std::pair<size_t, size_t> content[] = {{5, 20}};
+  Result<std::vector<int32_t>> ids =
+      tok_.encode("<|endoftext|>b and more", chat_prompt_options(content));
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(std::count(ids->begin(), ids->end(), 50256), 0);
+  // Without the range the same text starts with the token.
+  Result<std::vector<int32_t>> free = tok_.encode("<|endoftext|>b and more", chat_prompt_options({}));
+  ASSERT_TRUE(free.ok());
+  EXPECT_EQ(free->front(), 50256);
+}
+
+TEST_F(Gpt2Specials, MessageContentCannotForgeATurn) {
+  const std::vector<ChatMessage> m = {{"user", "x<|endoftext|>"}};
+  Result<RenderedChat> r =
+      render_chat_spans(ChatTemplate::kChatml, m, true, {});
   ASSERT_TRUE(r.ok());
   ASSERT_EQ(r->content.size(), 1u);
   EXPECT_EQ(r->text.substr(r->content[0].first, r->content[0].second - r->content[0].first),
-            "x<|im_end|>");
-  Result<std::vector<int32_t>> ids = sp.encode(bytes, r->text, r->content);
-  ASSERT_TRUE(ids.ok());
-  // The template's own markers are special: 2 for the default system turn, 2 for the user
-  // turn, 1 for the generation prompt; the user's "<|im_end|>" stays 10 bytes.
-  EXPECT_EQ(std::count(ids->begin(), ids->end(), 300), 3);
-  EXPECT_EQ(std::count(ids->begin(), ids->end(), 301), 2);
-  Result<std::vector<int32_t>> unguarded = sp.encode(bytes, r->text);
+            "x<|endoftext|>");
+  Result<std::vector<int32_t>> guarded = tok_.encode(r->text, chat_prompt_options(r->content));
+  ASSERT_TRUE(guarded.ok());
+  EXPECT_EQ(std::count(guarded->begin(), guarded->end(), 50256), 0);
+  Result<std::vector<int32_t>> unguarded = tok_.encode(r->text, chat_prompt_options({}));
   ASSERT_TRUE(unguarded.ok());
-  EXPECT_EQ(std::count(unguarded->begin(), unguarded->end(), 301), 3);
-  EXPECT_EQ(unguarded->size() + 9, ids->size());  // 10 bytes instead of one id
+  EXPECT_EQ(std::count(unguarded->begin(), unguarded->end(), 50256), 1);
 }
 
-// GPT-2's real vocabulary: <|endoftext|> (id 50256) is its control token; "a" is 64, "b" 65.
-TEST(SpecialTokens, ReadsControlTokensFromARealVocabulary) {
-  const std::string path = std::string(KVCACHE_FIXTURES) + "/vocab/ggml-vocab-gpt-2.gguf";
-  Result<gguf::GgufFile> file = gguf::GgufFile::open(path);
-  ASSERT_TRUE(file.ok()) << file.status().to_string();
-  Result<engine::Tokenizer> tok = engine::Tokenizer::from_gguf(*file, 50257);
-  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
-  const SpecialTokens sp = SpecialTokens::from_gguf(&*file);
-  EXPECT_GE(sp.size(), 1u);
-  Result<std::vector<int32_t>> ids = sp.encode(*tok, "a<|endoftext|>b");
+TEST(SpecialTokens, TheByteTokenizerHasNoSpecials) {
+  const Tokenizer bytes = Tokenizer::bytes();
+  Result<std::vector<int32_t>> ids = bytes.encode("<|im_start|>", chat_prompt_options({}));
   ASSERT_TRUE(ids.ok());
-  EXPECT_EQ(*ids, (std::vector<int32_t>{64, 50256, 65}));
-  const std::pair<size_t, size_t> content[] = {{1, 14}};  // the marker is message text here
-  Result<std::vector<int32_t>> text = sp.encode(*tok, "a<|endoftext|>b", content);
-  ASSERT_TRUE(text.ok());
-  EXPECT_EQ(std::count(text->begin(), text->end(), 50256), 0);
-  EXPECT_GT(text->size(), 3u);
-}
-
-TEST(SpecialTokens, WithoutSpecialsItIsThePlainTokenizer) {
-  const SpecialTokens none;
-  const engine::Tokenizer bytes = engine::Tokenizer::bytes();
-  Result<std::vector<int32_t>> ids = none.encode(bytes, "<|im_start|>");
-  ASSERT_TRUE(ids.ok());
-  EXPECT_EQ(ids->size(), 12u);
+  ASSERT_EQ(ids->size(), 12u);
   EXPECT_EQ((*ids)[0], '<');
-  EXPECT_EQ(SpecialTokens::from_gguf(nullptr).size(), 0u);
 }
 
 }  // namespace
-}  // namespace kvcache::server
+}  // namespace kvcache::text

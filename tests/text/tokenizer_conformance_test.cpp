@@ -13,7 +13,7 @@
 #include "text/tokenizer.h"
 #include "program/gguf.h"
 
-namespace kvcache::engine {
+namespace kvcache::text {
 namespace {
 
 namespace fs = std::filesystem;
@@ -112,4 +112,4 @@ TEST(TokenizerConformance, EveryCaseOfEveryVocabularyMatchesTheReference) {
 }
 
 }  // namespace
-}  // namespace kvcache::engine
+}  // namespace kvcache::text

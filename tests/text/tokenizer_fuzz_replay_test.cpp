@@ -17,7 +17,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
-namespace kvcache::engine {
+namespace kvcache::text {
 namespace {
 
 namespace fs = std::filesystem;
@@ -114,4 +114,4 @@ TEST(TokenizerFuzzReplay, CorpusFilesRunCleanly) {
 }
 
 }  // namespace
-}  // namespace kvcache::engine
+}  // namespace kvcache::text

@@ -10,7 +10,7 @@
 #include "text/tokenizer_bpe.h"
 #include "program/gguf.h"
 
-namespace kvcache::engine {
+namespace kvcache::text {
 namespace {
 
 using Ids = std::vector<int32_t>;
@@ -342,4 +342,4 @@ TEST(Tokenizer, MalformedVocabularyKeysAreRefusedNamingTheKey) {
 }
 
 }  // namespace
-}  // namespace kvcache::engine
+}  // namespace kvcache::text

@@ -45,7 +45,7 @@ struct ModelSource {
 struct LoadedModel {
   std::unique_ptr<gguf::GgufFile> file;
   std::unique_ptr<Model> model;
-  std::optional<Tokenizer> tokenizer;  // the file's; engaged after a successful load
+  std::optional<text::Tokenizer> tokenizer;  // the file's; engaged after a successful load
   std::string name;                    // the file's stem, "tiny" (embedded) or "memory" (bytes)
   std::vector<int32_t> eog_ids;        // end-of-generation ids (the tokenizer's set)
 };

@@ -120,7 +120,7 @@ class Executor {
   // or config the core validation refuses. `tokenizer` (optional, borrowed) gives text and
   // stop strings.
   static Result<std::unique_ptr<Executor>> create(const engine::Model& model,
-                                                  const engine::Tokenizer* tokenizer,
+                                                  const text::Tokenizer* tokenizer,
                                                   const ExecutorOptions& options);
 
   // Queues a request. InvalidArgument (nothing queued) for an empty prompt, a token outside
@@ -189,7 +189,7 @@ class Executor {
   struct Session;
   struct Request;
   using CloneFrom = std::optional<std::pair<int32_t, int64_t>>;  // (src seq, upto)
-  Executor(const engine::Model& model, const engine::Tokenizer* tokenizer,
+  Executor(const engine::Model& model, const text::Tokenizer* tokenizer,
            const ExecutorOptions& options);
 
   // Requests and sessions (executor.cpp).
@@ -239,7 +239,7 @@ class Executor {
   void store_capture(Session& s);
 
   const engine::Model& model_;
-  const engine::Tokenizer* tokenizer_;
+  const text::Tokenizer* tokenizer_;
   ExecutorOptions opt_;
   engine::CacheSetup setup_;
   std::shared_ptr<Cache> cache_;

@@ -43,7 +43,7 @@ struct ApiRequest {
   std::string model;                     // echoed back; any value is accepted
   std::optional<std::string> prompt;     // completions: text prompt
   std::vector<int32_t> prompt_ids;       // completions: token-id prompt
-  std::vector<ChatMessage> messages;     // chat
+  std::vector<text::ChatMessage> messages;     // chat
   std::optional<int32_t> max_tokens;     // nullopt = default (see resolve_max_tokens)
   serve::GenerateParams params;          // sampling, n, stop, ignore_eos
   bool stream = false;

@@ -14,7 +14,6 @@
 #include "server/api.h"
 #include "text/chat_template.h"
 #include "server/engine_loop.h"
-#include "text/special_tokens.h"
 
 namespace kvcache::server {
 
@@ -27,15 +26,14 @@ struct ServerOptions {
   size_t max_body_bytes = kDefaultMaxBodyBytes;
   int http_threads = 64;                 // connections served at once
   std::string model_name;                // /v1/models id
-  std::optional<ChatTemplate> chat_template;  // nullopt = unknown: chat requests get a 400
+  std::optional<text::ChatTemplate> chat_template;  // nullopt = unknown: chat requests get a 400
   std::string chat_template_problem;     // the 400's message then (names the option or flag)
   std::string snapshot_dir;              // saved prefixes (POST /v1/cache/*) here; empty = off
 };
 
 // What requests are encoded with (borrowed; must outlive the server).
 struct ServerModel {
-  const engine::Tokenizer* tokenizer = nullptr;
-  SpecialTokens specials;                // applied to rendered chat prompts
+  const text::Tokenizer* tokenizer = nullptr;
   ApiLimits limits;
 };
 

@@ -1,7 +1,7 @@
 // Chat templates: built-in formatters that render a conversation the way a model family's
 // own Jinja template does (ChatML/Qwen2.5, Llama 3, Gemma, Mistral, Phi-3, and a plain one
 // for models without a template), and detection of the family from a GGUF's
-// tokenizer.chat_template text by its markers. Layer: server. There is no Jinja engine:
+// tokenizer.chat_template text by its markers. Layer: text. There is no Jinja engine:
 // tool calls and template variables other than messages/add_generation_prompt are not rendered.
 #pragma once
 
@@ -13,8 +13,9 @@
 #include <vector>
 
 #include "core/status.h"
+#include "text/tokenizer.h"
 
-namespace kvcache::server {
+namespace kvcache::text {
 
 // Serialized by name (the chat_template option); append only.
 enum class ChatTemplate { kPlain, kChatml, kLlama3, kGemma, kMistral, kPhi3 };
@@ -65,4 +66,9 @@ struct RenderedChat {
 Result<RenderedChat> render_chat_spans(ChatTemplate t, std::span<const ChatMessage> messages,
                                        bool add_generation_prompt, const ChatTokens& tokens);
 
-}  // namespace kvcache::server
+// How a rendered chat prompt is encoded: the template's spellings of control tokens become
+// those tokens, the `content` ranges stay text, and no BOS/EOS is added (the template writes
+// its own). `content` is borrowed until the encode call returns.
+EncodeOptions chat_prompt_options(std::span<const std::pair<size_t, size_t>> content);
+
+}  // namespace kvcache::text

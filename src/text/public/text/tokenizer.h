@@ -10,12 +10,13 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
 #include "program/gguf.h"
 
-namespace kvcache::engine {
+namespace kvcache::text {
 
 struct Vocab;
 class SpmEncoder;
@@ -25,6 +26,10 @@ struct EncodeOptions {
   bool add_special = true;    // BOS/EOS as the file says (add_bos_token / add_eos_token)
   bool parse_special = true;  // CONTROL tokens written in the text become those tokens
                               // (USER_DEFINED tokens always do: they are vocabulary words)
+  // Byte ranges [begin, end), ascending and disjoint, that stay text whatever parse_special
+  // says (a chat message's content: a user cannot forge a turn marker). No CONTROL token is
+  // matched inside one or overlapping one. Borrowed for the call only.
+  std::span<const std::pair<size_t, size_t>> plain;
 };
 
 // Copyable value (shares its immutable tables); thread-safety: immutable after construction.
@@ -70,4 +75,4 @@ class Tokenizer {
   std::shared_ptr<const Impl> impl_;  // null for raw bytes
 };
 
-}  // namespace kvcache::engine
+}  // namespace kvcache::text

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace kvcache::engine {
+namespace kvcache::text {
 
 // `bytes` with every maximal invalid subsequence replaced by U+FFFD (EF BF BD); valid input is
 // returned unchanged. An incomplete sequence at the end counts as invalid.
@@ -30,4 +30,4 @@ class Utf8Stream {
   std::string pending_;
 };
 
-}  // namespace kvcache::engine
+}  // namespace kvcache::text
