@@ -9,10 +9,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-if ! "$bin" run --max-new-tokens 1 >/dev/null 2>"$tmp/err"; then
-  grep -q "embeds no default model" "$tmp/err" && { echo "SKIP: no embedded model"; exit 0; }
-  cat "$tmp/err" >&2; fail "run without a model"
-fi
+. "$(dirname "$0")/../embedded_model.sh"
+require_embedded_model
 
 json() { "$bin" run --json --max-new-tokens 12 "$@" 2>/dev/null; }
 json > "$tmp/base.json"

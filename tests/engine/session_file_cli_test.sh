@@ -9,10 +9,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-if ! "$bin" run --max-new-tokens 1 >/dev/null 2>"$tmp/err"; then
-  grep -q "embeds no default model" "$tmp/err" && { echo "SKIP: no embedded model"; exit 0; }
-  cat "$tmp/err" >&2; fail "run without a model"
-fi
+. "$(dirname "$0")/../embedded_model.sh"
+require_embedded_model
 
 tokens() { /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])'; }
 # tokens [a, b) of a JSON list printed by tokens()

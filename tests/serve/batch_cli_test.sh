@@ -8,7 +8,8 @@ src=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
-if ! "$bin" run --max-new-tokens 1 >/dev/null 2>&1; then echo "SKIP: no embedded model"; exit 0; fi
+. "$src/tests/embedded_model.sh"
+require_embedded_model
 
 prompts=$src/examples/batch/prompts.jsonl
 "$bin" batch --prompts-file "$prompts" --json 2>/dev/null > "$tmp/on.json"

@@ -8,7 +8,7 @@ set -euo pipefail
 bin=$1
 . "$(dirname "$0")/../server/lib.sh"
 [ -x /usr/bin/redis-server ] || fail "needs Debian's redis-server (scripts/setup.sh)"
-skip_without_model
+require_embedded_model
 # A free port below the ephemeral range (32768+), so that while Redis is down for the outage
 # no other process's port-0 bind can take it before the restart.
 port=$($py -c '

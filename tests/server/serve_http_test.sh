@@ -8,7 +8,7 @@
 set -euo pipefail
 bin=$1
 . "$(dirname "$0")/lib.sh"
-skip_without_model
+require_embedded_model
 
 # req METHOD PATH [BODY] [curl args...]: prints the status, body in $tmp/body.
 req() {
