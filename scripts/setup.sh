@@ -40,6 +40,8 @@ fi
 
 sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo > /dev/null ||
+    { echo "setup: missing ${missing[*]}; install them as root (there is no sudo)" >&2; exit 1; }
   sudo_cmd=(sudo)
   sudo -v  # asks for the password here, on the terminal, not inside the logged step
 fi
