@@ -45,7 +45,9 @@ grep -q '^chat template plain' "$tmp/chat.err" || fail "run --chat: no template 
 # turn 1 sampled, then "\nuser: And then?\nassistant: " (28 bytes).
 [ "$(grep -o 'prefill: [0-9]* tokens' "$tmp/chat.err" | cut -d' ' -f2 | tr '\n' ' ')" = "46 29 " ] \
   || fail "run --chat prefills: $(grep prefill "$tmp/chat.err")"
-echo hi | "$bin" run --chat --chat-template nope > /dev/null 2> "$tmp/chat.err" && fail "unknown template accepted"
+rc=0
+echo hi | "$bin" run --chat --chat-template nope > /dev/null 2> "$tmp/chat.err" || rc=$?
+[ "$rc" = 1 ] || fail "run --chat-template nope: exit $rc, expected 1 (refused)"
 grep -q "kvcache run: --chat-template: no chat template: chat_template = 'nope' is not one of" "$tmp/chat.err" || fail "template error"
 
 # ---- server 1: defaults, prefix cache on --------------------------------------------------
