@@ -4,7 +4,7 @@
 # address+undefined build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --tests
 dir=$(scripts/build.sh)
 exclude=(-LE long)
 [ "${KVCACHE_LONG:-0}" = "1" ] && exclude=()

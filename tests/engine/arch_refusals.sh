@@ -13,10 +13,10 @@ make phi3 --arch llama-rope-freqs --set-arch phi3
 make yarn --arch llama-rope-freqs --rope-scaling yarn
 make gemma3yarn --arch gemma3 --rope-scaling yarn
 
-expect_refusal() {  # expect_refusal FILE PATTERN
-  if "$bin" run "$tmp/$1.gguf" --prompt-ids 1,2,3 --max-new-tokens 1 >/dev/null 2>"$tmp/err"; then
-    fail "run $1 should be refused"
-  fi
+expect_refusal() {  # expect_refusal FILE PATTERN: exit code 1 (a refusal, not a crash) and PATTERN
+  local rc=0
+  "$bin" run "$tmp/$1.gguf" --prompt-ids 1,2,3 --max-new-tokens 1 >/dev/null 2>"$tmp/err" || rc=$?
+  [ "$rc" = 1 ] || { cat "$tmp/err" >&2; fail "run $1 exited $rc, expected 1 (refused)"; }
   grep -qF -- "$2" "$tmp/err" || { cat "$tmp/err" >&2; fail "run $1: no '$2'"; }
 }
 expect_refusal phi3 'general.architecture = "phi3" is not supported'

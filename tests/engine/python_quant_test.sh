@@ -43,8 +43,8 @@ cmp "$tmp/decode.npy" "$tmp/mapped.npy" || { echo "--map-weights changed the log
 $py "$repo/scripts/make_quant_gguf.py" --type "$type" --out "$tmp/q3k.gguf" \
   --raw-q3k blk.1.ffn_up.weight
 "$bin" inspect "$tmp/q3k.gguf" >/dev/null
-if "$bin" run "$tmp/q3k.gguf" --prompt-ids 1,2 --max-new-tokens 1 2>"$tmp/err"; then
-  echo "run accepted a Q3_K tensor"; exit 1
-fi
+rc=0
+"$bin" run "$tmp/q3k.gguf" --prompt-ids 1,2 --max-new-tokens 1 2>"$tmp/err" || rc=$?
+[ "$rc" = 1 ] || { cat "$tmp/err"; echo "run on a Q3_K tensor exited $rc, expected 1 (refused)"; exit 1; }
 grep -q "tensor blk.1.ffn_up.weight has type Q3_K" "$tmp/err" || { cat "$tmp/err"; exit 1; }
 echo "$type: ok"

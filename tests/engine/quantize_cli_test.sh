@@ -25,8 +25,15 @@ print(f"quantize q8_0: max abs diff relative to logit scale = {rel:.3e}")
 sys.exit(0 if got.shape == want.shape and rel <= 3e-2 else 1)
 PY
 "$bin" run "$tmp/q4km.gguf" --prompt-ids "$ids" --max-new-tokens 4 >/dev/null 2>&1
-if "$bin" quantize "$tmp/q8.gguf" "$tmp/again.gguf" --type q4_0 2>"$tmp/err"; then exit 1; fi
-grep -q "tensor 'token_embd.weight' is already Q8_0" "$tmp/err" || { cat "$tmp/err"; exit 1; }
-if "$bin" quantize "$repo/models/tiny.gguf" "$tmp/x.gguf" --type q3_k 2>"$tmp/err"; then exit 1; fi
-grep -q "expected q8_0, q4_0, q4_k_m, q5_k_m or q6_k" "$tmp/err" || { cat "$tmp/err"; exit 1; }
+# refused PATTERN args...: `kvcache quantize args...` exits 1 with PATTERN on stderr.
+refused() {
+  local pattern=$1 rc=0
+  shift
+  "$bin" quantize "$@" 2>"$tmp/err" || rc=$?
+  [ "$rc" = 1 ] || { cat "$tmp/err"; echo "quantize $*: exit $rc, expected 1 (refused)"; exit 1; }
+  grep -q -- "$pattern" "$tmp/err" || { cat "$tmp/err"; echo "quantize $*: no '$pattern'"; exit 1; }
+}
+refused "tensor 'token_embd.weight' is already Q8_0" "$tmp/q8.gguf" "$tmp/again.gguf" --type q4_0
+refused "^kvcache quantize: --type = 'q3_k', expected q8_0, q4_0, q4_k_m, q5_k_m or q6_k$" \
+  "$repo/models/tiny.gguf" "$tmp/x.gguf" --type q3_k
 echo "quantize cli: ok"

@@ -9,10 +9,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-if ! "$bin" run --max-new-tokens 1 >/dev/null 2>"$tmp/err"; then
-  grep -q "embeds no default model" "$tmp/err" && { echo "SKIP: no embedded model"; exit 0; }
-  cat "$tmp/err" >&2; fail "run without a model"
-fi
+. "$(dirname "$0")/../embedded_model.sh"
+require_embedded_model
 
 json() { "$bin" run --json --max-new-tokens 12 "$@" 2>/dev/null; }
 json > "$tmp/base.json"
@@ -36,20 +34,22 @@ done
 step=$(json --windows 8,0 | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["step_tokens"])')
 [ "$step" = 8 ] || fail "--windows 8,0 should lower the step to 8, got $step"
 
-expect_error() {  # expect_error PATTERN args...
-  local pattern=$1; shift
-  if "$bin" run "$@" >/dev/null 2>"$tmp/err"; then fail "run $* should fail"; fi
+expect_error() {  # expect_error CODE PATTERN args...: exit CODE (1 refused, 2 usage), PATTERN
+  local code=$1 pattern=$2 rc=0; shift 2
+  "$bin" run "$@" >/dev/null 2>"$tmp/err" || rc=$?
+  [ "$rc" = "$code" ] || { cat "$tmp/err" >&2; fail "run $* exited $rc, expected $code"; }
   grep -q -- "$pattern" "$tmp/err" || { cat "$tmp/err" >&2; fail "run $*: no '$pattern'"; }
 }
-expect_error "--windows" --windows 4,-1
-expect_error "--windows" --windows 4,x
-expect_error "--windows: \"\" is not an integer" --windows 4,,0
-expect_error "--prompt-ids: \"\" is not an integer" --prompt-ids 1,,2
-expect_error "--capacity: Value 3000000000 not in range" --capacity 3000000000
-expect_error "--top-p" --top-p 2
-expect_error "--max-new-tokens" --max-new-tokens -1
-expect_error "--kv-dtype" --kv-dtype q4
-expect_error "not found\|No such\|missing\|cannot" /nonexistent/model.gguf
+expect_error 2 "--windows: entry 1 = -1, expected 0 (Full) or a window in \\[1, 2^30\\]$" --windows 4,-1
+expect_error 2 "--windows: \"x\" is not an integer (expected a comma list)$" --windows 4,x
+expect_error 2 "--windows: \"\" is not an integer" --windows 4,,0
+expect_error 1 "--prompt-ids: \"\" is not an integer" --prompt-ids 1,,2
+expect_error 2 "--capacity: Value 3000000000 not in range" --capacity 3000000000
+expect_error 2 "^--top-p: Value 2 not in range 0.000000 to 1.000000$" --top-p 2
+expect_error 2 "^--max-new-tokens: Value -1 not in range 0 to 1048576$" --max-new-tokens -1
+expect_error 2 "^--kv-dtype: q4 not in {" --kv-dtype q4
+expect_error 1 "^kvcache run: gguf: cannot open '/nonexistent/model.gguf': No such file or directory$" \
+  /nonexistent/model.gguf
 
 printf 'In the\n/undo\n/undo\nAnd\n/undo 2\n/reset\n/quit\nnever read\n' |
   "$bin" run --interactive --max-new-tokens 3 >"$tmp/out" 2>"$tmp/err"
@@ -78,7 +78,7 @@ for kind in sequence cell; do
 done
 # --undo-turns 1: only the newest turn keeps its start; an older one past the rings is refused
 # naming the flag and changes nothing; the kept one and the one at position 0 still undo.
-expect_error "--undo-turns" --undo-turns -1
+expect_error 2 "^--undo-turns: Value -1 not in range 0 to 65536$" --undo-turns -1
 for kind in sequence cell; do
   printf 'ab\n%s\n%s\n/undo 2\n/undo\n/undo 2\n/quit\n' "$long" "$long" |
     turns --cache $kind --windows 4 --undo-turns 1 >"$tmp/got"

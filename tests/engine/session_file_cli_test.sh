@@ -9,10 +9,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-if ! "$bin" run --max-new-tokens 1 >/dev/null 2>"$tmp/err"; then
-  grep -q "embeds no default model" "$tmp/err" && { echo "SKIP: no embedded model"; exit 0; }
-  cat "$tmp/err" >&2; fail "run without a model"
-fi
+. "$(dirname "$0")/../embedded_model.sh"
+require_embedded_model
 
 tokens() { /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])'; }
 # tokens [a, b) of a JSON list printed by tokens()
@@ -55,26 +53,27 @@ grep -q "save refused: expected /save FILE" "$tmp/err" || { cat "$tmp/err" >&2; 
 got=$("$bin" run --json --max-new-tokens 4 --load-session "$tmp/i.kvs" 2>/dev/null | tokens)
 [ "$got" = "$(slice "$want" 4 8)" ] || fail "continue after /save: $got vs $(slice "$want" 4 8)"
 
-expect_error() {  # expect_error PATTERN args...
-  local pattern=$1; shift
-  if "$bin" run "$@" >/dev/null 2>"$tmp/err"; then fail "run $* should fail"; fi
+expect_error() {  # expect_error CODE PATTERN args...: exit CODE (1 refused, 2 usage), PATTERN
+  local code=$1 pattern=$2 rc=0; shift 2
+  "$bin" run "$@" >/dev/null 2>"$tmp/err" || rc=$?
+  [ "$rc" = "$code" ] || { cat "$tmp/err" >&2; fail "run $* exited $rc, expected $code"; }
   grep -q -- "$pattern" "$tmp/err" || { cat "$tmp/err" >&2; fail "run $*: no '$pattern'"; }
 }
 "$bin" run --max-new-tokens 2 --save-session "$tmp/f32.kvs" >/dev/null 2>&1
-expect_error "kv dtype f32, this cache stores f16" --load-session "$tmp/f32.kvs" --kv-dtype f16
-expect_error "window = 0 in the snapshot, 4 in this cache" --load-session "$tmp/f32.kvs" --windows 4
-expect_error "cannot open" --load-session "$tmp/none.kvs"
-expect_error "not with --chat" --chat --save-session "$tmp/x.kvs"
+expect_error 1 "kv dtype f32, this cache stores f16" --load-session "$tmp/f32.kvs" --kv-dtype f16
+expect_error 1 "window = 0 in the snapshot, 4 in this cache" --load-session "$tmp/f32.kvs" --windows 4
+expect_error 1 "cannot open" --load-session "$tmp/none.kvs"
+expect_error 1 "not with --chat" --chat --save-session "$tmp/x.kvs"
 size=$(stat -c %s "$tmp/f32.kvs")
 head -c $((size - 3)) "$tmp/f32.kvs" > "$tmp/short.kvs"
-expect_error "truncated" --load-session "$tmp/short.kvs"
+expect_error 1 "truncated" --load-session "$tmp/short.kvs"
 /usr/bin/python3 - "$tmp/f32.kvs" "$tmp/flip.kvs" <<'PY'
 import sys
 b = bytearray(open(sys.argv[1], "rb").read())
 b[-20] ^= 0x40
 open(sys.argv[2], "wb").write(b)
 PY
-expect_error "rows checksum mismatch" --load-session "$tmp/flip.kvs"
+expect_error 1 "rows checksum mismatch" --load-session "$tmp/flip.kvs"
 echo "not a snapshot at all" > "$tmp/text.kvs"
-expect_error "not a kvcache snapshot" --load-session "$tmp/text.kvs"
+expect_error 1 "not a kvcache snapshot" --load-session "$tmp/text.kvs"
 echo PASS

@@ -8,7 +8,8 @@ src=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
-if ! "$bin" run --max-new-tokens 1 >/dev/null 2>&1; then echo "SKIP: no embedded model"; exit 0; fi
+. "$src/tests/embedded_model.sh"
+require_embedded_model
 
 prompts=$src/examples/batch/prompts.jsonl
 "$bin" batch --prompts-file "$prompts" --json 2>/dev/null > "$tmp/on.json"
@@ -45,27 +46,28 @@ assert small["preemptions"] > 0, small["preemptions"]
 assert [x["completions"] for x in on["results"]] == [x["completions"] for x in small["results"]]
 PY
 
-expect_error() {  # expect_error PATTERN args...
-  local pattern=$1; shift
-  if "$bin" batch "$@" >/dev/null 2>"$tmp/err"; then fail "batch $* should fail"; fi
+expect_error() {  # expect_error CODE PATTERN args...: exit CODE (1 refused, 2 usage), PATTERN
+  local code=$1 pattern=$2 rc=0; shift 2
+  "$bin" batch "$@" >/dev/null 2>"$tmp/err" || rc=$?
+  [ "$rc" = "$code" ] || { cat "$tmp/err" >&2; fail "batch $* exited $rc, expected $code"; }
   grep -q -- "$pattern" "$tmp/err" || { cat "$tmp/err" >&2; fail "batch $*: expected '$pattern'"; }
 }
 printf '{"prompt": "a"}\n{"prompt": "b", "colour": 1}\n' > "$tmp/unknown.jsonl"
-expect_error "unknown.jsonl:2: unknown field \"colour\"" --prompts-file "$tmp/unknown.jsonl"
+expect_error 1 "unknown.jsonl:2: unknown field \"colour\"" --prompts-file "$tmp/unknown.jsonl"
 printf '{"prompt": "a"}\n{"prompt": \n' > "$tmp/bad.jsonl"
-expect_error "bad.jsonl:2: not valid JSON" --prompts-file "$tmp/bad.jsonl"
+expect_error 1 "bad.jsonl:2: not valid JSON" --prompts-file "$tmp/bad.jsonl"
 printf '{"prompt_ids": [1, 999]}\n' > "$tmp/ids.jsonl"
-expect_error "prompt_ids entry 999, expected an id in \[0, 256)" --prompts-file "$tmp/ids.jsonl"
+expect_error 1 "prompt_ids entry 999, expected an id in \[0, 256)" --prompts-file "$tmp/ids.jsonl"
 printf '{"prompt": "a", "max_new_tokens": 400}\n' > "$tmp/long.jsonl"
-expect_error "exceeds max_session_tokens 256" --prompts-file "$tmp/long.jsonl"
+expect_error 1 "exceeds max_session_tokens 256" --prompts-file "$tmp/long.jsonl"
 printf '{"prompt": "a", "temperature": -1}\n' > "$tmp/temp.jsonl"
-expect_error "\"temperature\" = -1" --prompts-file "$tmp/temp.jsonl"
+expect_error 1 "\"temperature\" = -1" --prompts-file "$tmp/temp.jsonl"
 printf '{"prompt": ""}\n' > "$tmp/empty.jsonl"
-expect_error "the prompt is empty" --prompts-file "$tmp/empty.jsonl"
+expect_error 1 "the prompt is empty" --prompts-file "$tmp/empty.jsonl"
 : > "$tmp/none.jsonl"
-expect_error "no requests" --prompts-file "$tmp/none.jsonl"
-expect_error "no such file" --prompts-file "$tmp/missing.jsonl"
-expect_error "not a regular file" --prompts-file "$tmp"
-expect_error "above the model's max_context 256" --prompts-file "$prompts" --max-session-tokens 300
-expect_error "prompts-file is required" --max-sessions 2
+expect_error 1 "no requests" --prompts-file "$tmp/none.jsonl"
+expect_error 1 "no such file" --prompts-file "$tmp/missing.jsonl"
+expect_error 1 "not a regular file" --prompts-file "$tmp"
+expect_error 1 "above the model's max_context 256" --prompts-file "$prompts" --max-session-tokens 300
+expect_error 2 "prompts-file is required" --max-sessions 2
 echo "batch CLI: all checks passed"

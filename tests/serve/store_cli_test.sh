@@ -8,7 +8,7 @@ set -euo pipefail
 bin=$1
 . "$(dirname "$0")/../server/lib.sh"
 [ -x /usr/bin/redis-server ] || fail "needs Debian's redis-server (scripts/setup.sh)"
-skip_without_model
+require_embedded_model
 # A free port below the ephemeral range (32768+), so that while Redis is down for the outage
 # no other process's port-0 bind can take it before the restart.
 port=$($py -c '
@@ -114,6 +114,8 @@ assert s["bytes_in"] > 0 and s["errors"] == 0 and s["checksum_failures"] == 0, s
 # Database 1 is another keyspace: nothing there yet.
 assert j1["store"]["hit_tokens"] == 0 and j1["store"]["puts"] >= 9, j1["store"]
 PY
-"$bin" batch --prompts-file "$tmp/p.jsonl" --kv-store "http://x" 2> "$tmp/err.bad" && fail "bad url accepted"
+rc=0
+"$bin" batch --prompts-file "$tmp/p.jsonl" --kv-store "http://x" 2> "$tmp/err.bad" || rc=$?
+[ "$rc" = 1 ] || fail "bad url: exit $rc, expected 1 (refused)"
 grep -q -- '--kv-store: kv_store = "http://x": expected redis://HOST:PORT\[/DB\]' "$tmp/err.bad" || fail "bad url message: $(cat "$tmp/err.bad")"
 echo "store CLI: ok"

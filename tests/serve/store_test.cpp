@@ -290,9 +290,15 @@ TEST(Store, AHungStoreCostsAtMostTheWaitThenTheRequestPrefills) {
   redis.pause();  // the lookup's connection hangs (the command timeout is 2 s)
   GenerateParams p;
   p.max_new_tokens = kNew;
+  const auto start = std::chrono::steady_clock::now();
   const int64_t id = *two->submit(prompt, p);
   auto results = drain(*two);
+  const auto took = std::chrono::steady_clock::now() - start;
   redis.resume();
+  // It waited its 100 ms, not the hung store's 2 s command timeout: the prefill and 24 steps of
+  // the tiny model take milliseconds, so the whole request stays far below 2 s.
+  EXPECT_GE(took, std::chrono::milliseconds(100));
+  EXPECT_LT(took, std::chrono::milliseconds(1500));
   EXPECT_EQ(two->stats().store_timeouts, 1);
   EXPECT_EQ(two->stats().store_hit_tokens, 0);
   EXPECT_EQ(results.at(id).cached_prompt_tokens, 0);

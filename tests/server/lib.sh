@@ -1,8 +1,10 @@
 # Shared by the shell tests that run `kvcache serve` (tests/server/*_http_test.sh,
 # tests/serve/store_cli_test.sh). Source it after `set -euo pipefail` and setting bin (the
 # kvcache binary): . "$(dirname "$0")/lib.sh". It makes $tmp (removed on exit, when every
-# process in $pids is killed), sets py, and defines fail, skip_without_model, start_server
-# and stop_server. It sends no request: each test keeps its own request helpers.
+# process in $pids is killed), sets py, and defines fail, start_server and stop_server, and
+# require_embedded_model (tests/embedded_model.sh). It sends no request: each test keeps its
+# own request helpers.
+. "$(dirname "${BASH_SOURCE[0]}")/../embedded_model.sh"
 tmp=$(mktemp -d)
 pids=()
 py=/usr/bin/python3
@@ -17,11 +19,6 @@ fail() {
   echo "FAIL: $*" >&2
   for f in "$tmp"/err.*; do [ -e "$f" ] && { echo "--- $f" >&2; tail -5 "$f" >&2; }; done
   exit 1
-}
-
-# skip_without_model: exits 0 with SKIP when the binary has no embedded model.
-skip_without_model() {
-  if ! "$bin" run --max-new-tokens 1 >/dev/null 2>&1; then echo "SKIP: no embedded model"; exit 0; fi
 }
 
 # start_server NAME FLAGS...: `kvcache serve` on a free loopback port, stderr in $tmp/err.NAME;

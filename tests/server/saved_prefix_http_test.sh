@@ -7,7 +7,7 @@
 set -euo pipefail
 bin=$1
 . "$(dirname "$0")/lib.sh"
-skip_without_model
+require_embedded_model
 post() {  # post PATH BODY: prints the status, body in $tmp/body
   curl -sS --max-time 60 -o "$tmp/body" -w '%{http_code}' -X POST "$url$1" \
     -H 'Content-Type: application/json' --data-binary "$2"

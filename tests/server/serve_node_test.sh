@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # Real clients against `kvcache serve` on a loopback port: the official `openai` npm package
 # (openai_client_test.cjs) or the chat page in headless Debian Chromium via playwright-core
-# (chat_page_test.cjs). Installs the pinned npm packages into NPM_DIR (a folder of the build)
-# and exits 77 (skipped) when npm, the registry or /usr/bin/chromium is not there.
+# (chat_page_test.cjs). Installs the pinned npm packages into NPM_DIR (a folder of the build).
+# When node, npm, the registry or /usr/bin/chromium is not there it exits 77 (skipped), or 1
+# (failed) with CI=true: scripts/test.sh installs them (scripts/setup.sh --tests).
 # Usage: serve_node_test.sh openai|page KVCACHE_BIN NPM_DIR ARTIFACT_DIR
 set -euo pipefail
 what=$1 bin=$2 npm_dir=$(realpath -m "$3") artifacts=$(realpath -m "$4")
 here=$(cd "$(dirname "$0")" && pwd)
-skip() { echo "SKIP: $*"; exit 77; }
-command -v node >/dev/null || skip "node is not installed"
-command -v npm >/dev/null || skip "npm is not installed"
-[ "$what" = page ] && { [ -x /usr/bin/chromium ] || skip "/usr/bin/chromium is not installed (scripts/setup.sh)"; }
-if ! "$bin" run --max-new-tokens 1 >/dev/null 2>&1; then skip "no embedded model"; fi
+skip() {
+  [ "${CI:-}" = true ] && { echo "FAIL (CI=true, where a skip is a failure): $*" >&2; exit 1; }
+  echo "SKIP: $*"
+  exit 77
+}
+command -v node >/dev/null || skip "node is not installed (scripts/setup.sh --tests)"
+command -v npm >/dev/null || skip "npm is not installed (scripts/setup.sh --tests)"
+[ "$what" = page ] && { [ -x /usr/bin/chromium ] || skip "/usr/bin/chromium is not installed (scripts/setup.sh --tests)"; }
+. "$here/../embedded_model.sh"
+require_embedded_model
 packages=(openai@4.95.0 playwright-core@1.65.1)
 installed() {
   node -e 'const [d, ...want] = process.argv.slice(1); for (const p of want) { const [n, v] = p.split(/@(?=[^@]*$)/);

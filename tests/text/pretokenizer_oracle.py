@@ -4,10 +4,12 @@ Python's `regex` module (PCRE-like, with Unicode categories). For each pre-token
 strings over an alphabet chosen to hit every branch (contractions in both cases, digits,
 letters of every category, marks, CJK, emoji, CR/LF, Unicode spaces) are split by both and
 must agree piece for piece. A sequence of regexes splits each current piece into its matches
-and the text between them. Exit 77 (skipped) when the `regex` module is missing.
+and the text between them. Exit 77 (skipped) when the `regex` module is missing, or 1 (failed)
+with CI=true (scripts/setup.sh --tests installs python3-regex).
 
 Usage: pretokenizer_oracle.py SPLIT_BIN [CASES_PER_PRE] [SEED]
 """
+import os
 import random
 import subprocess
 import sys
@@ -15,6 +17,9 @@ import sys
 try:
     import regex
 except ImportError:
+    if os.environ.get("CI") == "true":
+        print("FAIL (CI=true, where a skip is a failure): python3-regex is not installed")
+        sys.exit(1)
     print("SKIP: python3-regex is not installed")
     sys.exit(77)
 

@@ -46,14 +46,15 @@ got=$("$bin" tokenize "$gpt2" --text "Hello<|endoftext|> world" --json)
 got=$("$bin" tokenize "$gpt2" --text "<|endoftext|>" --no-parse-special)
 [ "$got" = "27 91 437 1659 5239 91 29" ] || fail "--no-parse-special: $got"
 
-expect_error() {  # expect_error PATTERN args...
-  local pattern=$1; shift
-  if "$bin" tokenize "$@" >/dev/null 2>"$tmp/err"; then fail "tokenize $* should fail"; fi
+expect_error() {  # expect_error CODE PATTERN args...: exit CODE (1 refused, 2 usage), PATTERN
+  local code=$1 pattern=$2 rc=0; shift 2
+  "$bin" tokenize "$@" >/dev/null 2>"$tmp/err" || rc=$?
+  [ "$rc" = "$code" ] || { cat "$tmp/err" >&2; fail "tokenize $* exited $rc, expected $code"; }
   grep -q -- "$pattern" "$tmp/err" || { cat "$tmp/err" >&2; fail "tokenize $*: no '$pattern'"; }
 }
-expect_error "one of --text or --text-file" "$gpt2"
-expect_error "excludes" "$gpt2" --text a --text-file b
-expect_error "cannot read" "$gpt2" --text-file "$tmp/none.txt"
+expect_error 2 "one of --text or --text-file" "$gpt2"
+expect_error 2 "excludes" "$gpt2" --text a --text-file b
+expect_error 1 "cannot read" "$gpt2" --text-file "$tmp/none.txt"
 # An unknown pre-tokenizer and an unknown tokenizer model are refused by name.
 PYTHONPATH="$src/scripts" "$py" - "$gpt2" "$tmp" <<'PY'
 import sys, gguf_py
@@ -66,8 +67,8 @@ for key, value, name in (("tokenizer.ggml.pre", "gpt-5", "pre"), ("tokenizer.ggm
         w._add(k, vt, value if k == key else v, elem)
     w.write(f"{tmp}/{name}.gguf")
 PY
-expect_error 'tokenizer.ggml.pre = "gpt-5"' "$tmp/pre.gguf" --text hi
-expect_error 'tokenizer.ggml.model = "t5"' "$tmp/model.gguf" --text hi
+expect_error 1 'tokenizer.ggml.pre = "gpt-5"' "$tmp/pre.gguf" --text hi
+expect_error 1 'tokenizer.ggml.model = "t5"' "$tmp/model.gguf" --text hi
 
 # `run` on a SentencePiece model: a random one-layer llama carrying the Llama 2 vocabulary.
 PYTHONPATH="$src/scripts" "$py" - "$spm" "$tmp/spm_model.gguf" <<'PY'
@@ -108,7 +109,8 @@ got=$(prompt_ids --prompt "<s>Hi" --no-parse-special)
 [ "$got" = "[1, 529, 29879, 29958, 18567]" ] || fail "run --no-parse-special: got $got"
 
 # `run` stops at an end-of-generation id: the embedded model with an eos_token_id added.
-if ! "$bin" run --max-new-tokens 1 >/dev/null 2>&1; then echo "SKIP run: no embedded model"; exit 0; fi
+. "$src/tests/embedded_model.sh"
+require_embedded_model
 tokens() { "$bin" run "$@" --json --max-new-tokens 12 2>/dev/null |
            "$py" -c 'import json,sys; j=json.load(sys.stdin); print(j["tokens"], j["eog_token"])'; }
 base=$(tokens)
