@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "cpu/isa.h"
 #include "cpu/thread_pool.h"
 #include "kernels/kernels.h"
 #include "random_values.h"
@@ -222,14 +223,22 @@ TEST(Kernels, ElementwiseKernelsSplitOverThreadsAreBitwiseTheSame) {
   EXPECT_NEAR(outs[0][static_cast<size_t>(t * heads * dim)], silu, 1e-6 * std::fabs(silu));
 }
 
-// SwiGLU's AVX-512 path (a polynomial exp) against the std::exp form: within 1e-6 relative
-// (a few ulp) from tiny to saturating inputs, any length (masked tails), and 0 stays 0.
-TEST(Kernels, SwigluMatchesItsReferenceWithinAFewUlp) {
+std::vector<float> swiglu_inputs() {
   std::vector<float> g0;
   for (float v : {0.0f, -0.0f, 1e-6f, -1e-3f, 0.5f, -2.0f, 7.5f, -15.0f, 40.0f, -80.0f, 87.0f,
                   -88.5f, 95.0f, -100.0f})
     g0.push_back(v);
   for (float v : rnd(70, 11)) g0.push_back(4.0f * v);
+  return g0;
+}
+
+// SwiGLU's AVX-512 path (a polynomial exp) against the std::exp form: within 1e-6 relative
+// (a few ulp) from tiny to saturating inputs, any length (masked tails), and 0 stays 0.
+TEST(Kernels, SwigluMatchesItsReferenceWithinAFewUlp) {
+  if (!cpu::isa_supported(cpu::Isa::kAvx512))
+    GTEST_SKIP() << "no AVX-512 here (CPU or KVCACHE_ISA): swiglu runs swiglu_reference "
+                    "itself, which SwigluBelowAvx512IsItsReferenceBitwise checks";
+  const std::vector<float> g0 = swiglu_inputs();
   const std::vector<float> u0 = rnd(g0.size(), 12);
   for (size_t n : {size_t{1}, size_t{15}, size_t{16}, size_t{17}, g0.size()}) {
     std::vector<float> g(g0.begin(), g0.begin() + n), want = g;
@@ -243,6 +252,27 @@ TEST(Kernels, SwigluMatchesItsReferenceWithinAFewUlp) {
   std::vector<float> zero = {0.0f}, one = {1.0f};
   swiglu(zero, one);
   EXPECT_EQ(zero[0], 0.0f);
+}
+
+// Below AVX-512 (a cap, or a CPU without it) swiglu is swiglu_reference, bitwise; with
+// AVX-512 in force it is the polynomial, which differs in the last bits somewhere on these
+// inputs — so the dispatch is decided on each call, not once per process.
+TEST(Kernels, SwigluBelowAvx512IsItsReferenceBitwise) {
+  const std::vector<float> g0 = swiglu_inputs();
+  const std::vector<float> u = rnd(g0.size(), 12);
+  std::vector<float> want = g0;
+  swiglu_reference(want, u);
+  const bool avx512 = cpu::isa_supported(cpu::Isa::kAvx512);
+  std::vector<float> wide = g0;
+  swiglu(wide, u);  // whatever the ceilings in force allow
+  {
+    cpu::ScopedIsaCeiling cap(cpu::Isa::kAvx2);
+    std::vector<float> g = g0;
+    swiglu(g, u);
+    EXPECT_EQ(std::memcmp(g.data(), want.data(), g.size() * sizeof(float)), 0);
+  }
+  if (!avx512) GTEST_SKIP() << "no AVX-512 here (CPU or KVCACHE_ISA): only the reference runs";
+  EXPECT_NE(std::memcmp(wide.data(), want.data(), wide.size() * sizeof(float)), 0);
 }
 
 }  // namespace
