@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cpu/attention.h"
+#include "cpu/cpu_cache.h"
 #include "cpu/isa.h"
 #include "cpu/kv_pool.h"
 #include "test_util.h"
@@ -221,6 +222,27 @@ TEST(Isa, AttentionDispatchRunsTheLevelTheProcessCeilingAllows) {
     EXPECT_EQ(attend_isa(Isa::kAvx512), Isa::kAvx2);
     EXPECT_EQ(attend_isa(Isa::kScalar), Isa::kScalar);
   }
+}
+
+// A cache pinned to a level above the ceiling is refused at construction, naming the level.
+TEST(Isa, ACachePinnedAboveTheCeilingIsRefused) {
+  ProcessCeiling cap(Isa::kScalar);
+  const CacheGeometry g{{LayerGeometry{1, 8, 8, 0}}};
+  CacheConfig c;
+  c.capacity = 4;
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+    CpuCacheOptions o;
+    o.isa = isa;
+    const auto r = make_cpu_cache(kSequenceKind, g, c, o);
+    ASSERT_FALSE(r.ok()) << to_string(isa);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.status().message(), "cpu cache: isa " + std::string(to_string(isa)) +
+                                        " requested, above what this CPU and the ISA "
+                                        "ceiling allow");
+  }
+  CpuCacheOptions scalar;
+  scalar.isa = Isa::kScalar;
+  EXPECT_TRUE(make_cpu_cache(kSequenceKind, g, c, scalar).ok());
 }
 
 // attend(kAuto) under a scalar ceiling (process-wide or scoped) runs the portable worker:

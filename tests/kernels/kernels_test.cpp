@@ -271,8 +271,10 @@ TEST(Kernels, SwigluBelowAvx512IsItsReferenceBitwise) {
     swiglu(g, u);
     EXPECT_EQ(std::memcmp(g.data(), want.data(), g.size() * sizeof(float)), 0);
   }
-  if (!avx512) GTEST_SKIP() << "no AVX-512 here (CPU or KVCACHE_ISA): only the reference runs";
-  EXPECT_NE(std::memcmp(wide.data(), want.data(), wide.size() * sizeof(float)), 0);
+  // Without AVX-512 in force `wide` ran the reference too; nothing else to tell apart.
+  if (avx512) {
+    EXPECT_NE(std::memcmp(wide.data(), want.data(), wide.size() * sizeof(float)), 0);
+  }
 }
 
 }  // namespace

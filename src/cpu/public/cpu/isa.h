@@ -1,5 +1,5 @@
 // The one CPU-feature probe and instruction-set choice every SIMD kernel dispatches on: the
-// attention workers here, the matvec kernels and F16 row decoding in engine. Layer: cpu.
+// attention workers here, the matvec kernels and F16 row decoding in kernels. Layer: cpu.
 // Features are probed once per process; what each Isa level requires lives in isa.cpp only.
 // It does not pick kernels (each dispatcher maps the resolved Isa to its own functions) and
 // does not read the environment: the tools and test mains pass KVCACHE_ISA in.
