@@ -277,5 +277,30 @@ TEST(Kernels, SwigluBelowAvx512IsItsReferenceBitwise) {
   }
 }
 
+// F16 weight rows decode exactly whichever level runs (F16C from AVX2 on, the portable
+// conversion below): 11 values per row cross one 8-value step and leave a tail of 3.
+TEST(Kernels, F16RowsDecodeToTheSameExactValuesAtEveryLevel) {
+  // 1, -2, 65504 (largest), 2^-24 (smallest subnormal), 2^-14 (smallest normal), -0, +inf,
+  // 0.333251953125 (0x3555), 1/1024 + 1 (0x3C01), -65504, 0.5.
+  const uint16_t halves[11] = {0x3C00, 0xC000, 0x7BFF, 0x0001, 0x0400, 0x8000,
+                               0x7C00, 0x3555, 0x3C01, 0xFBFF, 0x3800};
+  const float want[11] = {1.0f,  -2.0f, 65504.0f, 0x1p-24f, 0x1p-14f, -0.0f, INFINITY,
+                          0.333251953125f, 1.0f + 0x1p-10f, -65504.0f, 0.5f};
+  std::vector<uint8_t> bytes(2 * sizeof(halves));
+  std::memcpy(bytes.data(), halves, sizeof(halves));
+  std::memcpy(bytes.data() + sizeof(halves), halves, sizeof(halves));
+  const Weight w = Weight::from_bytes(gguf::TensorType::kF16, 2, 11, std::move(bytes));
+  for (cpu::Isa cap : {cpu::Isa::kAuto, cpu::Isa::kAvx2, cpu::Isa::kScalar}) {
+    cpu::ScopedIsaCeiling scoped(cap);
+    for (int64_t r = 0; r < 2; ++r) {
+      std::vector<float> got(11, 7.0f);
+      w.row(r, got);
+      EXPECT_EQ(std::memcmp(got.data(), want, sizeof(want)), 0)
+          << "row " << r << " under " << cpu::to_string(cap) << ": " << got[0] << " "
+          << got[3] << " " << got[5] << " " << got[10];
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvcache::engine
