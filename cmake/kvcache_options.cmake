@@ -12,11 +12,12 @@ function(kvcache_target_options target)
   endif()
 endfunction()
 
-# Test executables: our warnings, gtest main, discovered into ctest with a label.
+# Test executables: our warnings, gtest main, discovered into ctest with a label. Each one
+# applies KVCACHE_ISA as its ISA ceiling before its first test (tests/cpu/isa_ceiling_env.cpp).
 function(kvcache_add_test name label)
-  add_executable(${name} ${ARGN})
+  add_executable(${name} ${ARGN} ${PROJECT_SOURCE_DIR}/tests/cpu/isa_ceiling_env.cpp)
   kvcache_target_options(${name})
-  target_link_libraries(${name} PRIVATE GTest::gtest GTest::gtest_main GTest::gmock)
+  target_link_libraries(${name} PRIVATE GTest::gtest GTest::gtest_main GTest::gmock kvcache_cpu)
   gtest_discover_tests(${name} PROPERTIES LABELS ${label} DISCOVERY_TIMEOUT 60)
 endfunction()
 

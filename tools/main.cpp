@@ -1,8 +1,10 @@
 // kvcache: the command-line front over the libraries. Subcommands: inspect, export, run,
 // op-test, quantize, tokenize, batch. Each lives in its own file (commands.h). Every failure
 // ends in a message on stderr and exit 1 (2 for usage); the catch below is the last line of
-// defence, not the plan.
+// defence, not the plan. KVCACHE_ISA caps the kernels' instruction set (cpu/isa.h) for the
+// whole process: read here, once, before anything runs; a value it does not know is exit 2.
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <new>
 #include <string>
@@ -10,8 +12,17 @@
 #include <vector>
 
 #include "commands.h"
+#include "cpu/isa.h"
 
 int main(int argc, char** argv) {
+  if (const char* isa = std::getenv("KVCACHE_ISA"); isa != nullptr) {
+    const kvcache::Result<kvcache::cpu::Isa> ceiling = kvcache::cpu::parse_isa_ceiling(isa);
+    if (!ceiling.ok()) {
+      std::fprintf(stderr, "kvcache: %s\n", ceiling.status().message().c_str());
+      return 2;
+    }
+    kvcache::cpu::set_isa_ceiling(*ceiling);
+  }
   CLI::App app{"kvcache: a KV-cache runtime for LLM inference on CPU"};
   app.require_subcommand(1);
   std::vector<std::pair<CLI::App*, kvcache::tools::Runner>> commands;

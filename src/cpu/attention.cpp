@@ -20,7 +20,7 @@ constexpr int64_t kMinSharedKeys = 128;  // shared cells worth a group's extra m
 constexpr int64_t kMinParallelWork = 1 << 18;  // multiply-adds below which one thread runs a call
 
 detail::ChunkFn chunk_fn(Isa isa) {
-  switch (resolve_isa(isa)) {
+  switch (attend_isa(isa)) {
     case Isa::kAvx512: return detail::chunk_avx512;
     case Isa::kAvx2: return detail::chunk_avx2;
     default: return detail::chunk_scalar;
@@ -29,7 +29,7 @@ detail::ChunkFn chunk_fn(Isa isa) {
 
 // The worker for problems with many heads per kv head (shared groups' virtual tokens).
 detail::ChunkFn wide_chunk_fn(Isa isa) {
-  if (isa == Isa::kAuto || !isa_supported(isa)) isa = best_isa();
+  isa = attend_isa(isa);
   return isa == Isa::kAvx512 ? detail::chunk_avx512_wide : chunk_fn(isa);
 }
 
@@ -117,6 +117,8 @@ std::atomic<bool> g_shared_prefix{true};
 
 void set_shared_prefix_attention(bool on) { g_shared_prefix.store(on); }
 bool shared_prefix_attention() { return g_shared_prefix.load(); }
+
+Isa attend_isa(Isa isa) { return resolve_isa(isa, KernelFamily::kFloat); }
 
 void attend(const AttentionProblem& p, ThreadPool& pool, Isa isa) {
   if (p.n_tokens <= 0) return;

@@ -13,7 +13,7 @@ Result<std::shared_ptr<Cache>> make_cpu_cache(std::string_view kind, const Cache
   KVCACHE_RETURN_IF_ERROR(validate(g, c, "cpu cache"));
   if (!isa_supported(options.isa))
     return invalid_argument("cpu cache: isa " + std::string(to_string(options.isa)) +
-                            " requested, this CPU does not support it");
+                            " requested, above what this CPU and the ISA ceiling allow");
   if (kind == kSequenceKind) return make_sequence_cache(g, c, options);
   if (kind == kCellKind) return make_cell_cache(g, c, options);
   return not_found("cpu cache: kind '" + std::string(kind) + "', expected '" +

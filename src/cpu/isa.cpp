@@ -1,7 +1,9 @@
-// The feature probe, each level's requirements and the test ceiling. See isa.h.
+// The feature probe, each level's requirements, the process ceiling and the test cap. See
+// isa.h.
 #include "cpu/isa.h"
 
 #include <atomic>
+#include <string>
 
 namespace kvcache::cpu {
 namespace {
@@ -20,7 +22,8 @@ CpuFeatures probe() {
   return f;
 }
 
-std::atomic<Isa> g_ceiling{Isa::kAuto};  // kAuto = no cap
+std::atomic<Isa> g_process_ceiling{Isa::kAuto};  // KVCACHE_ISA; kAuto = no cap
+std::atomic<Isa> g_ceiling{Isa::kAuto};          // ScopedIsaCeiling's; kAuto = no cap
 
 // Levels in order; kAuto is not a level.
 int rank(Isa isa) {
@@ -33,8 +36,8 @@ int rank(Isa isa) {
   return 0;
 }
 
-bool cpu_has(Isa isa, KernelFamily family) {
-  const CpuFeatures& f = cpu_features();
+// Whether a CPU with features `f` runs `family`'s kernels of level `isa`.
+bool fits(Isa isa, KernelFamily family, const CpuFeatures& f) {
   const bool avx2 = f.avx2 && f.fma && f.f16c;
   switch (isa) {
     case Isa::kAuto:
@@ -47,6 +50,13 @@ bool cpu_has(Isa isa, KernelFamily family) {
   return false;
 }
 
+// The lower of the process ceiling and the scoped cap.
+Isa cap() {
+  const Isa process = g_process_ceiling.load(std::memory_order_relaxed);
+  const Isa scoped = g_ceiling.load(std::memory_order_relaxed);
+  return rank(scoped) < rank(process) ? scoped : process;
+}
+
 }  // namespace
 
 const CpuFeatures& cpu_features() {
@@ -56,17 +66,19 @@ const CpuFeatures& cpu_features() {
 
 bool isa_supported(Isa isa, KernelFamily family) {
   if (isa == Isa::kAuto) return true;
-  return rank(isa) <= rank(g_ceiling.load(std::memory_order_relaxed)) && cpu_has(isa, family);
+  return rank(isa) <= rank(cap()) && fits(isa, family, cpu_features());
 }
 
 // The widest level wins: measured here (2-core Xeon VM, f16, 32/8 heads, dim 128, one decode
 // step, one thread, K/V resident in L2) the AVX-512 attention worker reads 15-16 GB/s of K/V,
 // the AVX2 one 9.5-10 GB/s (bound by 256-bit FMAs).
-Isa best_isa(KernelFamily family) {
-  if (isa_supported(Isa::kAvx512, family)) return Isa::kAvx512;
-  if (isa_supported(Isa::kAvx2, family)) return Isa::kAvx2;
+Isa widest_isa(const CpuFeatures& f, KernelFamily family, Isa ceiling) {
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2})
+    if (rank(isa) <= rank(ceiling) && fits(isa, family, f)) return isa;
   return Isa::kScalar;
 }
+
+Isa best_isa(KernelFamily family) { return widest_isa(cpu_features(), family, cap()); }
 
 Isa resolve_isa(Isa isa, KernelFamily family) {
   return isa != Isa::kAuto && isa_supported(isa, family) ? isa : best_isa(family);
@@ -80,6 +92,17 @@ std::string_view to_string(Isa isa) {
     case Isa::kAvx512: return "avx512";
   }
   return "unknown";
+}
+
+void set_isa_ceiling(Isa ceiling) { g_process_ceiling.store(ceiling); }
+Isa isa_ceiling() { return g_process_ceiling.load(); }
+
+Result<Isa> parse_isa_ceiling(std::string_view value) {
+  if (value.empty()) return Isa::kAuto;
+  for (Isa isa : {Isa::kAuto, Isa::kScalar, Isa::kAvx2, Isa::kAvx512})
+    if (value == to_string(isa)) return isa;
+  return invalid_argument("KVCACHE_ISA = '" + std::string(value) +
+                          "', expected one of auto, scalar, avx2, avx512 (or unset)");
 }
 
 ScopedIsaCeiling::ScopedIsaCeiling(Isa ceiling) : previous_(g_ceiling.exchange(ceiling)) {}

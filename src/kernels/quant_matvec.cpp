@@ -188,7 +188,7 @@ RowKernel scalar_kernel(TensorType type) {
 
 void matvec(const Weight& w, const float* x, float* y, bool accumulate, cpu::Isa isa) {
   if (w.rows == 0) return;
-  isa = cpu::resolve_isa(isa, cpu::KernelFamily::kInt8Dot);
+  isa = matvec_isa(isa);
   quant_detail::RowKernel fn = isa == cpu::Isa::kAvx512 ? quant_detail::avx512_kernel(w.type)
                                : isa == cpu::Isa::kAvx2 ? quant_detail::avx2_kernel(w.type)
                                                         : quant_detail::scalar_kernel(w.type);
@@ -203,7 +203,7 @@ void matvec(const Weight& w, const float* x, float* y, bool accumulate, cpu::Isa
 void matvec_batch(const Weight& w, const float* x, float* y, int64_t t, bool accumulate,
                   cpu::Isa isa) {
   if (w.rows == 0 || t <= 0) return;
-  isa = cpu::resolve_isa(isa, cpu::KernelFamily::kInt8Dot);
+  isa = matvec_isa(isa);
   quant_detail::RowKernel fn = isa == cpu::Isa::kAvx512 ? quant_detail::avx512_kernel(w.type)
                                : isa == cpu::Isa::kAvx2 ? quant_detail::avx2_kernel(w.type)
                                                         : quant_detail::scalar_kernel(w.type);

@@ -34,6 +34,10 @@ inline bool matvec_isa_supported(cpu::Isa isa) {
   return cpu::isa_supported(isa, cpu::KernelFamily::kInt8Dot);
 }
 inline cpu::Isa matvec_best_isa() { return cpu::best_isa(cpu::KernelFamily::kInt8Dot); }
+// The level matvec / matvec_batch(…, isa) run now (never kAuto): the one choice they make.
+inline cpu::Isa matvec_isa(cpu::Isa isa = cpu::Isa::kAuto) {
+  return cpu::resolve_isa(isa, cpu::KernelFamily::kInt8Dot);
+}
 
 // y[w.rows] = W x (+ y when accumulate). w.type is not F32. `isa` must be supported (kAuto
 // always is); rows are shared over cpu::global_pool().

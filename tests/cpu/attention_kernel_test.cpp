@@ -340,7 +340,7 @@ TEST(AttentionKernel, SharedGroupsShrinkToKeepStackedHeadsWithinTheWideWorker) {
 // hands over to chunk_avx512), key counts around the key block and its 4/6-key tiles, dims
 // that are no multiple of its 4/6-dim value tiles, every dtype, runs and cell lists.
 TEST(AttentionKernel, WideWorkerMatchesReferenceOverHeadsKeysAndDims) {
-  if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 here";
+  if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 here (CPU or KVCACHE_ISA)";
   std::mt19937 rng(53);
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
     for (int32_t group : {1, 5, 16, 17, 48, 64, 80})

@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "cpu/isa.h"
 #include "cpu/thread_pool.h"
 #include "kernels/kernels.h"
 #include "random_values.h"
@@ -222,14 +223,22 @@ TEST(Kernels, ElementwiseKernelsSplitOverThreadsAreBitwiseTheSame) {
   EXPECT_NEAR(outs[0][static_cast<size_t>(t * heads * dim)], silu, 1e-6 * std::fabs(silu));
 }
 
-// SwiGLU's AVX-512 path (a polynomial exp) against the std::exp form: within 1e-6 relative
-// (a few ulp) from tiny to saturating inputs, any length (masked tails), and 0 stays 0.
-TEST(Kernels, SwigluMatchesItsReferenceWithinAFewUlp) {
+std::vector<float> swiglu_inputs() {
   std::vector<float> g0;
   for (float v : {0.0f, -0.0f, 1e-6f, -1e-3f, 0.5f, -2.0f, 7.5f, -15.0f, 40.0f, -80.0f, 87.0f,
                   -88.5f, 95.0f, -100.0f})
     g0.push_back(v);
   for (float v : rnd(70, 11)) g0.push_back(4.0f * v);
+  return g0;
+}
+
+// SwiGLU's AVX-512 path (a polynomial exp) against the std::exp form: within 1e-6 relative
+// (a few ulp) from tiny to saturating inputs, any length (masked tails), and 0 stays 0.
+TEST(Kernels, SwigluMatchesItsReferenceWithinAFewUlp) {
+  if (!cpu::isa_supported(cpu::Isa::kAvx512))
+    GTEST_SKIP() << "no AVX-512 here (CPU or KVCACHE_ISA): swiglu runs swiglu_reference "
+                    "itself, which SwigluBelowAvx512IsItsReferenceBitwise checks";
+  const std::vector<float> g0 = swiglu_inputs();
   const std::vector<float> u0 = rnd(g0.size(), 12);
   for (size_t n : {size_t{1}, size_t{15}, size_t{16}, size_t{17}, g0.size()}) {
     std::vector<float> g(g0.begin(), g0.begin() + n), want = g;
@@ -243,6 +252,54 @@ TEST(Kernels, SwigluMatchesItsReferenceWithinAFewUlp) {
   std::vector<float> zero = {0.0f}, one = {1.0f};
   swiglu(zero, one);
   EXPECT_EQ(zero[0], 0.0f);
+}
+
+// Below AVX-512 (a cap, or a CPU without it) swiglu is swiglu_reference, bitwise; with
+// AVX-512 in force it is the polynomial, which differs in the last bits somewhere on these
+// inputs — so the dispatch is decided on each call, not once per process.
+TEST(Kernels, SwigluBelowAvx512IsItsReferenceBitwise) {
+  const std::vector<float> g0 = swiglu_inputs();
+  const std::vector<float> u = rnd(g0.size(), 12);
+  std::vector<float> want = g0;
+  swiglu_reference(want, u);
+  const bool avx512 = cpu::isa_supported(cpu::Isa::kAvx512);
+  std::vector<float> wide = g0;
+  swiglu(wide, u);  // whatever the ceilings in force allow
+  {
+    cpu::ScopedIsaCeiling cap(cpu::Isa::kAvx2);
+    std::vector<float> g = g0;
+    swiglu(g, u);
+    EXPECT_EQ(std::memcmp(g.data(), want.data(), g.size() * sizeof(float)), 0);
+  }
+  // Without AVX-512 in force `wide` ran the reference too; nothing else to tell apart.
+  if (avx512) {
+    EXPECT_NE(std::memcmp(wide.data(), want.data(), wide.size() * sizeof(float)), 0);
+  }
+}
+
+// F16 weight rows decode exactly whichever level runs (F16C from AVX2 on, the portable
+// conversion below): 11 values per row cross one 8-value step and leave a tail of 3.
+TEST(Kernels, F16RowsDecodeToTheSameExactValuesAtEveryLevel) {
+  // 1, -2, 65504 (largest), 2^-24 (smallest subnormal), 2^-14 (smallest normal), -0, +inf,
+  // 0.333251953125 (0x3555), 1/1024 + 1 (0x3C01), -65504, 0.5.
+  const uint16_t halves[11] = {0x3C00, 0xC000, 0x7BFF, 0x0001, 0x0400, 0x8000,
+                               0x7C00, 0x3555, 0x3C01, 0xFBFF, 0x3800};
+  const float want[11] = {1.0f,  -2.0f, 65504.0f, 0x1p-24f, 0x1p-14f, -0.0f, INFINITY,
+                          0.333251953125f, 1.0f + 0x1p-10f, -65504.0f, 0.5f};
+  std::vector<uint8_t> bytes(2 * sizeof(halves));
+  std::memcpy(bytes.data(), halves, sizeof(halves));
+  std::memcpy(bytes.data() + sizeof(halves), halves, sizeof(halves));
+  const Weight w = Weight::from_bytes(gguf::TensorType::kF16, 2, 11, std::move(bytes));
+  for (cpu::Isa cap : {cpu::Isa::kAuto, cpu::Isa::kAvx2, cpu::Isa::kScalar}) {
+    cpu::ScopedIsaCeiling scoped(cap);
+    for (int64_t r = 0; r < 2; ++r) {
+      std::vector<float> got(11, 7.0f);
+      w.row(r, got);
+      EXPECT_EQ(std::memcmp(got.data(), want, sizeof(want)), 0)
+          << "row " << r << " under " << cpu::to_string(cap) << ": " << got[0] << " "
+          << got[3] << " " << got[5] << " " << got[10];
+    }
+  }
 }
 
 }  // namespace

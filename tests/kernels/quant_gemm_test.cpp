@@ -39,7 +39,7 @@ std::string shape(int64_t rows, int64_t cols, int64_t t) {
 // the same fma, so the results are equal bit for bit.
 TEST(QuantGemm, Avx512KernelEqualsTheReferenceBitwise) {
   if (!q8_gemm_available(q8_weight(1, 32, 1), cpu::Isa::kAvx512))
-    GTEST_SKIP() << "no AVX-512 VNNI here";
+    GTEST_SKIP() << "no AVX-512 VNNI here (CPU or KVCACHE_ISA)";
   for (int64_t cols : {32, 96, 320})
     for (int64_t rows : {1, 15, 16, 17, 33, 100})
       for (int64_t t : {1, 5, 6, 7, 17, 40, 100}) {
@@ -92,22 +92,35 @@ TEST(QuantGemm, ReferenceIsWithinTheActivationRoundingOfTheExactProduct) {
     }
 }
 
-// matmul sends Q8_0 products of more than kSmallBatch rows to the integer GEMM where the CPU
-// has it (bitwise its result), and at most kSmallBatch rows to the batched matvec.
-TEST(QuantGemm, MatmulSendsLongQ8ProductsToTheIntegerGemm) {
+// matmul's route for Q8_0 by row count and the ISA in force. At most kSmallBatch rows: the
+// batched matvec (bitwise its result) at every level. More: the integer GEMM where the matvec
+// level is AVX-512 VNNI (bitwise q8_gemm_reference), else the f32 tile GEMM (bitwise sgemm on
+// the dequantized rows: 40 rows are one tile, and on one thread one sgemm call either way).
+TEST(QuantGemm, MatmulSendsLongQ8ProductsToTheIntegerGemmWhereVnniRuns) {
   const int64_t rows = 40, cols = 96;
   const Weight w = q8_weight(rows, cols, 8);
+  std::vector<float> dense(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    w.row(r, std::span<float>(dense).subspan(static_cast<size_t>(r * cols), cols));
+  const cpu::Isa level = matvec_isa();
+  const bool vnni = level == cpu::Isa::kAvx512;
+  EXPECT_EQ(q8_gemm_available(w), vnni) << cpu::to_string(level);
+  const int threads = cpu::global_pool().size();
+  cpu::set_global_threads(1);
   for (int64_t t : {kSmallBatch, kSmallBatch + 1, int64_t{64}}) {
     const std::vector<float> x = rnd(static_cast<size_t>(t * cols), 9);
     std::vector<float> got(static_cast<size_t>(t * rows)), want(got.size());
     matmul(x, w, got, t);
-    if (t > kSmallBatch && q8_gemm_available(w)) {
+    if (t <= kSmallBatch) {
+      matvec_batch(w, x.data(), want.data(), t, false);
+    } else if (vnni) {
       q8_gemm_reference(w, x.data(), want.data(), t, false);
     } else {
-      matvec_batch(w, x.data(), want.data(), t, false);
+      matmul(x, dense, want, t, cols, rows, false);
     }
-    EXPECT_EQ(got, want) << "t " << t;
+    EXPECT_EQ(got, want) << "t " << t << " at " << cpu::to_string(level);
   }
+  cpu::set_global_threads(threads);
   EXPECT_FALSE(q8_gemm_available(w, cpu::Isa::kScalar));
   EXPECT_FALSE(q8_gemm_available(w, cpu::Isa::kAvx2));
   const Weight f32 = Weight::from_f32(2, 32, std::vector<float>(64, 1.0f));

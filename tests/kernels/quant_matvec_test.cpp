@@ -173,7 +173,7 @@ TEST(QuantMatvec, BatchedDecodeRowsEqualTheirSingleRowProducts) {
 // register and reduce them the same way: every product is bitwise the AVX2 one, alone or
 // batched, so a session's numbers do not depend on which kernel ran them either.
 TEST(QuantMatvec, HalfPrecisionAvx512ProductsEqualTheAvx2OnesBitwise) {
-  if (!matvec_isa_supported(cpu::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 VNNI here";
+  if (!matvec_isa_supported(cpu::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 VNNI here (CPU or KVCACHE_ISA)";
   for (TensorType type : {TensorType::kF16, TensorType::kBF16})
     for (int64_t cols : {16, 100, 768})
       for (int64_t t : {int64_t{1}, int64_t{3}, int64_t{8}, int64_t{11}, kSmallBatch}) {
@@ -207,6 +207,28 @@ TEST(QuantMatvec, AutoUnderAScalarCeilingRunsTheScalarKernel) {
     EXPECT_EQ(std::memcmp(scalar.data(), capped.data(), scalar.size() * sizeof(float)), 0)
         << gguf::to_string(type);
   }
+}
+
+// The matvec dispatch's own report of the level it runs, under each process ceiling (what
+// KVCACHE_ISA sets); the integer GEMM needs AVX-512 VNNI, so neither ceiling leaves it.
+TEST(QuantMatvec, DispatchRunsTheLevelTheProcessCeilingAllows) {
+  const Weight w = quantized(TensorType::kQ8_0, 4, 64, 51);
+  const cpu::Isa env = cpu::isa_ceiling();
+  cpu::set_isa_ceiling(cpu::Isa::kScalar);
+  EXPECT_EQ(matvec_isa(), cpu::Isa::kScalar);
+  EXPECT_EQ(matvec_isa(cpu::Isa::kAvx512), cpu::Isa::kScalar);
+  EXPECT_EQ(matvec_best_isa(), cpu::Isa::kScalar);
+  EXPECT_FALSE(q8_gemm_available(w));
+  const bool avx2 = cpu::widest_isa(cpu::cpu_features(), cpu::KernelFamily::kInt8Dot) !=
+                    cpu::Isa::kScalar;
+  cpu::set_isa_ceiling(cpu::Isa::kAvx2);
+  const cpu::Isa at_avx2 = matvec_isa(), asked_wide = matvec_isa(cpu::Isa::kAvx512);
+  const bool gemm_at_avx2 = q8_gemm_available(w);
+  cpu::set_isa_ceiling(env);
+  EXPECT_FALSE(gemm_at_avx2);
+  if (!avx2) GTEST_SKIP() << "this CPU has no AVX2+FMA+F16C: only the scalar ceiling applies";
+  EXPECT_EQ(at_avx2, cpu::Isa::kAvx2);
+  EXPECT_EQ(asked_wide, cpu::Isa::kAvx2);
 }
 
 // A tiny model stored as each type: the engine on the file's blocks against the same model

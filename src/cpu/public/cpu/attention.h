@@ -53,6 +53,8 @@ void attend_reference(const AttentionProblem& p);
 // this CPU lacks runs the best supported one. Splits work over (token, kv head) and, when that
 // gives too few tasks for the pool, over the key range too.
 void attend(const AttentionProblem& p, ThreadPool& pool, Isa isa = Isa::kAuto);
+// The level attend(…, isa) runs now (never kAuto): the one choice its dispatch makes.
+Isa attend_isa(Isa isa = Isa::kAuto);
 
 // Tokens whose key sets start with the same rows (forks, prefix hits, one prefill chunk, in
 // either layout) read those rows once per group (attention_shared.cpp). On by default; a process-wide switch

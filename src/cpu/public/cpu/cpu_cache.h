@@ -19,7 +19,7 @@ namespace kvcache::cpu {
 Status register_builders(CacheFactory& factory = CacheFactory::global());
 
 struct CpuCacheOptions {
-  Isa isa = Isa::kAuto;           // must be supported by this CPU
+  Isa isa = Isa::kAuto;           // must be supported (cpu/isa.h: CPU and ceilings)
   bool reference_kernel = false;  // attend with attend_reference() (slow; for tests)
   ThreadPool* pool = nullptr;     // nullptr = global_pool() at each call; else must outlive
 };

@@ -41,8 +41,9 @@ struct RopeParams {
 void rope(std::span<float> x, std::span<const int64_t> positions, int32_t heads,
           const RopeParams& p);
 
-// g[i] = silu(g[i]) * u[i]. AVX-512 where the CPU has it (a polynomial exp: within a few ulp
-// of swiglu_reference), shared over the pool for a prefill chunk.
+// g[i] = silu(g[i]) * u[i]. AVX-512 where cpu::isa_supported says so on this call (a
+// polynomial exp: within a few ulp of swiglu_reference), else swiglu_reference itself; shared
+// over the pool for a prefill chunk.
 void swiglu(std::span<float> g, std::span<const float> u);
 // The scalar form with std::exp (readable; what the AVX-512 path is tested against).
 void swiglu_reference(std::span<float> g, std::span<const float> u);
