@@ -42,6 +42,7 @@ struct BatchFlags {
   int32_t max_new_tokens = 64;
   int64_t step_tokens = 0;
   int32_t block_tokens = serve::kDefaultBlockTokens;
+  int32_t prefix_checkpoints = serve::ExecutorOptions{}.prefix_checkpoints;
   std::string kv_store;
   int32_t kv_store_wait_ms = 1000;
   double temperature = 0.0;
@@ -100,6 +101,10 @@ void add_flags(CLI::App* cmd, BatchFlags& f) {
   cmd->add_option("--n", f.n, "Default completions per prompt")
       ->check(CLI::Range(1, 128))->capture_default_str();
   cmd->add_flag("--no-prefix-cache", f.no_prefix_cache, "Prefill every prompt in full");
+  cmd->add_option("--prefix-checkpoints", f.prefix_checkpoints,
+                  "Sliding-window models: prompt checkpoints kept at block boundaries, so a "
+                  "prompt sharing only a prefix reuses it (each W - 1 cells per sliding pool)")
+      ->check(CLI::Range(0, 128))->capture_default_str();
   cmd->add_flag("--ignore-eos", f.ignore_eos, "Do not stop at end-of-generation tokens");
   cmd->add_flag("--json", f.json, "Print one JSON object on stdout");
 }
@@ -272,6 +277,7 @@ int run_batch(const BatchFlags& f) {
   o.step_tokens = f.step_tokens;
   o.prefix_cache = !f.no_prefix_cache;
   o.block_tokens = f.block_tokens;
+  o.prefix_checkpoints = f.prefix_checkpoints;
   o.kv_store = f.kv_store;
   o.store_wait_ms = f.kv_store_wait_ms;
   o.eog_ids = m->eog_ids;
@@ -329,6 +335,8 @@ int run_batch(const BatchFlags& f) {
     j["prefix_hit_tokens"] = s.prefix_hit_tokens;
     j["prefix_miss_tokens"] = s.prefix_miss_tokens;
     j["evictions"] = s.evictions;
+    j["checkpoints_taken"] = s.checkpoints_taken;
+    j["checkpoints"] = s.checkpoints;
     j["preemptions"] = s.preemptions;
     j["steps"] = s.steps;
     j["decode_tokens"] = s.decode_tokens;

@@ -39,6 +39,7 @@ struct ServeFlags {
   bool no_prefix_cache = false;
   std::string snapshot_dir;  // saved prefixes (POST /v1/cache/save|restore); empty = off
   int32_t block_tokens = serve::kDefaultBlockTokens;
+  int32_t prefix_checkpoints = serve::ExecutorOptions{}.prefix_checkpoints;
   std::string kv_store;
   int32_t kv_store_wait_ms = 1000;
 };
@@ -69,6 +70,10 @@ void add_flags(CLI::App* cmd, ServeFlags& f) {
   cmd->add_option("--max-body-bytes", f.max_body_bytes, "Largest request body (else 413)")
       ->check(CLI::Range(size_t{1024}, size_t{1} << 30))->capture_default_str();
   cmd->add_flag("--no-prefix-cache", f.no_prefix_cache, "Prefill every prompt in full");
+  cmd->add_option("--prefix-checkpoints", f.prefix_checkpoints,
+                  "Sliding-window models: prompt checkpoints kept at block boundaries, so a "
+                  "prompt sharing only a prefix reuses it (each W - 1 cells per sliding pool)")
+      ->check(CLI::Range(0, 128))->capture_default_str();
   cmd->add_option("--snapshot-dir", f.snapshot_dir,
                   "Folder of saved prefixes (POST /v1/cache/save and /v1/cache/restore); "
                   "unset = those endpoints are off")
@@ -143,6 +148,7 @@ int run_serve(const ServeFlags& f) {
   eo.kv_dtype = f.cache.dtype();
   eo.prefix_cache = !f.no_prefix_cache;
   eo.block_tokens = f.block_tokens;
+  eo.prefix_checkpoints = f.prefix_checkpoints;
   eo.kv_store = f.kv_store;
   eo.store_wait_ms = f.kv_store_wait_ms;
   eo.eog_ids = m->eog_ids;

@@ -37,6 +37,7 @@ inline constexpr FieldFlag kExecutorFieldFlags[] = {
     {"block_tokens", "--kv-block-tokens"},
     {"initial_capacity", "--initial-capacity"},
     {"kv_store", "--kv-store"},
+    {"prefix_checkpoints", "--prefix-checkpoints"},
 };
 // text::choose_chat_template's problem (run --chat, serve).
 inline constexpr FieldFlag kChatFieldFlags[] = {{"chat_template", "--chat-template"}};

@@ -200,6 +200,18 @@ struct CellLayout::State {
     s.next = p;
   }
 
+  // The sliding pool where `seq` no longer holds the W - 1 positions before p (0 <= p <=
+  // its next): during an open step it may still hold more than between steps. -1 when none.
+  int32_t missing_held(int32_t seq, int64_t p) const {
+    if (p == 0) return -1;
+    for (size_t g = 0; g < pools.size(); ++g) {
+      const int32_t w = pools[g].spec.window;
+      const Held& h = seqs[seq].held[g];
+      if (w > 1 && first_visible(w, p) < (h.size() > 0 ? h.low : p)) return static_cast<int32_t>(g);
+    }
+    return -1;
+  }
+
   // The sliding pool that no longer holds what a sequence at `next` needs to continue from
   // `p` (0 <= p <= next): its W - 1 positions before p (none when p = 0 or W = 1). Between
   // steps a sequence holds [first_visible(next), next). -1 when every pool holds them.
@@ -315,14 +327,14 @@ Result<int32_t> CellLayout::seq_clone(int32_t src, std::optional<int64_t> upto) 
                                       " sequence ids are live (seq_rm one first)"));
   const int64_t next = s.seqs[src].next;
   const int64_t n = upto ? std::min(next, *upto) : next;
-  if (const int32_t g = s.missing_window(next, n); g >= 0) {
+  if (const int32_t g = s.missing_held(src, n); g >= 0) {
     const int32_t w = s.pools[g].spec.window;
+    const Held& h = s.seqs[src].held[g];
     return out_of_range(str_cat("cell_layout.seq_clone: sequence ", src, " up to position ", n,
                                 ": the ", pool_name(s.pools[g].spec), " holds its positions ",
-                                first_visible(w, next), "..", next - 1, " only, the clone needs ",
-                                first_visible(w, n), "..", n - 1));
+                                h.size() > 0 ? h.low : next, "..", next - 1,
+                                " only, the clone needs ", first_visible(w, n), "..", n - 1));
   }
-  s.end_step();
   const int32_t id = s.take_id();
   for (size_t g = 0; g < s.pools.size(); ++g) {
     const Held& from = s.seqs[src].held[g];
@@ -336,6 +348,10 @@ Result<int32_t> CellLayout::seq_clone(int32_t src, std::optional<int64_t> upto) 
     if (to.size() == 0) to.low = n;
   }
   s.seqs[id].next = n;
+  // The clone now owns cells the open step's end would have freed: count them again.
+  if (s.step_placed())
+    for (size_t g = 0; g < s.pools.size(); ++g)
+      if (s.pools[g].spec.window > 0) s.pools[g].pending_free = s.count_pending_free(g);
   return id;
 }
 

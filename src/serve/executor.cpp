@@ -39,6 +39,9 @@ Result<std::unique_ptr<Executor>> Executor::create(const engine::Model& model,
     return invalid_argument(str_cat("executor: block_tokens = ", o.block_tokens, ", expected > 0"));
   if (o.step_tokens < 0)
     return invalid_argument(str_cat("executor: step_tokens = ", o.step_tokens, ", expected >= 0"));
+  if (o.prefix_checkpoints < 0)
+    return invalid_argument(str_cat("executor: prefix_checkpoints = ", o.prefix_checkpoints,
+                                    ", expected >= 0"));
   if (o.store_wait_ms < 0)
     return invalid_argument(str_cat("executor: store_wait_ms = ", o.store_wait_ms,
                                     ", expected >= 0"));
@@ -76,9 +79,11 @@ Result<std::unique_ptr<Executor>> Executor::create(const engine::Model& model,
   co.initial_capacity = o.initial_capacity;
   co.kv_dtype = o.kv_dtype;
   if (o.step_tokens > 0) co.max_step_tokens = o.step_tokens;
-  // Sequences the layout serves at once: the sessions plus as many retained prefixes. It sizes
-  // the sliding-window pools (each sequence keeps its last W - 1 positions there).
-  co.max_seqs = std::min(2 * o.max_sessions, kDefaultMaxSeqs);
+  // Sequences the layout serves at once: the sessions plus as many retained prefixes, plus the
+  // prompt checkpoints. It sizes the sliding-window pools (each sequence keeps its last W - 1
+  // positions there).
+  co.max_seqs = static_cast<int32_t>(std::min<int64_t>(
+      2 * int64_t{o.max_sessions} + (o.prefix_cache ? o.prefix_checkpoints : 0), kDefaultMaxSeqs));
   Result<engine::CacheSetup> setup = engine::plan_cache(model, co);
   if (!setup.ok()) return setup.status();
   Result<std::shared_ptr<Cache>> cache = engine::build_cache(*setup);
@@ -294,17 +299,30 @@ bool Executor::admit_from(Session& s, int32_t src, int64_t upto, bool fallback) 
 }
 
 bool Executor::admit(Session& s) {
-  if (opt_.prefix_cache && s.fed == 0) {
-    // Leave at least one token to feed: its logits start the generation.
-    const std::span<const int32_t> want =
-        std::span<const int32_t>(s.tokens).first(s.tokens.size() - 1);
+  if (sessions_reserved() + 1 + s.forks_pending > opt_.max_sessions) return false;
+  if (!(opt_.prefix_cache && s.fed == 0 && admit_from_prefix(s)) && !admit_from(s, -1, 0))
+    return false;
+  const bool first = !s.counted;
+  count_prefix(s, s.fed);
+  store_begin(s, first);
+  return true;
+}
+
+// Every holder of the longest run of leading blocks, verified against its own tokens (a hash
+// collision is a miss) and the match extended token by token past the last full block; the
+// longest first (newest on ties). A holder whose sliding pools no longer hold the window the
+// clone needs is passed over, and then — on sliding-window models — the holders of shorter
+// runs are tried: a prompt checkpoint at an earlier block boundary still clones exactly.
+bool Executor::admit_from_prefix(Session& s) {
+  // Leave at least one token to feed: its logits start the generation.
+  std::span<const int32_t> want = std::span<const int32_t>(s.tokens).first(s.tokens.size() - 1);
+  std::vector<int32_t> tried;
+  for (;;) {
     const PrefixIndex::Match m = index_.longest(want);
-    // Every holder of the longest run, verified against its own tokens (a hash collision is
-    // a miss) and the match extended token by token past the last full block; the longest
-    // first (newest on ties). A holder whose sliding pools no longer hold the window the
-    // clone needs is passed over.
+    if (m.tokens == 0) return false;
     std::vector<std::pair<int64_t, int32_t>> found;  // (matched tokens, holder)
     for (int32_t src : m.seqs) {
+      if (std::find(tried.begin(), tried.end(), src) != tried.end()) continue;
       const std::span<const int32_t> held = held_tokens(src);
       int64_t n = 0;
       const int64_t lim = std::min<int64_t>(static_cast<int64_t>(held.size()),
@@ -315,19 +333,32 @@ bool Executor::admit(Session& s) {
     std::stable_sort(found.begin(), found.end(),
                      [](const auto& a, const auto& b) { return a.first > b.first; });
     for (const auto& [n, src] : found) {
+      tried.push_back(src);
       if (admit_from(s, src, n, /*fallback=*/false)) {
-        const bool first = !s.counted;
-        count_prefix(s, s.fed);
-        store_begin(s, first);
+        touch_checkpoints(std::span<const int32_t>(s.tokens).first(static_cast<size_t>(s.fed)));
         return true;
       }
     }
+    if (!sliding_) return false;
+    want = want.first(static_cast<size_t>(m.tokens - 1));
   }
-  if (!admit_from(s, -1, 0)) return false;
-  const bool first = !s.counted;
-  count_prefix(s, s.fed);
-  store_begin(s, first);
-  return true;
+}
+
+// A clone of `prefix` used every prompt checkpoint that holds a leading part of it: they
+// become the most recently used (a shared system prompt's checkpoint stays while prompts that
+// share more keep cloning longer ones).
+void Executor::touch_checkpoints(std::span<const int32_t> prefix) {
+  const size_t b = static_cast<size_t>(index_.block_tokens());
+  const std::vector<uint64_t> keys = index_.keys(prefix);
+  std::vector<std::pair<size_t, Retained*>> used;  // (length, checkpoint)
+  for (auto& [seq, r] : retained_) {
+    const size_t n = r.tokens.size();
+    if (r.checkpoint && n > 0 && n % b == 0 && n <= prefix.size() && keys[n / b - 1] == *r.checkpoint)
+      used.emplace_back(n, &r);
+  }
+  // Shorter first, so that of two equally recent checkpoints the longer is dropped last.
+  std::sort(used.begin(), used.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  for (auto& [n, r] : used) r->last_use = ++tick_;
 }
 
 // Prefix hits and misses count at a request's first admission only (not at recompute).
@@ -366,14 +397,17 @@ void Executor::admit_waiting() {
   }
 }
 
+// Least recently used first, prompt checkpoints last: they have their own bound
+// (prefix_checkpoints) and ids and sliding cells set aside for it.
 bool Executor::evict_one_retained(CloneFrom keep) {
   int32_t victim = -1;
-  int64_t oldest = 0;
+  std::pair<bool, int64_t> oldest{};
   for (const auto& [seq, r] : retained_) {
     if (keep && keep->first == seq) continue;
-    if (victim < 0 || r.last_use < oldest) {
+    const std::pair<bool, int64_t> age{r.checkpoint.has_value(), r.last_use};
+    if (victim < 0 || age < oldest) {
       victim = seq;
-      oldest = r.last_use;
+      oldest = age;
     }
   }
   if (victim < 0) return false;
@@ -439,6 +473,46 @@ void Executor::snapshot_prompt(Session& s) {
   r.last_use = ++tick_;
   index_.add(*c, r.tokens);
   retained_.emplace(*c, std::move(r));
+}
+
+// A prompt checkpoint at every block boundary the chunk [from, s.fed) crossed inside the
+// prompt (the prompt's last position is snapshot_prompt's): the step's positions are still
+// held in the sliding pools until the next step, so each boundary can be cloned.
+void Executor::take_checkpoints(const Session& s, int64_t from) {
+  if (!opt_.prefix_cache || !sliding_ || opt_.prefix_checkpoints == 0) return;
+  const int64_t b = index_.block_tokens();
+  for (int64_t at = (from / b + 1) * b; at <= s.fed && at < s.prompt_len - 1; at += b)
+    take_checkpoint(s, at);
+}
+
+void Executor::take_checkpoint(const Session& s, int64_t at) {
+  const std::span<const int32_t> prefix = std::span<const int32_t>(s.tokens).first(at);
+  const uint64_t key = index_.keys(prefix).back();  // names every token of [0, at)
+  int32_t oldest = -1, held = 0;
+  for (const auto& [seq, r] : retained_) {
+    if (!r.checkpoint) continue;
+    if (*r.checkpoint == key && r.tokens.size() == prefix.size()) return;  // already kept
+    ++held;
+    if (oldest < 0 || r.last_use < retained_.at(oldest).last_use) oldest = seq;
+  }
+  if (held >= opt_.prefix_checkpoints) {
+    retained_.erase(oldest);
+    release_seq(oldest);
+    ++stats_.evictions;
+  }
+  Result<int32_t> c = cache_->seq_clone(s.seq, at);
+  if (!c.ok() && c.status().code() == StatusCode::kResourceExhausted &&
+      evict_one_retained(std::nullopt))
+    c = cache_->seq_clone(s.seq, at);
+  if (!c.ok()) return;  // no id or cell: this boundary is simply not kept
+  Retained r;
+  r.seq = *c;
+  r.tokens.assign(prefix.begin(), prefix.end());
+  r.last_use = ++tick_;
+  r.checkpoint = key;
+  index_.add(*c, r.tokens);
+  retained_.emplace(*c, std::move(r));
+  ++stats_.checkpoints_taken;
 }
 
 void Executor::preempt(Session& s) {
@@ -513,6 +587,7 @@ ExecutorStats Executor::stats() const {
   s.running = static_cast<int32_t>(running_.size());
   s.waiting = static_cast<int32_t>(waiting_.size());
   s.retained = static_cast<int32_t>(retained_.size());
+  for (const auto& [seq, r] : retained_) s.checkpoints += r.checkpoint ? 1 : 0;
   if (store_) s.store = store_->stats();
   return s;
 }

@@ -131,9 +131,11 @@ Status Executor::step() {
   for (const Planned& p : plan) {
     Session& s = *sessions_.at(p.session);
     const bool snapshot = wants_snapshot(s);
+    const int64_t from = s.fed;
     s.fed += p.n;
     if (opt_.prefix_cache)
       index_.add(s.seq, std::span<const int32_t>(s.tokens).first(static_cast<size_t>(s.fed)));
+    take_checkpoints(s, from);
     if (snapshot && s.fed == s.prompt_len - 1) snapshot_prompt(s);
     store_capture(s);
   }

@@ -90,6 +90,9 @@ std::string metrics_text(const EngineSnapshot& s, const RequestCounters::Counts&
          s.stats.preemptions);
   metric(out, "kvcache_evictions_total", "counter", "Retained prefixes dropped for room.",
          s.stats.evictions);
+  metric(out, "kvcache_prefix_checkpoints_taken_total", "counter",
+         "Prompt checkpoints cloned at block boundaries (sliding-window models).",
+         s.stats.checkpoints_taken);
   metric(out, "kvcache_step_failures_total", "counter", "Engine steps that failed.", s.step_failures);
   store_metrics(out, s.stats);
   metric(out, "kvcache_sessions_running", "gauge", "Sessions admitted and decoding.", s.stats.running);
@@ -97,6 +100,9 @@ std::string metrics_text(const EngineSnapshot& s, const RequestCounters::Counts&
          s.stats.waiting + s.queued);
   metric(out, "kvcache_sequences_retained", "gauge", "Finished sequences kept for their prefix.",
          s.stats.retained);
+  metric(out, "kvcache_prefix_checkpoints", "gauge",
+         "Retained sequences that are prompt checkpoints (each W - 1 cells per sliding pool).",
+         s.stats.checkpoints);
   metric(out, "kvcache_cache_cells_capacity", "gauge", "Cells a step may claim when no session holds any (the smallest K/V pool).", s.capacity);
   metric(out, "kvcache_cache_cells_used", "gauge", "Cells held by sequences.",
          s.capacity - s.free_cells);

@@ -256,15 +256,23 @@ TEST(CellLayout, WindowAndOwnershipNarrowTogether) {
   EXPECT_EQ(c.pool_of(1), 1);
   const int32_t a = new_seq(c);
   prefill(c, a, 5);  // full cells 0..4; sliding cells 0..4, of which a keeps 3, 4 after the step
-  // A fork up to 4 would need position 2 in the sliding pool, freed when a's step ended.
+  // While a's step is open the sliding pool still holds 0..4, so a clone up to 4 (a prompt
+  // checkpoint inside the chunk) takes positions 2, 3 — and leaves the step open.
+  auto early = c.seq_clone(a, 4);
+  ASSERT_TRUE(early.ok()) << early.status().to_string();
+  EXPECT_TRUE(c.step_open());
+  EXPECT_EQ(vec(c.held(*early, 1)), (Cells{2, 3}));
+  EXPECT_EQ(c.held_first_pos(*early, 1), 2);
+  ASSERT_TRUE(c.seq_rm(*early).ok());  // a verb: the step ends, a keeps 3, 4
+  EXPECT_FALSE(c.step_open());
+  EXPECT_EQ(c.pool_free(1), 32 - 2);
+  // Now a fork up to 4 would need position 2 in the sliding pool, freed when a's step ended.
   auto refused = c.seq_clone(a, 4);
   ASSERT_EQ(refused.status().code(), StatusCode::kOutOfRange);
-  EXPECT_NE(refused.status().message().find("sliding(3) pool (layers 1)"), std::string::npos)
+  EXPECT_NE(refused.status().message().find("sliding(3) pool (layers 1) holds its positions 3..4 only, the clone needs 2..3"), std::string::npos)
       << refused.status().message();
-  // The refusal changed nothing: a's step still stands, its end will free 0..2.
-  EXPECT_EQ(c.pool_free(1), 32 - 5);
-  EXPECT_EQ(c.free_cells(), 32 - 5);  // min(full 27, sliding 27 + 3)
-  auto f = c.seq_clone(a, std::nullopt);  // ends the step; shares full 0..4 and sliding 3, 4
+  EXPECT_EQ(c.pool_free(1), 32 - 2);  // the refusal changed nothing
+  auto f = c.seq_clone(a, std::nullopt);  // shares full 0..4 and sliding 3, 4
   ASSERT_TRUE(f.ok());
   EXPECT_EQ(c.pool_free(1), 32 - 2);
   EXPECT_EQ(vec(c.held(*f, 1)), (Cells{3, 4}));
@@ -294,6 +302,21 @@ TEST(CellLayout, WindowAndOwnershipNarrowTogether) {
   EXPECT_EQ(c.cell_pos(1, 4), 4);
 }
 
+TEST(CellLayout, CloneKeepsTheStepOpen) {
+  CellLayout c = make({full(), full()}, 16);
+  const int32_t a = new_seq(c);
+  const std::vector<int32_t> ids{a};
+  const std::vector<int64_t> pos{0};
+  ASSERT_TRUE(c.declare_step(ids).ok());
+  ASSERT_TRUE(c.place(0, pos).ok());
+  Result<int32_t> f = c.seq_clone(a, std::nullopt);
+  ASSERT_TRUE(f.ok());
+  EXPECT_TRUE(c.step_open());
+  EXPECT_TRUE(c.place(1, pos).ok());  // the second layer still places the step's token
+  EXPECT_EQ(c.pos(*f), 1);
+  EXPECT_EQ(vec(c.held(*f, 1)), vec(c.held(a, 1)));  // the clone shares the step's cell
+}
+
 TEST(CellLayout, VerbBetweenTwoLayersRefusesTheRemainingLayers) {
   CellLayout c = make({full(), full()}, 16);
   const int32_t a = new_seq(c);
@@ -307,9 +330,9 @@ TEST(CellLayout, VerbBetweenTwoLayersRefusesTheRemainingLayers) {
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(c.visible(0, 0).status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(c.pos(a), 1);  // the first layer's placement stays committed
-  // Every verb ends the step.
+  // Every verb but seq_clone ends the step (a clone leaves it open: CloneKeepsTheStepOpen).
   auto verbs = std::vector<std::function<void()>>{
-      [&] { (void)c.seq_clone(a, std::nullopt); }, [&] { (void)c.seq_rm(1); },
+      [&] { (void)c.seq_rm(1); },
       [&] { (void)c.rewind(a, 1); }, [&] { c.clear(); }};
   for (auto& verb : verbs) {
     if (!c.live(a)) {

@@ -58,7 +58,8 @@ std::vector<LayerGeometry> random_layers(Rng& rng) {
 // The model, one per window pool: (seq, pos) -> cell, plus the live ids and each sequence's
 // next position. A sliding pool drops a sequence's positions below next - W + 1 when a step
 // it took part in ends (the next accepted declaration or verb). Everything else is derived
-// naively; a verb is judged on a copy with the open step ended, as the layout judges it.
+// naively; a verb but seq_clone is judged on a copy with the open step ended, as the layout
+// judges it (a clone leaves the step open).
 struct PoolModel {
   int32_t window = 0;
   int64_t cells = 0;  // the pool's maximum
@@ -223,12 +224,11 @@ class CellProperty {
     const int32_t want = model_.lowest_free_id();
     if (want < 0)
       REFUSED(r.status().code(), StatusCode::kResourceExhausted);
-    CellModel m = model_.ended();
-    const int64_t n = std::min(m.pos(src), upto.value_or(INT64_MAX));
-    if (!m.holds_window(src, n)) REFUSED(r.status().code(), StatusCode::kOutOfRange);
+    // A clone leaves an open step open, so it is judged on what src holds now.
+    const int64_t n = std::min(model_.pos(src), upto.value_or(INT64_MAX));
+    if (!model_.holds_window(src, n)) REFUSED(r.status().code(), StatusCode::kOutOfRange);
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     ASSERT_EQ(*r, want);
-    model_ = std::move(m);
     model_.live.insert(want);
     model_.next[want] = n;
     for (PoolModel& pool : model_.pools)

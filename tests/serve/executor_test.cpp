@@ -198,14 +198,20 @@ TEST(Executor, CreationRefusesImpossibleBudgets) {
 }
 
 // The executor plans its cell cache through engine::plan_cache alone: the sessions plus as
-// many retained prefixes (2 * max_sessions, at most kDefaultMaxSeqs) size the layout.
+// many retained prefixes plus the prompt checkpoints (2 * max_sessions + prefix_checkpoints,
+// at most kDefaultMaxSeqs) size the layout.
 TEST(Executor, CachePlanCarriesTheSequenceBound) {
   ExecutorOptions o;
   o.max_sessions = 3;
   auto a = Executor::create(testing::tiny(), nullptr, o);
   ASSERT_TRUE(a.ok()) << a.status().message();
   EXPECT_EQ((*a)->setup().kind, "cell");
-  EXPECT_EQ((*a)->setup().config.max_seqs, 6);
+  EXPECT_EQ((*a)->setup().config.max_seqs, 2 * 3 + 8);
+  o.prefix_checkpoints = 0;
+  auto none = Executor::create(testing::tiny(), nullptr, o);
+  ASSERT_TRUE(none.ok()) << none.status().message();
+  EXPECT_EQ((*none)->setup().config.max_seqs, 6);
+  o.prefix_checkpoints = 8;
   EXPECT_EQ((*a)->setup().config.capacity, 3 * 256);  // max_sessions * the default budget
   o.max_sessions = kDefaultMaxSeqs / 2;
   o.max_session_tokens = 16;
@@ -414,6 +420,80 @@ TEST(Executor, ARepeatedPromptHitsAfterGenerationMovedPastTheWindow) {
   EXPECT_EQ(second.at(b).cached_prompt_tokens, static_cast<int64_t>(prompt.size()) - 1);
   EXPECT_EQ(second.at(b).completions[0].tokens, first.at(a).completions[0].tokens);
   EXPECT_EQ(first.at(a).completions[0].tokens, testing::alone(prompt, 60));
+}
+
+// Ten requests share a 93-token system prompt and ask different questions. A finished
+// sequence keeps only its last 31 positions in the sliding(32) pools, so without prompt
+// checkpoints a later request finds no window before position 93; with them each later request
+// clones at least the last block boundary of the shared prefix (16 x 5 = 80 tokens), at every
+// session count, and generates exactly what it generates with the prefix cache off.
+TEST(Executor, ASharedSystemPromptIsReusedOnASlidingWindowModel) {
+  const std::string system =
+      "You are a careful reader of old books. Answer in one short line, in the style of the text.\n>";
+  ASSERT_EQ(system.size(), 92u);  // + " " = 93 shared tokens (byte tokenizer)
+  const std::vector<std::string> questions = {
+      "Who made the light?", "What was upon the face of the deep?", "Where was the garden?",
+      "What did God call the light?", "Who was the first man?", "What is my shepherd?",
+      "How long was the flood?", "What came on the third day?", "Why did Cain go out?",
+      "Which river went out of Eden?"};
+  for (int32_t sessions : {1, 3, 8}) {
+    std::vector<std::vector<int32_t>> with, without;
+    for (bool cache : {true, false}) {
+      ExecutorOptions o;
+      o.max_sessions = sessions;
+      o.prefix_cache = cache;
+      auto ex = testing::make(o);
+      GenerateParams p;
+      p.max_new_tokens = 12;
+      std::vector<int64_t> ids;
+      for (const std::string& q : questions) ids.push_back(*ex->submit(testing::ids(system + " " + q), p));
+      auto done = testing::drain(*ex);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const RequestResult& r = done.at(ids[i]);
+        (cache ? with : without).push_back(r.completions[0].tokens);
+        if (!cache) {
+          EXPECT_EQ(r.cached_prompt_tokens, 0);
+        } else if (i > 0) {
+          // The shared 93 tokens rounded down to a block; a request whose question starts like
+          // an earlier one may share more.
+          EXPECT_GE(r.cached_prompt_tokens, 80) << "sessions " << sessions << " request " << i;
+        }
+      }
+      if (cache) {
+        EXPECT_GT(ex->stats().checkpoints_taken, 0);
+        EXPECT_LE(ex->stats().checkpoints, o.prefix_checkpoints);
+        EXPECT_GE(ex->stats().prefix_hit_tokens, 9 * 80);
+      }
+    }
+    EXPECT_EQ(with, without) << "sessions " << sessions;
+  }
+}
+
+// With prompt checkpoints off the same requests miss: the window before the shared prefix's
+// end is gone (what the checkpoints are for).
+TEST(Executor, WithoutCheckpointsASharedPrefixMissesOnASlidingWindowModel) {
+  ExecutorOptions o;
+  o.max_sessions = 1;
+  o.prefix_checkpoints = 0;
+  auto ex = testing::make(o);
+  GenerateParams p;
+  p.max_new_tokens = 4;
+  const std::string system(93, 'a');
+  const int64_t a = *ex->submit(testing::ids(system + "first question"), p);
+  const int64_t b = *ex->submit(testing::ids(system + "second question"), p);
+  auto done = testing::drain(*ex);
+  EXPECT_EQ(done.at(a).cached_prompt_tokens, 0);
+  EXPECT_EQ(done.at(b).cached_prompt_tokens, 0);
+  EXPECT_EQ(ex->stats().checkpoints_taken, 0);
+}
+
+TEST(Executor, RefusesANegativeCheckpointCount) {
+  ExecutorOptions o;
+  o.prefix_checkpoints = -1;
+  auto ex = Executor::create(testing::tiny(), &testing::bytes_tokenizer(), o);
+  ASSERT_FALSE(ex.ok());
+  EXPECT_EQ(ex.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ex.status().message(), "executor: prefix_checkpoints = -1, expected >= 0");
 }
 
 }  // namespace

@@ -43,8 +43,8 @@ class CellLayout {
   const CacheConfig& config() const;  // max_seqs always set
   int32_t n_layers() const;
 
-  // ---- sequence verbs (each accepted verb ends any open step; a refused one changes
-  // nothing, so a standing step survives it) ----
+  // ---- sequence verbs (each accepted verb but seq_clone ends any open step; a refused one
+  // changes nothing, so a standing step survives it) ----
   // Lowest free id. ResourceExhausted when max_seqs ids are live.
   Result<int32_t> seq_new();
   // A new sequence owning src's cells at positions < upto (all when unset) in the full pool
@@ -52,6 +52,9 @@ class CellLayout {
   // positions would hold. Nothing copied. NotFound: src not live. InvalidArgument: upto < 0.
   // ResourceExhausted: no id. OutOfRange naming the pool: a sliding pool no longer holds the
   // window the clone needs (src moved on and freed it).
+  // A clone leaves an open step open (the clone is not part of it): until the step ends, src
+  // still holds the window its step started from, so clones may be taken at any position the
+  // step wrote, once its K/V are written (checkpoints inside a prefill chunk).
   Result<int32_t> seq_clone(int32_t src, std::optional<int64_t> upto);
   // Drops every claim and releases the id. NotFound when not live.
   Status seq_rm(int32_t seq);

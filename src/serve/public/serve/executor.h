@@ -49,6 +49,12 @@ struct ExecutorOptions {
   int64_t step_tokens = 0;              // token budget of a step; 0 = the model's step
   bool prefix_cache = true;             // share prompt prefixes; retain finished sequences
   int32_t block_tokens = kDefaultBlockTokens;
+  // Sliding-window models: prompt checkpoints, clones kept at the block boundaries of prompts,
+  // so a later prompt that shares only a prefix finds the window that prefix's end needs (a
+  // finished sequence keeps only its last W - 1 positions). At most this many are kept, least
+  // recently used dropped first; each costs a sequence id and W - 1 cells per sliding pool
+  // (the pools are sized for them). 0 = none. >= 0.
+  int32_t prefix_checkpoints = 8;
   std::vector<int32_t> eog_ids;         // end-of-generation token ids
   // A prefix-block store shared with other replicas (executor_store.cpp): "" = none, else
   // redis://HOST:PORT[/DB]. Needs prefix_cache. An admitted request waits for the store's
@@ -99,12 +105,14 @@ struct ExecutorStats {
   int64_t prefix_hit_tokens = 0;        // prompt tokens cloned from the pool
   int64_t prefix_miss_tokens = 0;       // prompt tokens that had to be prefilled
   int64_t evictions = 0;                // retained sequences dropped for room
+  int64_t checkpoints_taken = 0;        // prompt checkpoints cloned (sliding-window models)
   int64_t preemptions = 0;              // running sessions dropped and requeued
   double prefill_seconds = 0.0;         // step time shared out by token counts
   double decode_seconds = 0.0;
   int32_t running = 0;                  // admitted sessions
   int32_t waiting = 0;                  // queued sessions
   int32_t retained = 0;                 // finished sequences kept for their prefix
+  int32_t checkpoints = 0;              // of which prompt checkpoints
   // Shared store (all 0 without one):
   int64_t store_hit_tokens = 0;         // prompt tokens written from store blocks (a part of
                                         // prefix_hit_tokens)
@@ -205,6 +213,10 @@ class Executor {
   bool admit_from(Session& s, int32_t src, int64_t upto, bool fallback = true);
   bool wants_snapshot(const Session& s) const;
   void snapshot_prompt(Session& s);
+  bool admit_from_prefix(Session& s);
+  void touch_checkpoints(std::span<const int32_t> prefix);
+  void take_checkpoints(const Session& s, int64_t from);
+  void take_checkpoint(const Session& s, int64_t at);
   void count_prefix(Session& s, int64_t cached);
   bool new_seq(CloneFrom from, int32_t& seq);
   bool prefix_in_flight(const Session& s) const;
@@ -261,6 +273,7 @@ class Executor {
     int32_t completion = 0;
     std::vector<int32_t> tokens;   // what its positions [0, size) hold
     int64_t last_use = 0;
+    std::optional<uint64_t> checkpoint;  // a prompt checkpoint: the block key of its tokens
   };
   std::unordered_map<int32_t, Retained> retained_;    // by cache seq id
   std::unordered_map<int32_t, int64_t> seq_session_;  // running seq -> session id
