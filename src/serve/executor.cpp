@@ -136,6 +136,9 @@ Status Executor::check_request(std::span<const int32_t> prompt, const GeneratePa
     return invalid_argument(str_cat("request: top_k = ", s.top_k, ", expected >= 0"));
   for (const std::string& stop : p.stop)
     if (stop.empty()) return invalid_argument("request: an empty stop string");
+  if (p.grammar && tokenizer_ == nullptr)
+    return invalid_argument("request: a grammar needs the executor's tokenizer (token bytes)");
+  if (p.grammar) KVCACHE_RETURN_IF_ERROR_CTX(p.grammar->check(), "request: grammar");
   const int64_t need = static_cast<int64_t>(prompt.size()) + p.max_new_tokens;
   if (need > max_session_tokens_)
     return invalid_argument(str_cat("request: prompt (", static_cast<int64_t>(prompt.size()),
@@ -152,6 +155,17 @@ int64_t Executor::new_request(std::vector<int32_t> prompt, const GenerateParams&
   r->result.id = r->id;
   r->result.prompt_tokens = static_cast<int64_t>(prompt.size());
   r->result.completions.resize(static_cast<size_t>(p.n));
+  if (p.grammar) {
+    if (!trie_) {
+      const int32_t vocab = model_.hparams().vocab;
+      std::vector<std::string> pieces(static_cast<size_t>(vocab));
+      for (int32_t id = 0; id < vocab && id < tokenizer_->n_tokens(); ++id)
+        pieces[id] = tokenizer_->decode_one(id);
+      trie_ = engine::TokenTrie::from_pieces(std::move(pieces), opt_.eog_ids);
+    }
+    r->masker = std::make_shared<engine::TokenMasker>(
+        std::make_shared<engine::GrammarMatcher>(p.grammar), *trie_);
+  }
   Request& req = *r;
   requests_.emplace(req.id, std::move(r));
   Session& s = new_session(req, 0, std::move(prompt));
@@ -169,6 +183,7 @@ Executor::Session& Executor::new_session(Request& r, int32_t completion,
   s->completion = completion;
   s->prompt_len = static_cast<int64_t>(tokens.size());
   s->tokens = std::move(tokens);
+  if (r.masker) s->grammar.emplace(r.masker);
   Session& ref = *s;
   r.sessions.push_back(ref.id);
   sessions_.emplace(ref.id, std::move(s));

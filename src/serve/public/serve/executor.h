@@ -30,6 +30,8 @@
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/snapshot.h"
+#include "text/grammar.h"
+#include "text/token_mask.h"
 #include "text/tokenizer.h"
 #include "serve/kv_store.h"
 #include "serve/prefix_index.h"
@@ -63,6 +65,12 @@ struct GenerateParams {
   int32_t n = 1;                        // completions; n > 1 prefills once and forks
   std::vector<std::string> stop;        // stop strings (excluded from the text)
   bool ignore_eos = false;
+  // Constrained decoding: null = free text. Each completion samples only tokens that keep its
+  // text a prefix of a document of the grammar (text/token_mask.h) and stops once the document
+  // is complete and nothing may follow; the completions of a request share one matcher and
+  // its mask cache. A preempted session keeps its grammar state (its tokens are recomputed,
+  // not resampled).
+  std::shared_ptr<const engine::Grammar> grammar;
 };
 
 // Serialized by name ("stop", "length", "cache_full", "cancelled"); append only.
@@ -227,6 +235,9 @@ class Executor {
   // `drawn` >= 0: the token s's sampler already drew from `logits` (draw_tokens).
   void sample(Session& s, std::span<const float> logits, int32_t drawn = -1);
   std::vector<int32_t> draw_tokens(std::span<const int64_t> row_session);
+  // s's next token from `logits`, under its grammar's mask if it has one; -1 when the mask
+  // allows nothing.
+  int32_t draw_one(Session& s, std::span<const float> logits);
   void fork_children(Session& parent, std::span<const float> logits);
 
   // The shared store (executor_store.cpp).
@@ -240,6 +251,8 @@ class Executor {
 
   const engine::Model& model_;
   const engine::Tokenizer* tokenizer_;
+  std::optional<engine::TokenTrie> trie_;  // the vocabulary's token bytes, built at the first
+                                           // request with a grammar
   ExecutorOptions opt_;
   engine::CacheSetup setup_;
   std::shared_ptr<Cache> cache_;
