@@ -136,6 +136,15 @@ Status Executor::check_request(std::span<const int32_t> prompt, const GeneratePa
     return invalid_argument(str_cat("request: top_k = ", s.top_k, ", expected >= 0"));
   for (const std::string& stop : p.stop)
     if (stop.empty()) return invalid_argument("request: an empty stop string");
+  for (const auto& [key, v] : {std::pair<const char*, float>{"presence_penalty", p.presence_penalty},
+                                {"frequency_penalty", p.frequency_penalty}})
+    if (!std::isfinite(v) || v < -2.0f || v > 2.0f)
+      return invalid_argument(str_cat("request: ", key, " = ", v, ", expected in [-2, 2]"));
+  for (const auto& [id, bias] : p.logit_bias)
+    if (id < 0 || id >= vocab || !std::isfinite(bias) || bias < -100.0f || bias > 100.0f)
+      return invalid_argument(str_cat("request: logit_bias ", id, " = ", bias,
+                                      ", expected a token id in [0, ", vocab,
+                                      ") and a bias in [-100, 100]"));
   if (p.grammar && tokenizer_ == nullptr)
     return invalid_argument("request: a grammar needs the executor's tokenizer (token bytes)");
   if (p.grammar) KVCACHE_RETURN_IF_ERROR_CTX(p.grammar->check(), "request: grammar");

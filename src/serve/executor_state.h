@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "serve/executor.h"
@@ -26,6 +27,8 @@ struct Executor::Session {
   int32_t forks_pending = 0;     // completion 0 of an n > 1 request before its first sample
   engine::Sampler sampler;
   std::optional<engine::GrammarCursor> grammar;  // with GenerateParams::grammar: its place
+  std::unordered_map<int32_t, int32_t> counts;   // generated token -> times (for penalties)
+  std::vector<float> adjusted;                   // logits after bias and penalties
   bool snapshotted = false;      // its prompt's window tail was kept (see snapshot_prompt)
   size_t streamed = 0;           // bytes of the completion's text already streamed
   bool counted = false;          // prefix hit/miss counted (at the first admission only)

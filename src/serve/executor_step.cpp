@@ -190,6 +190,15 @@ std::vector<int32_t> Executor::draw_tokens(std::span<const int64_t> row_session)
 }
 
 int32_t Executor::draw_one(Session& s, std::span<const float> logits) {
+  const GenerateParams& p = requests_.at(s.request)->params;
+  if (!p.logit_bias.empty() || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    s.adjusted.assign(logits.begin(), logits.end());
+    for (const auto& [id, bias] : p.logit_bias) s.adjusted[static_cast<size_t>(id)] += bias;
+    for (const auto& [id, n] : s.counts)
+      s.adjusted[static_cast<size_t>(id)] -=
+          static_cast<float>(n) * p.frequency_penalty + (n > 0 ? p.presence_penalty : 0.0f);
+    logits = s.adjusted;
+  }
   if (!s.grammar) return s.sampler.sample(logits);
   const engine::TokenMasker::Mask mask = s.grammar->allowed();
   return s.sampler.sample(logits, *mask);
@@ -233,6 +242,7 @@ void Executor::sample(Session& s, std::span<const float> logits, int32_t drawn) 
     return;
   }
   if (s.grammar) static_cast<void>(s.grammar->accept(tok));  // the mask allowed it
+  ++s.counts[tok];
   s.tokens.push_back(tok);
   Completion& c = r.result.completions[static_cast<size_t>(s.completion)];
   c.tokens.push_back(tok);

@@ -5,6 +5,9 @@
 // pressure). Layer: tests.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <set>
+
 #include "serve_test_util.h"
 #include "text/grammar_matcher.h"
 #include "text/json_schema.h"
@@ -95,6 +98,48 @@ TEST(ExecutorGrammar, APreemptedSessionResumesItsGrammarWhereItWas) {
   EXPECT_GT(preempted, 0);
   EXPECT_EQ(tight, calm);
   for (const std::string& t : calm) EXPECT_TRUE(is_document(record, t)) << t;
+}
+
+TEST(ExecutorLogits, ABiasOfMinus100BansEveryTokenOfTheFreeAnswer) {
+  const std::vector<int32_t> prompt = ids("In the beginning God created");
+  const std::vector<int32_t> free_answer = alone(prompt, 16);
+  GenerateParams p;
+  p.max_new_tokens = 16;
+  for (int32_t t : std::set<int32_t>(free_answer.begin(), free_answer.end()))
+    p.logit_bias.emplace_back(t, -100.0f);
+  auto ex = make(ExecutorOptions{});
+  const int64_t id = *ex->submit(prompt, p);
+  const std::vector<int32_t> got = drain(*ex).at(id).completions[0].tokens;
+  ASSERT_EQ(got.size(), 16u);
+  for (int32_t t : got)
+    EXPECT_EQ(std::count(free_answer.begin(), free_answer.end(), t), 0) << "token " << t;
+}
+
+TEST(ExecutorLogits, PenaltiesActOnlyOnTokensAlreadyGenerated) {
+  const std::vector<int32_t> prompt = ids("And God said, Let there be light");
+  const std::vector<int32_t> free_answer = alone(prompt, 24);
+  ASSERT_LT(std::set<int32_t>(free_answer.begin(), free_answer.end()).size(), free_answer.size())
+      << "the greedy answer repeats a token (else no penalty applies)";
+  for (bool presence : {true, false}) {
+    GenerateParams p;
+    p.max_new_tokens = 24;
+    (presence ? p.presence_penalty : p.frequency_penalty) = 2.0f;
+    auto ex = make(ExecutorOptions{});
+    const int64_t id = *ex->submit(prompt, p);
+    const std::vector<int32_t> got = drain(*ex).at(id).completions[0].tokens;
+    EXPECT_EQ(got[0], free_answer[0]);  // nothing generated yet: nothing penalized
+    EXPECT_NE(got, free_answer);
+  }
+  GenerateParams bad;
+  bad.presence_penalty = 99.0f;
+  auto ex = make(ExecutorOptions{});
+  Result<int64_t> r = ex->submit(prompt, bad);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "request: presence_penalty = 99, expected in [-2, 2]");
+  bad.presence_penalty = 0.0f;
+  bad.logit_bias = {{300, 1.0f}};
+  EXPECT_EQ(ex->submit(prompt, bad).status().message(),
+            "request: logit_bias 300 = 1, expected a token id in [0, 256) and a bias in [-100, 100]");
 }
 
 TEST(ExecutorGrammar, AGrammarWithoutATokenizerIsRefused) {

@@ -71,6 +71,12 @@ struct GenerateParams {
   // its mask cache. A preempted session keeps its grammar state (its tokens are recomputed,
   // not resampled).
   std::shared_ptr<const engine::Grammar> grammar;
+  // OpenAI's logit adjustments, before the grammar mask and sampling: logit[id] += bias;
+  // logit[t] -= count(t) * frequency_penalty + (count(t) > 0) * presence_penalty, count over
+  // the completion's generated tokens.
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, bias in [-100, 100])
+  float presence_penalty = 0.0f;                      // [-2, 2]
+  float frequency_penalty = 0.0f;                     // [-2, 2]
 };
 
 // Serialized by name ("stop", "length", "cache_full", "cancelled"); append only.
