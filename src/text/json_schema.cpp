@@ -7,65 +7,17 @@
 #include <map>
 #include <set>
 
-#include <nlohmann/json.hpp>
-
 #include "core/str_cat.h"
 #include "text/json_grammar_parts.h"
+#include "text/json_schema_merge.h"
 
 namespace kvcache::engine {
 namespace {
 
-using json = nlohmann::ordered_json;
+using namespace json_schema;
+using json = SchemaJson;
 
 constexpr int kMaxMergeDepth = 32;
-
-// Assertions this compiler does not enforce: refused, never ignored.
-constexpr const char* kUnsupported[] = {
-    "patternProperties", "propertyNames", "if", "then", "else", "not", "uniqueItems",
-    "multipleOf", "dependentRequired", "dependentSchemas", "dependencies", "minProperties",
-    "maxProperties", "contains", "minContains", "maxContains", "unevaluatedProperties",
-    "unevaluatedItems", "$dynamicRef", "$recursiveRef"};
-
-// Assertions it enforces (the rest of a schema's keys are annotations or unknown: ignored).
-const std::set<std::string>& assertion_keys() {
-  static const std::set<std::string> keys = {
-      "type", "properties", "required", "additionalProperties", "enum", "const", "items",
-      "prefixItems", "additionalItems", "minItems", "maxItems", "minLength", "maxLength",
-      "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf", "oneOf", "allOf",
-      "$ref", "format", "pattern", "nullable"};
-  return keys;
-}
-
-std::string at(const std::string& ptr) { return ptr.empty() ? "the root" : ptr; }
-
-std::string child(const std::string& ptr, std::string_view key) {
-  std::string out = ptr + "/";
-  for (char c : key) {
-    if (c == '~') out += "~0";
-    else if (c == '/') out += "~1";
-    else out += c;
-  }
-  return out;
-}
-
-Status bad(const std::string& ptr, const std::string& what) {
-  return invalid_argument(str_cat("JSON Schema at ", at(ptr), ": ", what));
-}
-
-bool has_assertions(const json& s) {
-  for (const auto& [k, v] : s.items())
-    if (assertion_keys().count(k) != 0) return true;
-  return false;
-}
-
-std::vector<std::string> type_list(const json& t) {
-  std::vector<std::string> out;
-  if (t.is_string()) out.push_back(t.get<std::string>());
-  if (t.is_array())
-    for (const json& x : t)
-      if (x.is_string()) out.push_back(x.get<std::string>());
-  return out;
-}
 
 class SchemaCompiler {
  public:
@@ -222,7 +174,7 @@ class SchemaCompiler {
     if (s.contains("$ref")) {
       KVCACHE_ASSIGN_OR_RETURN(const json* target, resolve(s["$ref"], child(ptr, "$ref")));
       KVCACHE_ASSIGN_OR_RETURN(json t, flatten(*target, s["$ref"].get<std::string>().substr(1), depth + 1));
-      KVCACHE_ASSIGN_OR_RETURN(out, merge(std::move(out), t, ptr));
+      KVCACHE_ASSIGN_OR_RETURN(out, merge_schemas(std::move(out), t, ptr));
     }
     if (s.contains("allOf")) {
       const json& all = s["allOf"];
@@ -230,62 +182,10 @@ class SchemaCompiler {
       for (size_t i = 0; i < all.size(); ++i) {
         const std::string p = child(child(ptr, "allOf"), std::to_string(i));
         KVCACHE_ASSIGN_OR_RETURN(json f, flatten(all[i], p, depth + 1));
-        KVCACHE_ASSIGN_OR_RETURN(out, merge(std::move(out), f, p));
+        KVCACHE_ASSIGN_OR_RETURN(out, merge_schemas(std::move(out), f, p));
       }
     }
     return out;
-  }
-
-  // Both schemas at once (allOf), for what one schema object can say.
-  Result<json> merge(json a, const json& b, const std::string& ptr) {
-    static const std::set<std::string> lower = {"minimum", "minLength", "minItems",
-                                                "exclusiveMinimum"};
-    static const std::set<std::string> upper = {"maximum", "maxLength", "maxItems",
-                                                "exclusiveMaximum"};
-    for (const auto& [k, v] : b.items()) {
-      if (!a.contains(k)) {
-        a[k] = v;
-        continue;
-      }
-      json& old = a[k];
-      if (old == v || assertion_keys().count(k) == 0) continue;  // equal, or an annotation
-      if (k == "properties" && old.is_object() && v.is_object()) {
-        for (const auto& [name, ps] : v.items())
-          old[name] = old.contains(name) ? json{{"allOf", json::array({old[name], ps})}} : ps;
-      } else if (k == "required" && old.is_array() && v.is_array()) {
-        for (const json& n : v)
-          if (std::find(old.begin(), old.end(), n) == old.end()) old.push_back(n);
-      } else if (k == "type") {
-        std::vector<std::string> x = type_list(old), y = type_list(v), both;
-        for (const std::string& t : x)
-          for (const std::string& u : y)
-            if (t == u || (t == "integer" && u == "number")) both.push_back(t);
-            else if (t == "number" && u == "integer") both.push_back(u);
-        if (both.empty()) return bad(ptr, "allOf: no type satisfies every schema");
-        old = both;
-      } else if (k == "enum" && old.is_array() && v.is_array()) {
-        json keep = json::array();
-        for (const json& e : old)
-          if (std::find(v.begin(), v.end(), e) != v.end()) keep.push_back(e);
-        if (keep.empty()) return bad(ptr, "allOf: no enum value satisfies every schema");
-        old = keep;
-      } else if ((lower.count(k) || upper.count(k)) && old.is_number() && v.is_number()) {
-        const bool lo = lower.count(k) != 0;
-        if ((v.get<double>() > old.get<double>()) == lo) old = v;
-      } else if ((k == "additionalProperties" || k == "items") && old.is_boolean() &&
-                 v.is_boolean()) {
-        old = old.get<bool>() && v.get<bool>();
-      } else if ((k == "additionalProperties" || k == "items") && (old == true || v == false)) {
-        old = v;
-      } else if ((k == "additionalProperties" || k == "items") && (v == true || old == false)) {
-      } else if (k == "additionalProperties" || k == "items") {
-        old = json{{"allOf", json::array({old, v})}};
-      } else {
-        return bad(ptr, str_cat("allOf: the merged schemas disagree on '", k,
-                                "' (only one anyOf/oneOf, pattern, format, const per object)"));
-      }
-    }
-    return a;
   }
 
   Result<int32_t> alternatives(const json& s, const std::string& ptr) {
@@ -303,7 +203,7 @@ class SchemaCompiler {
       if (merge_rest) {
         KVCACHE_ASSIGN_OR_RETURN(json a, flatten(rest, ptr, 0));
         KVCACHE_ASSIGN_OR_RETURN(json b, flatten(list[i], p, 0));
-        KVCACHE_ASSIGN_OR_RETURN(json m, merge(std::move(a), b, p));
+        KVCACHE_ASSIGN_OR_RETURN(json m, merge_schemas(std::move(a), b, p));
         KVCACHE_ASSIGN_OR_RETURN(r, compile(m, p));
       } else {
         KVCACHE_ASSIGN_OR_RETURN(r, compile(list[i], p));

@@ -1,0 +1,44 @@
+// Shared by the JSON Schema compiler (json_schema.cpp): the keyword tables, JSON pointer
+// spelling and errors, and the allOf merge of two schema objects. Layer: text; internal.
+// The merge works on the schema's JSON only (no grammar); references inside stay references.
+#pragma once
+
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+
+namespace kvcache::engine::json_schema {
+
+using SchemaJson = nlohmann::ordered_json;  // keeps the client's property order
+
+// Assertions the compiler does not enforce: refused, never ignored.
+inline constexpr const char* kUnsupported[] = {
+    "patternProperties", "propertyNames", "if", "then", "else", "not", "uniqueItems",
+    "multipleOf", "dependentRequired", "dependentSchemas", "dependencies", "minProperties",
+    "maxProperties", "contains", "minContains", "maxContains", "unevaluatedProperties",
+    "unevaluatedItems", "$dynamicRef", "$recursiveRef"};
+
+// Assertions it enforces (the rest of a schema's keys are annotations or unknown: ignored).
+const std::set<std::string>& assertion_keys();
+bool has_assertions(const SchemaJson& s);
+// "the root" for "", else the pointer.
+std::string at(const std::string& ptr);
+// ptr + "/" + key with ~0 / ~1 escapes.
+std::string child(const std::string& ptr, std::string_view key);
+// InvalidArgument "JSON Schema at <ptr>: <what>".
+Status bad(const std::string& ptr, const std::string& what);
+// "type" as a list of names (a string gives one; non-strings are dropped).
+std::vector<std::string> type_list(const SchemaJson& t);
+
+// Both schemas at once (allOf), for what one schema object can say: properties (a shared
+// name becomes an allOf), required (union), type and enum (intersection), bounds (the tighter),
+// additionalProperties and items (false wins, else allOf); equal values and annotations pass.
+// InvalidArgument naming `ptr` when the two disagree otherwise (two anyOf, two patterns, ...).
+Result<SchemaJson> merge_schemas(SchemaJson a, const SchemaJson& b, const std::string& ptr);
+
+}  // namespace kvcache::engine::json_schema
