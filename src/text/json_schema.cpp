@@ -18,6 +18,7 @@ using namespace json_schema;
 using json = SchemaJson;
 
 constexpr int kMaxMergeDepth = 32;
+constexpr int kMaxDepth = 256;  // subschemas inside subschemas (bounds the compiler's stack)
 
 class SchemaCompiler {
  public:
@@ -33,6 +34,15 @@ class SchemaCompiler {
 
  private:
   Result<int32_t> compile(const json& s, const std::string& ptr) {
+    if (depth_ >= kMaxDepth)
+      return bad(ptr, str_cat("subschemas nest deeper than ", kMaxDepth));
+    ++depth_;
+    Result<int32_t> r = compile_at_depth(s, ptr);
+    --depth_;
+    return r;
+  }
+
+  Result<int32_t> compile_at_depth(const json& s, const std::string& ptr) {
     if (s.is_boolean()) {
       if (s.get<bool>()) return parts_.value();
       return bad(ptr, "the schema false admits no value");
@@ -421,6 +431,7 @@ class SchemaCompiler {
   std::shared_ptr<Grammar> g_;
   JsonGrammarParts parts_;
   std::map<std::string, int32_t> refs_;  // "$ref" string -> its rule
+  int depth_ = 0;                         // compile() calls in progress
 };
 
 }  // namespace

@@ -182,6 +182,12 @@ TEST(JsonSchema, PatternSubset) {
   check({R"({"type":"string","pattern":"^a\"b$"})", {R"("a\"b")"}, {R"("a"b")"}});
 }
 
+TEST(JsonSchema, PropertyNamesAreWrittenEscaped) {
+  check({R"({"type":"object","properties":{"a\"b":{"const":1},"\u00e9":{"const":2}},
+             "required":["a\"b","\u00e9"],"additionalProperties":false})",
+         {"{\"a\\\"b\":1,\"\xC3\xA9\":2}"}, {R"({"a"b":1,"é":2})"}});
+}
+
 TEST(JsonSchema, AnnotationsAndUnknownKeywordsAreIgnored) {
   check({R"({"$schema":"https://json-schema.org/draft/2020-12/schema","$id":"x","title":"T",
              "description":"d","examples":[1],"default":2,"$comment":"c","deprecated":true,
@@ -222,6 +228,12 @@ TEST(JsonSchema, MalformedSchemasAreRefusedWithTheirPointer) {
   EXPECT_EQ(refusal("false"), "JSON Schema at the root: the schema false admits no value");
   EXPECT_EQ(refusal(R"({"type":"integer","minimum":10,"maximum":2})"),
             "JSON Schema at the root: no integer lies in [10, 2]");
+  std::string deep = R"({"type":"integer"})";
+  for (int i = 0; i < 300; ++i) deep = R"({"type":"array","items":)" + deep + "}";
+  const std::string too_deep = refusal(deep);
+  std::string items_256;  // the 257th level is refused
+  for (int i = 0; i < 256; ++i) items_256 += "/items";
+  EXPECT_EQ(too_deep, "JSON Schema at " + items_256 + ": subschemas nest deeper than 256");
   const std::string left = refusal(R"({"anyOf":[{"$ref":"#"},{"type":"null"}]})");
   EXPECT_NE(left.find("left-recursive"), std::string::npos) << left;
 }
