@@ -69,7 +69,10 @@ void GrammarMatcher::expand(int32_t rule, int32_t alt, int32_t pos, int32_t coun
       tops.push_back(frame({rule, alt, pos, 0, parent}));
       return;
     case GrammarElement::Kind::kRule: {
-      const int32_t id = frame({rule, alt, pos, 0, parent});
+      // A reference that ends its alternative is a tail call: the callee returns straight to
+      // this frame's parent, so chains of rules (a long key's trie) keep stacks shallow.
+      const bool tail = pos + 1 == static_cast<int32_t>(seq.size());
+      const int32_t id = tail ? parent : frame({rule, alt, pos, 0, parent});
       for (int32_t a = 0; a < static_cast<int32_t>(grammar_->alts(e.index).size()); ++a)
         expand(e.index, a, 0, 0, id, tops, complete, depth + 1);
       return;

@@ -2,7 +2,6 @@
 #include "text/json_grammar_parts.h"
 
 #include <cmath>
-#include <functional>
 #include <map>
 
 #include "core/str_cat.h"
@@ -272,12 +271,18 @@ std::optional<int32_t> JsonGrammarParts::format(std::string_view name) {
 
 int32_t JsonGrammarParts::key_excluding(const std::vector<std::string>& names) {
   // Extra keys use printable ASCII other than " and \ (so no escapes can spell a name); the
-  // names' trie steers away from each name.
+  // names' trie steers away from each name. One rule per trie node, built without recursion
+  // (a name may be long).
   ByteSet alpha = ByteSet::range(0x20, 0x7E);
   alpha.bits[0] &= ~(uint64_t{1} << '"');
   alpha.bits[1] &= ~(uint64_t{1} << ('\\' - 64));
   const int32_t any = g_.rule_of("key_char", {{g_.bytes(alpha)}});
-  std::function<int32_t(const std::string&)> node = [&](const std::string& prefix) -> int32_t {
+  std::map<std::string, int32_t> node;  // name prefix -> its rule
+  std::vector<std::string> todo{""};
+  node[""] = g_.add_rule("key_not_declared");
+  while (!todo.empty()) {
+    const std::string prefix = std::move(todo.back());
+    todo.pop_back();
     std::map<uint8_t, bool> children;
     bool terminal = false;
     for (const std::string& n : names) {
@@ -286,18 +291,19 @@ int32_t JsonGrammarParts::key_excluding(const std::vector<std::string>& names) {
       else if (alpha.has(static_cast<uint8_t>(n[prefix.size()])))
         children[static_cast<uint8_t>(n[prefix.size()])] = true;
     }
-    std::vector<GrammarSeq> alts;
-    if (!terminal) alts.push_back({g_.byte('"')});
+    const int32_t self = node.at(prefix);
+    if (!terminal) g_.add_alt(self, {g_.byte('"')});
     ByteSet other = alpha;
     for (const auto& [c, unused] : children) {
       other.bits[c >> 6] &= ~(uint64_t{1} << (c & 63));
-      alts.push_back({g_.byte(c), Grammar::ref(node(prefix + static_cast<char>(c)))});
+      const std::string next = prefix + static_cast<char>(c);
+      node[next] = g_.add_rule("key_not_declared");
+      todo.push_back(next);
+      g_.add_alt(self, {g_.byte(c), Grammar::ref(node[next])});
     }
-    if (!other.empty())
-      alts.push_back({g_.bytes(other), Grammar::repeat(any, 0, -1), g_.byte('"')});
-    return g_.rule_of("key_not_declared", std::move(alts));
-  };
-  return g_.rule_of("extra_key", {{g_.byte('"'), Grammar::ref(node(""))}});
+    if (!other.empty()) g_.add_alt(self, {g_.bytes(other), Grammar::repeat(any, 0, -1), g_.byte('"')});
+  }
+  return g_.rule_of("extra_key", {{g_.byte('"'), Grammar::ref(node.at(""))}});
 }
 
 }  // namespace kvcache::engine

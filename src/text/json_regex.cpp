@@ -10,6 +10,8 @@
 namespace kvcache::engine {
 namespace {
 
+constexpr int kMaxGroupDepth = 64;
+
 // A set of characters: ASCII bytes, and whether every non-ASCII character is in it.
 struct CharClass {
   ByteSet ascii;
@@ -108,12 +110,14 @@ class RegexCompiler {
   Result<int32_t> atom() {
     const char c = re_[at_];
     if (c == '(') {
+      if (++depth_ > kMaxGroupDepth) return fail("groups nested deeper than 64");
       ++at_;
       if (re_.substr(at_, 2) == "?:") at_ += 2;
       else if (more() && re_[at_] == '?') return fail("lookaround and named groups");
       KVCACHE_ASSIGN_OR_RETURN(const int32_t inner, alternation());
       if (!more() || re_[at_] != ')') return fail("an unclosed (");
       ++at_;
+      --depth_;
       return inner;
     }
     if (c == '[') return bracket();
@@ -259,6 +263,7 @@ class RegexCompiler {
   JsonGrammarParts& parts_;
   std::string_view re_;
   size_t at_ = 0;
+  int depth_ = 0;  // open groups (bounds the parser's stack)
 };
 
 }  // namespace

@@ -85,6 +85,13 @@ TEST(JsonSchema, AdditionalPropertiesTrueFalseOrSchema) {
          {R"({"a":"x"})", R"({"b":1,"a":1})", R"({"a":1,"a":2})"}});
   check({R"({"type":"object","additionalProperties":{"type":"integer"}})",
          {"{}", R"({"x":1,"y":2})"}, {R"({"x":"1"})"}});
+  // A long declared name: extra keys may be its prefixes or extensions, never the name.
+  const std::string long_name(5000, 'k');
+  check({(R"({"type":"object","properties":{")" + long_name +
+          R"(":{"const":1}},"additionalProperties":{"const":2}})").c_str(),
+         {("{\"" + long_name + "\":1,\"" + long_name.substr(1) + "\":2}").c_str(),
+          ("{\"" + long_name + "k\":2}").c_str()},
+         {("{\"" + long_name + "\":2}").c_str(), ("{\"" + long_name + "\":1,\"" + long_name + "\":2}").c_str()}});
   check({R"({"type":"object","properties":{"a":{}},"additionalProperties":false})",
          {"{}", R"({"a":"v"})"}, {R"({"b":1})"}});
 }
@@ -228,6 +235,10 @@ TEST(JsonSchema, MalformedSchemasAreRefusedWithTheirPointer) {
   EXPECT_EQ(refusal("false"), "JSON Schema at the root: the schema false admits no value");
   EXPECT_EQ(refusal(R"({"type":"integer","minimum":10,"maximum":2})"),
             "JSON Schema at the root: no integer lies in [10, 2]");
+  const std::string parens = std::string(100, '(') + "a" + std::string(100, ')');
+  EXPECT_EQ(refusal(R"({"type":"string","pattern":")" + parens + "\"}"),
+            "JSON Schema at /pattern: pattern: groups nested deeper than 64 at offset 64 (supported: "
+            "literals . [] \\d\\w\\s () (?:) | * + ? {n,m} ^ $)");
   std::string deep = R"({"type":"integer"})";
   for (int i = 0; i < 300; ++i) deep = R"({"type":"array","items":)" + deep + "}";
   const std::string too_deep = refusal(deep);
