@@ -208,6 +208,13 @@ Result<int32_t> JsonGrammarParts::number_range(std::optional<double> lo, bool lo
   if (!khi || klo <= *khi)
     alts.push_back({Grammar::ref(nonneg_range(klo, khi)), g_.byte('.'),
                     Grammar::ref(digits(1, 15))});
+  // An exclusive integral lower bound k itself, with a fraction that is not zero: (0, 1) has 0.5.
+  if (lo && lo_excl && *lo >= 0 && *lo == std::floor(*lo)) {
+    const auto k = static_cast<int64_t>(*lo);
+    if (!khi || k <= *khi)
+      alts.push_back({Grammar::ref(nonneg_range(k, k)), g_.byte('.'), Grammar::ref(digits(0, 14)),
+                      g_.bytes(ByteSet::range('1', '9'))});
+  }
   if (alts.empty())
     return invalid_argument(str_cat("no number in [", lo ? *lo : -1e18, ", ", hi ? *hi : 1e18,
                                     "] that the grammar can write (integers or k.fraction "

@@ -32,8 +32,9 @@ class JsonGrammarParts {
   // Integers in [lo, hi] (nullopt = unbounded). InvalidArgument when lo > hi or a bound is
   // beyond +-1e18.
   Result<int32_t> integer_range(std::optional<int64_t> lo, std::optional<int64_t> hi);
-  // Numbers in [lo, hi]: the integers in range, and non-negative k.fraction with lo <= k and
-  // k + 1 <= hi (exclusive bounds already folded by the caller as in docs/server.md).
+  // Numbers in [lo, hi] (each bound inclusive or exclusive): the integers in range, and
+  // non-negative k.fraction with k >= lo (k > lo when exclusive, or k = lo with a fraction
+  // that is not zero) and k + 1 <= hi.
   Result<int32_t> number_range(std::optional<double> lo, bool lo_excl,
                                std::optional<double> hi, bool hi_excl);
   // date, time, date-time, uuid, email; nullopt for another name.

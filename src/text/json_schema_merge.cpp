@@ -48,7 +48,29 @@ std::vector<std::string> type_list(const SchemaJson& t) {
   return out;
 }
 
-Result<SchemaJson> merge_schemas(SchemaJson a, const SchemaJson& b, const std::string& ptr) {
+namespace {
+
+// `x`'s additionalProperties (when not true) governs the properties `y` declares that `x` does
+// not: false forbids them (their schema becomes false), a schema joins theirs under allOf.
+void apply_additional(const SchemaJson& x, SchemaJson& y) {
+  if (!x.contains("additionalProperties") || x["additionalProperties"] == true) return;
+  if (!y.contains("properties") || !y["properties"].is_object()) return;
+  const SchemaJson& ap = x["additionalProperties"];
+  const SchemaJson none = SchemaJson::object();
+  const SchemaJson& declared = x.contains("properties") ? x["properties"] : none;
+  for (auto& [name, ps] : y["properties"].items()) {
+    if (declared.is_object() && declared.contains(name)) continue;
+    ps = ap == false ? SchemaJson(false) : SchemaJson{{"allOf", SchemaJson::array({ps, ap})}};
+  }
+}
+
+}  // namespace
+
+Result<SchemaJson> merge_schemas(SchemaJson a, const SchemaJson& b_in, const std::string& ptr) {
+  SchemaJson b = b_in;
+  const SchemaJson a_in = a;
+  apply_additional(a_in, b);
+  apply_additional(b_in, a);
   static const std::set<std::string> lower = {"minimum", "minLength", "minItems",
                                               "exclusiveMinimum"};
   static const std::set<std::string> upper = {"maximum", "maxLength", "maxItems",

@@ -38,6 +38,8 @@ std::vector<std::string> type_list(const SchemaJson& t);
 // Both schemas at once (allOf), for what one schema object can say: properties (a shared
 // name becomes an allOf), required (union), type and enum (intersection), bounds (the tighter),
 // additionalProperties and items (false wins, else allOf); equal values and annotations pass.
+// Each side's additionalProperties first governs the properties only the other side declares
+// (as in JSON Schema, where it sees only its own object's properties): false makes them false.
 // InvalidArgument naming `ptr` when the two disagree otherwise (two anyOf, two patterns, ...).
 Result<SchemaJson> merge_schemas(SchemaJson a, const SchemaJson& b, const std::string& ptr);
 

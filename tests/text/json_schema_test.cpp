@@ -143,9 +143,15 @@ TEST(JsonSchema, AnyOfOneOfAllOf) {
          {"1", R"("a")"}, {R"("ab")", "true"}});
   check({R"({"oneOf":[{"const":"a"},{"const":"b"}]})", {R"("a")", R"("b")"}, {R"("c")"}});
   check({R"({"allOf":[{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]},
-                       {"properties":{"b":{"type":"string"}},"required":["b"]}],
-             "additionalProperties":false})",
+                       {"properties":{"b":{"type":"string"}},"required":["b"]}]})",
          {R"({"a":1,"b":"x"})"}, {R"({"a":1})", R"({"b":"x"})"}});
+  // additionalProperties sees only its own object's properties: here a and b are additional.
+  EXPECT_EQ(refusal(R"({"allOf":[{"properties":{"a":{}},"required":["a"]}],
+                        "additionalProperties":false})"),
+            "JSON Schema at /properties/a: a required property whose schema is false");
+  check({R"({"allOf":[{"properties":{"a":{"type":"integer"},"b":{}}}],"properties":{"a":{}},
+             "additionalProperties":false})",
+         {R"({"a":1})", "{}"}, {R"({"a":"x"})", R"({"a":1,"b":2})"}});
   // Siblings of anyOf apply to every branch.
   check({R"({"type":"object","properties":{"k":{"const":1}},"required":["k"],
              "additionalProperties":false,"anyOf":[{"required":["k"]}]})",
@@ -161,9 +167,9 @@ TEST(JsonSchema, RefsToDefsAndDefinitionsIncludingRecursion) {
   check({R"({"definitions":{"c":{"enum":["x","y"]}},"type":"array","items":{"$ref":"#/definitions/c"}})",
          {R"(["x","y"])"}, {R"(["z"])"}});
   // A $ref with sibling assertions is merged with its target.
-  check({R"({"$defs":{"o":{"type":"object","properties":{"a":{"type":"integer"}}}},
-             "$ref":"#/$defs/o","required":["a"],"additionalProperties":false})",
-         {R"({"a":1})"}, {"{}"}});
+  check({R"({"$defs":{"o":{"type":"object","properties":{"a":{"type":"integer"}},
+             "additionalProperties":false}},"$ref":"#/$defs/o","required":["a"]})",
+         {R"({"a":1})"}, {"{}", R"({"a":"x"})"}});
 }
 
 TEST(JsonSchema, Formats) {
