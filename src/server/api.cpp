@@ -130,6 +130,10 @@ std::optional<ApiError> parse_messages(const json& obj, ApiRequest& r) {
     const json& m = (*it)[i];
     const std::string at = str_cat("messages[", i, "]");
     if (!m.is_object()) return bad_field(at, "'" + at + "' is " + type_name(m) + ", expected an object");
+    for (const auto& [key, v] : m.items())
+      if (key != "role" && key != "content" && key != "name")  // name: accepted, ignored
+        return ApiError{400, "'" + at + "." + key + "' is not supported by this server",
+                        "invalid_request_error", at + "." + key, "unsupported_parameter"};
     auto role = m.find("role");
     if (role == m.end() || !role->is_string())
       return bad_field(at + ".role", "'" + at + ".role' is required and must be a string");

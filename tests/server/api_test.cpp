@@ -114,6 +114,14 @@ TEST(ApiParse, NoFieldIsSilentlyIgnored) {
   EXPECT_EQ(expect_error(R"({"prompt":"a","echo":true})", false).message,
             "'echo' = true is not supported by this server (docs/server.md lists the request "
             "fields)");
+  // Message fields too: role and content are read, name is accepted and ignored.
+  const ApiError tc = expect_error(R"({"messages":[{"role":"user","content":"x"},
+      {"role":"assistant","content":"y","tool_calls":[]}]})", true);
+  EXPECT_EQ(tc.param, "messages[1].tool_calls");
+  EXPECT_EQ(tc.code, "unsupported_parameter");
+  ApiRequest named;
+  EXPECT_FALSE(parse_request(R"({"messages":[{"role":"user","content":"x","name":"ann"}]})", true,
+                             kLimits, named));
   // Outside the API: unknown_parameter.
   const ApiError u = expect_error(R"({"prompt":"a","max_token":5})", false);
   EXPECT_EQ(u.param, "max_token");
