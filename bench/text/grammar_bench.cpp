@@ -32,7 +32,9 @@ json stats(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   double sum = 0;
   for (double x : v) sum += x;
-  auto at = [&](double q) { return v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))]; };
+  auto at = [&](double q) {
+    return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
+  };
   return json{{"tokens", v.size()}, {"median_ms", at(0.5)}, {"p99_ms", at(0.99)},
               {"mean_ms", sum / static_cast<double>(v.size())}, {"max_ms", v.back()}};
 }
@@ -53,17 +55,23 @@ std::vector<Case> cases() {
       "items":{"type":"array","items":{"type":"object","properties":{"sku":{"type":"string"},
         "qty":{"type":"integer","minimum":1}},"required":["sku","qty"],"additionalProperties":false}},
       "note":{"type":["string","null"]}},"required":["user","items","note"],"additionalProperties":false})";
-  std::string enums = R"({"type":"object","properties":{)";
+  std::string enums = R"({"type":"object","properties":{)", enum_doc = "{";
   for (int f = 0; f < 8; ++f) {
-    enums += (f ? "," : "") + std::string("\"field") + std::to_string(f) + "\":{\"enum\":[";
-    for (int v = 0; v < 40; ++v) enums += (v ? "," : "") + std::string("\"value_") + std::to_string(f) + "_" + std::to_string(v) + "\"";
+    const std::string field = "field" + std::to_string(f);
+    if (f > 0) {
+      enums += ',';
+      enum_doc += ',';
+    }
+    enums.append("\"").append(field).append("\":{\"enum\":[");
+    for (int v = 0; v < 40; ++v) {
+      if (v > 0) enums += ',';
+      enums.append("\"value_").append(std::to_string(f)).append("_").append(std::to_string(v)).append("\"");
+    }
     enums += "]}";
+    enum_doc.append("\"").append(field).append("\":\"value_").append(std::to_string(f))
+        .append("_").append(std::to_string(f * 5)).append("\"");
   }
   enums += R"(},"additionalProperties":false})";
-  std::string enum_doc = "{";
-  for (int f = 0; f < 8; ++f)
-    enum_doc += (f ? "," : "") + std::string("\"field") + std::to_string(f) + "\":\"value_" +
-                std::to_string(f) + "_" + std::to_string(f * 5) + "\"";
   enum_doc += "}";
   const std::string nested_doc =
       R"({"user":{"name":"Ada Lovelace","age":36,"address":{"city":"London","zip":"12345"}},)"
@@ -134,9 +142,11 @@ int main_impl() {
   }
   // Compile time of a ~10 KB schema: 40 object properties, each a small object.
   std::string big = R"({"type":"object","properties":{)";
-  for (int i = 0; i < 40; ++i)
-    big += (i ? "," : "") + std::string("\"property_number_") + std::to_string(i) +
-           R"(":{"type":"object","description":"a property with a few typed members","properties":{"name":{"type":"string","maxLength":64},"count":{"type":"integer","minimum":0,"maximum":100000},"kind":{"enum":["alpha","beta","gamma","delta"]},"when":{"type":"string","format":"date-time"}},"required":["name","kind"],"additionalProperties":false})";
+  for (int i = 0; i < 40; ++i) {
+    if (i > 0) big += ',';
+    big.append("\"property_number_").append(std::to_string(i)).append("\":");
+    big += R"({"type":"object","description":"a property with a few typed members","properties":{"name":{"type":"string","maxLength":64},"count":{"type":"integer","minimum":0,"maximum":100000},"kind":{"enum":["alpha","beta","gamma","delta"]},"when":{"type":"string","format":"date-time"}},"required":["name","kind"],"additionalProperties":false})";
+  }
   big += R"(},"additionalProperties":false})";
   std::vector<double> compile;
   for (int i = 0; i < 20; ++i) {
