@@ -172,7 +172,9 @@ std::vector<int32_t> Executor::draw_tokens(std::span<const int64_t> row_session)
         s.generated() >= requests_.at(s.request)->params.max_new_tokens)
       continue;
     who[r] = &s;
-    sampled += s.sampler.config().temperature > 0.0f ? 1 : 0;
+    // A temperature draw or a grammar mask (a cold one walks the vocabulary's trie) is worth
+    // a pool thread; a greedy free row is not.
+    sampled += s.sampler.config().temperature > 0.0f || s.grammar ? 1 : 0;
   }
   std::vector<int32_t> drawn(row_session.size(), -1);
   auto draw = [&](int64_t r) {

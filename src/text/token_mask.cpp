@@ -7,7 +7,9 @@
 namespace kvcache::engine {
 namespace {
 
-constexpr size_t kMaxCachedMasks = 4096;  // ~25 MB at 50K tokens; then the cache restarts
+// The mask cache holds at most this many bytes (then it restarts): 2,600 masks of a 50K
+// vocabulary, 870 of a 150K one.
+constexpr size_t kMaxCachedMaskBytes = size_t{16} << 20;
 
 }  // namespace
 
@@ -102,7 +104,7 @@ TokenMasker::Mask TokenMasker::mask(GrammarState s) {
     if (matcher_->complete_locked(s))
       for (int32_t id : t.eog) set(id);
   }
-  if (cache_.size() >= kMaxCachedMasks) cache_.clear();
+  if ((cache_.size() + 1) * bits->size() * sizeof(uint64_t) > kMaxCachedMaskBytes) cache_.clear();
   Mask m = std::move(bits);
   cache_.emplace(s, m);
   return m;

@@ -56,7 +56,8 @@ class TokenMasker {
 
   using Mask = std::shared_ptr<const std::vector<uint64_t>>;  // bit id set = allowed
   // Tokens whose bytes keep the output a prefix of a document, plus end-of-generation tokens
-  // when s is complete. O(trie nodes visited) on a cache miss; cached per state.
+  // when s is complete. O(trie nodes visited) on a cache miss; cached per state (at most
+  // 16 MiB of masks per masker, then the cache starts over).
   Mask mask(GrammarState s);
   // The state after token `id` (kDeadState when not allowed). An end-of-generation token leaves
   // a complete state as it is.
