@@ -297,3 +297,53 @@ TEST(GrammarMatcher, LongStringsReuseOneState) {
 
 }  // namespace
 }  // namespace kvcache::engine
+
+namespace kvcache::engine {
+namespace {
+
+TEST(GrammarCheck, RefusesWhatTheMatcherCannotRun) {
+  Grammar none;
+  EXPECT_EQ(none.check().message(), "grammar: no root rule");
+  Grammar empty;
+  empty.set_root(empty.add_rule("r"));
+  EXPECT_EQ(empty.check().message(), "grammar: rule 0 (r) has no alternative");
+  Grammar left;  // r -> r 'a' | 'a'
+  const int32_t r = left.add_rule("r");
+  left.add_alt(r, {Grammar::ref(r), left.byte('a')});
+  left.add_alt(r, {left.byte('a')});
+  left.set_root(r);
+  EXPECT_EQ(left.check().message(),
+            "grammar: rule 0 (r) is left-recursive (it can enter itself before reading a byte)");
+  Grammar star;  // s -> e*, e -> '' | 'a'
+  const int32_t e = star.rule_of("e", {{}, {star.byte('a')}});
+  star.set_root(star.rule_of("s", {{Grammar::repeat(e, 0, -1)}}));
+  EXPECT_EQ(star.check().message(),
+            "grammar: rule 1 (s) repeats rule 0 (e), which can match the empty string");
+  Grammar range;
+  const int32_t a = range.rule_of("a", {{range.byte('a')}});
+  range.set_root(range.rule_of("s", {{Grammar::repeat(a, 3, 2)}}));
+  EXPECT_EQ(range.check().message(), "grammar: rule 1 (s) repeats 3..2 times");
+  Grammar dangling;
+  dangling.set_root(dangling.rule_of("s", {{Grammar::ref(7)}}));
+  EXPECT_EQ(dangling.check().message(), "grammar: rule 0 (s) refers to rule 7, which does not exist");
+}
+
+TEST(GrammarCheck, BoundedRepeatsCountExactly) {
+  Grammar g;  // s -> 'a'{2,3} 'b'
+  const int32_t a = g.rule_of("a", {{g.byte('a')}});
+  g.set_root(g.rule_of("s", {{Grammar::repeat(a, 2, 3), g.byte('b')}}));
+  ASSERT_TRUE(g.check().ok());
+  GrammarMatcher m(std::make_shared<Grammar>(g));
+  auto whole = [&](std::string_view t) {
+    const GrammarState s = m.advance(m.start(), t);
+    return s != kDeadState && m.complete(s);
+  };
+  EXPECT_FALSE(whole("ab"));
+  EXPECT_TRUE(whole("aab"));
+  EXPECT_TRUE(whole("aaab"));
+  EXPECT_FALSE(whole("aaaab"));
+  EXPECT_EQ(m.advance(m.start(), std::string_view("aaaa")), kDeadState);
+}
+
+}  // namespace
+}  // namespace kvcache::engine
