@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "core/str_cat.h"
@@ -206,6 +207,7 @@ class SchemaCompiler {
     if (!list.is_array() || list.empty()) return bad(child(ptr, key), "expected a non-empty list");
     const json rest = without(s, key);
     const bool merge_rest = has_assertions(rest);
+    if (std::string_view(key) == "oneOf") KVCACHE_RETURN_IF_ERROR(check_exclusive(list, rest, ptr));
     std::vector<GrammarSeq> alts;
     for (size_t i = 0; i < list.size(); ++i) {
       const std::string p = child(child(ptr, key), std::to_string(i));
@@ -221,6 +223,85 @@ class SchemaCompiler {
       alts.push_back({Grammar::ref(r)});
     }
     return g_->rule_of(str_cat(key, " ", at(ptr)), std::move(alts));
+  }
+
+  // oneOf is enforced as alternatives, which is sound only when no document matches two
+  // branches: refused unless every two branches differ in type or in the const/enum values
+  // of a property both require (a discriminator).
+  Status check_exclusive(const json& list, const json& rest, const std::string& ptr) {
+    std::vector<json> flat;
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string p = child(child(ptr, "oneOf"), std::to_string(i));
+      KVCACHE_ASSIGN_OR_RETURN(json a, flatten(rest, ptr, 0));
+      KVCACHE_ASSIGN_OR_RETURN(json b, flatten(list[i], p, 0));
+      KVCACHE_ASSIGN_OR_RETURN(json m, merge_schemas(std::move(a), b, p));
+      flat.push_back(std::move(m));
+    }
+    for (size_t i = 0; i < flat.size(); ++i)
+      for (size_t j = i + 1; j < flat.size(); ++j)
+        if (!disjoint(flat[i], flat[j], ptr))
+          return bad(child(ptr, "oneOf"),
+                     str_cat("branches ", i, " and ", j, " may both match (oneOf is enforced "
+                             "only between branches of different types or with a required "
+                             "property of different const/enum values; anyOf is not "
+                             "exclusive)"));
+    return ok_status();
+  }
+
+  // The values a schema allows when it lists them (const, enum); nullopt otherwise.
+  static std::optional<std::vector<json>> listed(const json& s) {
+    if (!s.is_object()) return std::nullopt;
+    if (s.contains("const")) return std::vector<json>{s["const"]};
+    if (s.contains("enum") && s["enum"].is_array())
+      return std::vector<json>(s["enum"].begin(), s["enum"].end());
+    return std::nullopt;
+  }
+
+  static std::string type_of(const json& v) {
+    if (v.is_number_integer() || v.is_number_unsigned() ||
+        (v.is_number_float() && v.get<double>() == std::floor(v.get<double>())))
+      return "integer";
+    return v.type_name();  // null, boolean, string, object, array, number
+  }
+
+  std::set<std::string> types_admitted(const json& s, const std::string& ptr) {
+    std::set<std::string> out;
+    if (auto values = listed(s)) {
+      for (const json& v : *values) out.insert(type_of(v));
+    } else if (Result<std::vector<std::string>> t = types_of(s, ptr); t.ok()) {
+      out.insert(t->begin(), t->end());
+    }
+    if (s.value("nullable", false) == true) out.insert("null");
+    if (out.count("number")) out.insert("integer");  // an integer is a number too
+    return out;
+  }
+
+  bool disjoint(const json& a, const json& b, const std::string& ptr) {
+    const std::set<std::string> ta = types_admitted(a, ptr), tb = types_admitted(b, ptr);
+    bool overlap = false;
+    for (const std::string& t : ta) overlap = overlap || tb.count(t) != 0;
+    if (!overlap) return true;
+    auto apart = [](const std::optional<std::vector<json>>& x,
+                    const std::optional<std::vector<json>>& y) {
+      if (!x || !y) return false;
+      for (const json& v : *x)
+        if (std::find(y->begin(), y->end(), v) != y->end()) return false;
+      return true;
+    };
+    if (apart(listed(a), listed(b))) return true;
+    if (!a.contains("required") || !b.contains("required") || !a.contains("properties") ||
+        !b.contains("properties"))
+      return false;
+    for (const json& name : a["required"]) {
+      if (!name.is_string() || std::find(b["required"].begin(), b["required"].end(), name) ==
+                                   b["required"].end())
+        continue;
+      const std::string n = name.get<std::string>();
+      if (a["properties"].contains(n) && b["properties"].contains(n) &&
+          apart(listed(a["properties"][n]), listed(b["properties"][n])))
+        return true;
+    }
+    return false;
   }
 
   Result<int64_t> count(const json& s, const char* key, const std::string& ptr, int64_t dflt) {

@@ -42,6 +42,10 @@ SCHEMAS = [
     {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "object", "properties":
      {"z": {"type": "integer"}}, "required": ["z"], "additionalProperties": False}]},
     {"oneOf": [{"type": "integer", "minimum": 5}, {"type": "boolean"}]},
+    {"oneOf": [{"type": "object", "properties": {"k": {"const": "a"}, "v": {"type": "integer"}},
+                "required": ["k", "v"]},
+               {"type": "object", "properties": {"k": {"enum": ["b", "c"]}, "w": {}},
+                "required": ["k"]}]},
     {"type": "object", "properties": {"t": {"enum": ["a", "b"]}}, "required": ["t"],
      "additionalProperties": False, "anyOf": [{"properties": {"t": {"const": "a"}}},
                                                 {"properties": {"t": {"const": "b"}}}]},

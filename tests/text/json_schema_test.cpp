@@ -142,6 +142,21 @@ TEST(JsonSchema, AnyOfOneOfAllOf) {
   check({R"({"anyOf":[{"type":"integer"},{"type":"string","maxLength":1}]})",
          {"1", R"("a")"}, {R"("ab")", "true"}});
   check({R"({"oneOf":[{"const":"a"},{"const":"b"}]})", {R"("a")", R"("b")"}, {R"("c")"}});
+  // oneOf is exclusive: branches must differ in type or in a required discriminator.
+  check({R"({"oneOf":[{"type":"string"},{"type":"null"},{"type":"integer"}]})",
+         {R"("s")", "null", "3"}, {"true"}});
+  check({R"({"oneOf":[{"type":"object","properties":{"kind":{"const":"a"},"x":{"type":"integer"}},
+                        "required":["kind","x"],"additionalProperties":false},
+                       {"type":"object","properties":{"kind":{"enum":["b","c"]}},
+                        "required":["kind"],"additionalProperties":false}]})",
+         {R"({"kind":"a","x":1})", R"({"kind":"c"})"}, {R"({"kind":"a"})"}});
+  EXPECT_EQ(refusal(R"({"oneOf":[{"type":"number"},{"type":"integer"}]})"),
+            "JSON Schema at /oneOf: branches 0 and 1 may both match (oneOf is enforced only "
+            "between branches of different types or with a required property of different "
+            "const/enum values; anyOf is not exclusive)");
+  EXPECT_EQ(refusal(R"({"oneOf":[{"type":"object","properties":{"a":{}}},{"type":"object"}]})")
+                .substr(0, 51),
+            "JSON Schema at /oneOf: branches 0 and 1 may both ma");
   check({R"({"allOf":[{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]},
                        {"properties":{"b":{"type":"string"}},"required":["b"]}]})",
          {R"({"a":1,"b":"x"})"}, {R"({"a":1})", R"({"b":"x"})"}});
