@@ -80,7 +80,7 @@ int32_t JsonGrammarParts::number_any() {
   sign.add('-');
   const int32_t sign_rule = g_.rule_of("sign", {{g_.bytes(sign)}});
   const int32_t exp = g_.rule_of(
-      "exp", {{g_.bytes(e), Grammar::repeat(sign_rule, 0, 1), Grammar::ref(digits(1, 3))}});
+      "exp", {{g_.bytes(e), Grammar::repeat(sign_rule, 0, 1), Grammar::ref(digits(1, 2))}});
   number_ = g_.rule_of("number", {{Grammar::repeat(minus, 0, 1), Grammar::ref(int_part),
                                    Grammar::repeat(frac, 0, 1), Grammar::repeat(exp, 0, 1)}});
   return number_;

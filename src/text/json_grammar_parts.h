@@ -26,7 +26,8 @@ class JsonGrammarParts {
   // A string of [min, max] characters (code points); max -1 = unbounded.
   int32_t string_sized(int32_t min, int32_t max);
   int32_t string_char();     // one character of a string's contents (escapes included)
-  int32_t number_any();
+  int32_t number_any();      // at most 16 integer and 15 fraction digits, exponents of 1-2
+                             // digits (finite as a double)
   int32_t boolean();
   int32_t null();
   // Integers in [lo, hi] (nullopt = unbounded). InvalidArgument when lo > hi or a bound is

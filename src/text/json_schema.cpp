@@ -60,12 +60,9 @@ class SchemaCompiler {
     if (s.contains("$ref")) return ref_rule(s["$ref"], child(ptr, "$ref"));
     if (s.contains("anyOf") || s.contains("oneOf")) return alternatives(s, ptr);
     std::vector<GrammarSeq> alts;
-    if (s.contains("const")) {
-      alts.push_back({Grammar::ref(g_->literal_rule(s["const"].dump()))});
-    } else if (s.contains("enum")) {
-      const json& e = s["enum"];
-      if (!e.is_array() || e.empty()) return bad(child(ptr, "enum"), "expected a non-empty list");
-      for (const json& v : e) alts.push_back({Grammar::ref(g_->literal_rule(v.dump()))});
+    if (s.contains("const") || s.contains("enum")) {
+      KVCACHE_ASSIGN_OR_RETURN(std::vector<json> values, listed_values(s, ptr));
+      for (const json& v : values) alts.push_back({Grammar::ref(g_->literal_rule(v.dump()))});
     } else {
       KVCACHE_ASSIGN_OR_RETURN(std::vector<std::string> types, types_of(s, ptr));
       for (const std::string& t : types) {
@@ -77,6 +74,32 @@ class SchemaCompiler {
       return bad(child(ptr, "nullable"), "expected a boolean");
     if (s.value("nullable", false)) alts.push_back({Grammar::ref(parts_.null())});
     return g_->rule_of(str_cat("schema ", at(ptr)), std::move(alts));
+  }
+
+  // const / enum values, those of the schema's type when it has one. Beside them only type
+  // and nullable are checked: another assertion (minLength, pattern, ...) is refused rather
+  // than left unchecked against the values.
+  Result<std::vector<json>> listed_values(const json& s, const std::string& ptr) {
+    const char* key = s.contains("const") ? "const" : "enum";
+    if (!s.contains("const") && (!s["enum"].is_array() || s["enum"].empty()))
+      return bad(child(ptr, "enum"), "expected a non-empty list");
+    for (const auto& [k, v] : s.items())
+      if (assertion_keys().count(k) != 0 && k != "const" && k != "enum" && k != "type" &&
+          k != "nullable")
+        return bad(ptr, str_cat("'", k, "' beside '", key, "' is not supported"));
+    std::vector<json> values = *listed(s);
+    if (s.contains("const") && s.contains("enum") &&
+        (!s["enum"].is_array() ||
+         std::find(s["enum"].begin(), s["enum"].end(), s["const"]) == s["enum"].end()))
+      return bad(ptr, "the 'const' value is not among the 'enum' values");
+    if (s.contains("type")) {
+      KVCACHE_ASSIGN_OR_RETURN(std::vector<std::string> types, types_of(s, ptr));
+      std::set<std::string> ok(types.begin(), types.end());
+      if (ok.count("number")) ok.insert("integer");
+      std::erase_if(values, [&](const json& v) { return ok.count(type_of(v)) == 0; });
+      if (values.empty()) return bad(ptr, str_cat("no '", key, "' value has the schema's type"));
+    }
+    return values;
   }
 
   static json without(const json& s, const char* key) {
@@ -342,11 +365,17 @@ class SchemaCompiler {
       KVCACHE_ASSIGN_OR_RETURN(const int32_t v, compile(ps, p));
       list.push_back({name, v, required.count(name) != 0});
     }
-    for (const std::string& name : required)
-      if (!props.contains(name)) {
-        names.push_back(name);
-        list.push_back({name, parts_.value(), true});
-      }
+    // Required but not declared: additionalProperties governs its value.
+    for (const std::string& name : required) {
+      if (props.contains(name)) continue;
+      const json ap = s.contains("additionalProperties") ? s["additionalProperties"] : json(true);
+      if (ap == false)
+        return bad(ptr, str_cat("required property '", name, "' is not declared and "
+                                "additionalProperties is false"));
+      KVCACHE_ASSIGN_OR_RETURN(const int32_t v, compile(ap, child(ptr, "additionalProperties")));
+      names.push_back(name);
+      list.push_back({name, v, true});
+    }
     // Extra properties: generated only when additionalProperties allows them explicitly, or
     // when nothing is declared (then absent means any object).
     std::optional<int32_t> extra;

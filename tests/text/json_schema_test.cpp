@@ -74,9 +74,13 @@ TEST(JsonSchema, PropertiesFollowSchemaOrderAndRequired) {
   check({R"({"properties":{"a":{"const":1},"b":{"const":2}}})",
          {"{}", R"({"a":1})", R"({"b":2})", R"({"a":1,"b":2})"},
          {R"({,"b":2})", R"({"b":2,"a":1})", R"({"c":3})"}});
-  // Required but undeclared: any value under that key.
-  check({R"({"type":"object","required":["z"],"additionalProperties":false})",
-         {R"({"z":[1]})"}, {"{}"}});
+  // Required but undeclared: additionalProperties governs its value.
+  check({R"({"type":"object","required":["z"]})", {R"({"z":[1]})"}, {"{}"}});
+  check({R"({"type":"object","required":["z"],"additionalProperties":{"type":"integer"}})",
+         {R"({"z":1})"}, {R"({"z":"1"})"}});
+  EXPECT_EQ(refusal(R"({"type":"object","required":["z"],"additionalProperties":false})"),
+            "JSON Schema at the root: required property 'z' is not declared and "
+            "additionalProperties is false");
 }
 
 TEST(JsonSchema, AdditionalPropertiesTrueFalseOrSchema) {
@@ -100,6 +104,13 @@ TEST(JsonSchema, EnumConstAndNullable) {
   check({R"({"enum":["red","green",3,null,{"k":[1]}]})",
          {R"("red")", R"("green")", "3", "null", R"({"k":[1]})"}, {R"("blue")", "4", R"("Red")"}});
   check({R"({"const":"x"})", {R"("x")"}, {R"("y")"}});
+  // The schema's type filters the values; other assertions beside them are refused.
+  check({R"({"type":"string","enum":["a",1,null]})", {R"("a")"}, {"1", "null"}});
+  check({R"({"type":"number","enum":[1,2.5,"x"]})", {"1", "2.5"}, {R"("x")"}});
+  EXPECT_EQ(refusal(R"({"type":"string","enum":[1]})"),
+            "JSON Schema at the root: no 'enum' value has the schema's type");
+  EXPECT_EQ(refusal(R"({"type":"string","enum":["abc"],"maxLength":2})"),
+            "JSON Schema at the root: 'maxLength' beside 'enum' is not supported");
   check({R"({"type":"integer","nullable":true})", {"5", "null"}, {R"("5")"}});
   check({"{\"enum\":[\"\xC3\xA9t\xC3\xA9\"]}", {"\"\xC3\xA9t\xC3\xA9\""}, {R"("ete")"}});
 }
