@@ -485,7 +485,13 @@ class SchemaCompiler {
 
   Result<int32_t> string(const json& s, const std::string& ptr) {
     if (s.contains("format") && s["format"].is_string())
-      if (auto f = parts_.format(s["format"].get<std::string>())) return *f;  // others: ignored
+      if (auto f = parts_.format(s["format"].get<std::string>())) {  // others: annotations
+        for (const char* k : {"pattern", "minLength", "maxLength"})
+          if (s.contains(k))
+            return bad(ptr, str_cat("'", k, "' together with format '",
+                                    s["format"].get<std::string>(), "' is not supported"));
+        return *f;
+      }
     if (s.contains("pattern")) {
       if (!s["pattern"].is_string()) return bad(child(ptr, "pattern"), "expected a string");
       if (s.contains("minLength") || s.contains("maxLength"))

@@ -210,6 +210,8 @@ TEST(JsonSchema, Formats) {
   check({R"({"type":"string","format":"email"})", {R"("a.b@example.com")"},
          {R"("ab")", R"("a@b")"}});
   check({R"({"type":"string","format":"hostname"})", {R"("anything")"}, {"1"}});  // annotation
+  EXPECT_EQ(refusal(R"({"type":"string","format":"date","maxLength":5})"),
+            "JSON Schema at the root: 'maxLength' together with format 'date' is not supported");
 }
 
 TEST(JsonSchema, PatternSubset) {
