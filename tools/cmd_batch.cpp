@@ -69,7 +69,8 @@ void add_flags(CLI::App* cmd, BatchFlags& f) {
   cmd->add_option("model", f.model, "GGUF model file (default: the embedded tiny model)");
   cmd->add_option("--prompts-file", f.prompts_file,
                   "JSON Lines: {\"prompt\" | \"prompt_ids\", \"max_new_tokens\"?, "
-                  "\"temperature\"?, \"top_k\"?, \"top_p\"?, \"seed\"?, \"n\"?, \"stop\"?}")
+                  "\"temperature\"?, \"top_k\"?, \"top_p\"?, \"seed\"?, \"n\"?, \"stop\"?, "
+                  "\"response_format\"?}")
       ->required();
   add_cache_flags(cmd, f.cache,
                   {CacheFlag::kMaxSessions, CacheFlag::kMaxSessionTokens, CacheFlag::kKvDtype,
