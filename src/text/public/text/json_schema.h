@@ -1,12 +1,9 @@
 // JSON Schema -> a grammar of the compact JSON documents that validate against it, for
-// constrained decoding (docs/server.md, "Structured output", lists the subset). Layer: text.
-// Supported: type (and lists), properties, required, additionalProperties, enum, const,
-// items, prefixItems, minItems/maxItems, minLength/maxLength, minimum/maximum/exclusive*,
-// anyOf/oneOf (as alternatives), allOf (merged), $ref (local pointers, recursion),
-// format date/time/date-time/uuid/email, pattern (a regex subset), nullable. Annotations and
-// keywords outside the vocabulary are ignored; an assertion keyword it does not enforce is an
-// error naming the keyword and its JSON pointer. The grammar may generate a subset of the
-// valid documents (properties in schema order, no whitespace), never an invalid one.
+// constrained decoding. Layer: text. The supported subset (type, properties, required,
+// additionalProperties, enum/const, items/prefixItems, counts, lengths, bounds, anyOf/oneOf/
+// allOf, local $ref with recursion, five formats, a regex subset, nullable) is listed in
+// docs/server.md. It may generate fewer documents than the schema admits, never one it
+// rejects; an assertion it cannot enforce is an error naming the keyword and JSON pointer.
 #pragma once
 
 #include <memory>
