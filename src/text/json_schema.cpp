@@ -61,10 +61,10 @@ class SchemaCompiler {
     if (s.contains("anyOf") || s.contains("oneOf")) return alternatives(s, ptr);
     std::vector<GrammarSeq> alts;
     if (s.contains("const") || s.contains("enum")) {
-      KVCACHE_ASSIGN_OR_RETURN(std::vector<json> values, listed_values(s, ptr));
+      KVCACHE_ASSIGN_OR_RETURN(std::vector<json> values, enum_values(s, ptr));
       for (const json& v : values) alts.push_back({Grammar::ref(g_->literal_rule(v.dump()))});
     } else {
-      KVCACHE_ASSIGN_OR_RETURN(std::vector<std::string> types, types_of(s, ptr));
+      KVCACHE_ASSIGN_OR_RETURN(std::vector<std::string> types, schema_types(s, ptr));
       for (const std::string& t : types) {
         KVCACHE_ASSIGN_OR_RETURN(const int32_t r, typed(s, t, ptr));
         alts.push_back({Grammar::ref(r)});
@@ -79,7 +79,7 @@ class SchemaCompiler {
   // const / enum values, those of the schema's type when it has one. Beside them only type
   // and nullable are checked: another assertion (minLength, pattern, ...) is refused rather
   // than left unchecked against the values.
-  Result<std::vector<json>> listed_values(const json& s, const std::string& ptr) {
+  Result<std::vector<json>> enum_values(const json& s, const std::string& ptr) {
     const char* key = s.contains("const") ? "const" : "enum";
     if (!s.contains("const") && (!s["enum"].is_array() || s["enum"].empty()))
       return bad(child(ptr, "enum"), "expected a non-empty list");
@@ -87,16 +87,16 @@ class SchemaCompiler {
       if (assertion_keys().count(k) != 0 && k != "const" && k != "enum" && k != "type" &&
           k != "nullable")
         return bad(ptr, str_cat("'", k, "' beside '", key, "' is not supported"));
-    std::vector<json> values = *listed(s);
+    std::vector<json> values = *listed_values(s);
     if (s.contains("const") && s.contains("enum") &&
         (!s["enum"].is_array() ||
          std::find(s["enum"].begin(), s["enum"].end(), s["const"]) == s["enum"].end()))
       return bad(ptr, "the 'const' value is not among the 'enum' values");
     if (s.contains("type")) {
-      KVCACHE_ASSIGN_OR_RETURN(std::vector<std::string> types, types_of(s, ptr));
+      KVCACHE_ASSIGN_OR_RETURN(std::vector<std::string> types, schema_types(s, ptr));
       std::set<std::string> ok(types.begin(), types.end());
       if (ok.count("number")) ok.insert("integer");
-      std::erase_if(values, [&](const json& v) { return ok.count(type_of(v)) == 0; });
+      std::erase_if(values, [&](const json& v) { return ok.count(value_type(v)) == 0; });
       if (values.empty()) return bad(ptr, str_cat("no '", key, "' value has the schema's type"));
     }
     return values;
@@ -106,37 +106,6 @@ class SchemaCompiler {
     json out = s;
     out.erase(key);
     return out;
-  }
-
-  // The types a schema admits: "type", else those its keywords imply, else every type.
-  Result<std::vector<std::string>> types_of(const json& s, const std::string& ptr) {
-    static const std::set<std::string> known = {"object", "array", "string", "integer",
-                                                "number", "boolean", "null"};
-    std::vector<std::string> types;
-    if (s.contains("type")) {
-      const json& t = s["type"];
-      types = type_list(t);
-      if (types.empty() || (t.is_array() && types.size() != t.size()))
-        return bad(child(ptr, "type"), "expected a type name or a list of them");
-      for (const std::string& n : types)
-        if (known.count(n) == 0) return bad(child(ptr, "type"), str_cat("unknown type '", n, "'"));
-      if (std::count(types.begin(), types.end(), "number") != 0)
-        types.erase(std::remove(types.begin(), types.end(), "integer"), types.end());
-      return types;
-    }
-    auto any = [&](std::initializer_list<const char*> keys) {
-      for (const char* k : keys)
-        if (s.contains(k)) return true;
-      return false;
-    };
-    if (any({"properties", "required", "additionalProperties"})) types.push_back("object");
-    if (any({"items", "prefixItems", "additionalItems", "minItems", "maxItems"}))
-      types.push_back("array");
-    if (any({"minLength", "maxLength", "pattern", "format"})) types.push_back("string");
-    if (any({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}))
-      types.push_back("number");
-    if (types.empty()) types = {"object", "array", "string", "number", "boolean", "null"};
-    return types;
   }
 
   Result<int32_t> typed(const json& s, const std::string& t, const std::string& ptr) {
@@ -262,69 +231,13 @@ class SchemaCompiler {
     }
     for (size_t i = 0; i < flat.size(); ++i)
       for (size_t j = i + 1; j < flat.size(); ++j)
-        if (!disjoint(flat[i], flat[j], ptr))
+        if (!schemas_disjoint(flat[i], flat[j]))
           return bad(child(ptr, "oneOf"),
                      str_cat("branches ", i, " and ", j, " may both match (oneOf is enforced "
                              "only between branches of different types or with a required "
                              "property of different const/enum values; anyOf is not "
                              "exclusive)"));
     return ok_status();
-  }
-
-  // The values a schema allows when it lists them (const, enum); nullopt otherwise.
-  static std::optional<std::vector<json>> listed(const json& s) {
-    if (!s.is_object()) return std::nullopt;
-    if (s.contains("const")) return std::vector<json>{s["const"]};
-    if (s.contains("enum") && s["enum"].is_array())
-      return std::vector<json>(s["enum"].begin(), s["enum"].end());
-    return std::nullopt;
-  }
-
-  static std::string type_of(const json& v) {
-    if (v.is_number_integer() || v.is_number_unsigned() ||
-        (v.is_number_float() && v.get<double>() == std::floor(v.get<double>())))
-      return "integer";
-    return v.type_name();  // null, boolean, string, object, array, number
-  }
-
-  std::set<std::string> types_admitted(const json& s, const std::string& ptr) {
-    std::set<std::string> out;
-    if (auto values = listed(s)) {
-      for (const json& v : *values) out.insert(type_of(v));
-    } else if (Result<std::vector<std::string>> t = types_of(s, ptr); t.ok()) {
-      out.insert(t->begin(), t->end());
-    }
-    if (s.value("nullable", false) == true) out.insert("null");
-    if (out.count("number")) out.insert("integer");  // an integer is a number too
-    return out;
-  }
-
-  bool disjoint(const json& a, const json& b, const std::string& ptr) {
-    const std::set<std::string> ta = types_admitted(a, ptr), tb = types_admitted(b, ptr);
-    bool overlap = false;
-    for (const std::string& t : ta) overlap = overlap || tb.count(t) != 0;
-    if (!overlap) return true;
-    auto apart = [](const std::optional<std::vector<json>>& x,
-                    const std::optional<std::vector<json>>& y) {
-      if (!x || !y) return false;
-      for (const json& v : *x)
-        if (std::find(y->begin(), y->end(), v) != y->end()) return false;
-      return true;
-    };
-    if (apart(listed(a), listed(b))) return true;
-    if (!a.contains("required") || !b.contains("required") || !a.contains("properties") ||
-        !b.contains("properties"))
-      return false;
-    for (const json& name : a["required"]) {
-      if (!name.is_string() || std::find(b["required"].begin(), b["required"].end(), name) ==
-                                   b["required"].end())
-        continue;
-      const std::string n = name.get<std::string>();
-      if (a["properties"].contains(n) && b["properties"].contains(n) &&
-          apart(listed(a["properties"][n]), listed(b["properties"][n])))
-        return true;
-    }
-    return false;
   }
 
   Result<int64_t> count(const json& s, const char* key, const std::string& ptr, int64_t dflt) {

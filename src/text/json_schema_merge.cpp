@@ -1,7 +1,10 @@
-// The JSON Schema compiler's shared helpers and the allOf merge. See json_schema_merge.h.
+// The JSON Schema compiler's shared helpers: types, listed values, the allOf merge and the
+// oneOf exclusivity test. See json_schema_merge.h.
 #include "text/json_schema_merge.h"
 
 #include <algorithm>
+#include <cmath>
+#include <set>
 
 #include "core/str_cat.h"
 
@@ -119,6 +122,95 @@ Result<SchemaJson> merge_schemas(SchemaJson a, const SchemaJson& b_in, const std
     }
   }
   return a;
+}
+
+Result<std::vector<std::string>> schema_types(const SchemaJson& s, const std::string& ptr) {
+  static const std::set<std::string> known = {"object", "array", "string", "integer",
+                                              "number", "boolean", "null"};
+  std::vector<std::string> types;
+  if (s.contains("type")) {
+    const SchemaJson& t = s["type"];
+    types = type_list(t);
+    if (types.empty() || (t.is_array() && types.size() != t.size()))
+      return bad(child(ptr, "type"), "expected a type name or a list of them");
+    for (const std::string& n : types)
+      if (known.count(n) == 0) return bad(child(ptr, "type"), str_cat("unknown type '", n, "'"));
+    if (std::count(types.begin(), types.end(), "number") != 0)
+      types.erase(std::remove(types.begin(), types.end(), "integer"), types.end());
+    return types;
+  }
+  auto any = [&](std::initializer_list<const char*> keys) {
+    for (const char* k : keys)
+      if (s.contains(k)) return true;
+    return false;
+  };
+  if (any({"properties", "required", "additionalProperties"})) types.push_back("object");
+  if (any({"items", "prefixItems", "additionalItems", "minItems", "maxItems"}))
+    types.push_back("array");
+  if (any({"minLength", "maxLength", "pattern", "format"})) types.push_back("string");
+  if (any({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}))
+    types.push_back("number");
+  if (types.empty()) types = {"object", "array", "string", "number", "boolean", "null"};
+  return types;
+}
+
+std::optional<std::vector<SchemaJson>> listed_values(const SchemaJson& s) {
+  if (!s.is_object()) return std::nullopt;
+  if (s.contains("const")) return std::vector<SchemaJson>{s["const"]};
+  if (s.contains("enum") && s["enum"].is_array())
+    return std::vector<SchemaJson>(s["enum"].begin(), s["enum"].end());
+  return std::nullopt;
+}
+
+std::string value_type(const SchemaJson& v) {
+  if (v.is_number_integer() || v.is_number_unsigned() ||
+      (v.is_number_float() && v.get<double>() == std::floor(v.get<double>())))
+    return "integer";
+  return v.type_name();  // null, boolean, string, object, array, number
+}
+
+namespace {
+
+std::set<std::string> types_admitted(const SchemaJson& s) {
+  std::set<std::string> out;
+  if (auto values = listed_values(s)) {
+    for (const SchemaJson& v : *values) out.insert(value_type(v));
+  } else if (Result<std::vector<std::string>> t = schema_types(s, ""); t.ok()) {
+    out.insert(t->begin(), t->end());
+  }
+  if (s.value("nullable", false) == true) out.insert("null");
+  if (out.count("number")) out.insert("integer");  // an integer is a number too
+  return out;
+}
+
+}  // namespace
+
+bool schemas_disjoint(const SchemaJson& a, const SchemaJson& b) {
+  const std::set<std::string> ta = types_admitted(a), tb = types_admitted(b);
+  bool overlap = false;
+  for (const std::string& t : ta) overlap = overlap || tb.count(t) != 0;
+  if (!overlap) return true;
+  auto apart = [](const std::optional<std::vector<SchemaJson>>& x,
+                  const std::optional<std::vector<SchemaJson>>& y) {
+    if (!x || !y) return false;
+    for (const SchemaJson& v : *x)
+      if (std::find(y->begin(), y->end(), v) != y->end()) return false;
+    return true;
+  };
+  if (apart(listed_values(a), listed_values(b))) return true;
+  if (!a.contains("required") || !b.contains("required") || !a.contains("properties") ||
+      !b.contains("properties"))
+    return false;
+  for (const SchemaJson& name : a["required"]) {
+    if (!name.is_string() || std::find(b["required"].begin(), b["required"].end(), name) ==
+                                 b["required"].end())
+      continue;
+    const std::string n = name.get<std::string>();
+    if (a["properties"].contains(n) && b["properties"].contains(n) &&
+        apart(listed_values(a["properties"][n]), listed_values(b["properties"][n])))
+      return true;
+  }
+  return false;
 }
 
 }  // namespace kvcache::engine::json_schema
