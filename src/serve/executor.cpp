@@ -164,22 +164,34 @@ int64_t Executor::new_request(std::vector<int32_t> prompt, const GenerateParams&
   r->result.id = r->id;
   r->result.prompt_tokens = static_cast<int64_t>(prompt.size());
   r->result.completions.resize(static_cast<size_t>(p.n));
-  if (p.grammar) {
-    if (!trie_) {
-      const int32_t vocab = model_.hparams().vocab;
-      std::vector<std::string> pieces(static_cast<size_t>(vocab));
-      for (int32_t id = 0; id < vocab && id < tokenizer_->n_tokens(); ++id)
-        pieces[id] = tokenizer_->decode_one(id);
-      trie_ = engine::TokenTrie::from_pieces(std::move(pieces), opt_.eog_ids);
-    }
-    r->masker = std::make_shared<engine::TokenMasker>(
-        std::make_shared<engine::GrammarMatcher>(p.grammar), *trie_);
-  }
+  if (p.grammar) r->masker = masker_for(p.grammar);
   Request& req = *r;
   requests_.emplace(req.id, std::move(r));
   Session& s = new_session(req, 0, std::move(prompt));
   s.forks_pending = p.n - 1;
   return req.id;
+}
+
+std::shared_ptr<engine::TokenMasker> Executor::masker_for(
+    const std::shared_ptr<const engine::Grammar>& g) {
+  constexpr size_t kKeptMaskers = 4;  // each holds up to 16 MiB of masks
+  if (!trie_) {
+    const int32_t vocab = model_.hparams().vocab;
+    std::vector<std::string> pieces(static_cast<size_t>(vocab));
+    for (int32_t id = 0; id < vocab && id < tokenizer_->n_tokens(); ++id)
+      pieces[id] = tokenizer_->decode_one(id);
+    trie_ = engine::TokenTrie::from_pieces(std::move(pieces), opt_.eog_ids);
+  }
+  std::erase_if(maskers_, [](const auto& kv) { return kv.second.expired(); });
+  std::shared_ptr<engine::TokenMasker> m = maskers_[g.get()].lock();
+  if (!m) {
+    m = std::make_shared<engine::TokenMasker>(std::make_shared<engine::GrammarMatcher>(g), *trie_);
+    maskers_[g.get()] = m;
+  }
+  std::erase(kept_maskers_, m);
+  kept_maskers_.push_front(m);
+  if (kept_maskers_.size() > kKeptMaskers) kept_maskers_.pop_back();
+  return m;
 }
 
 Executor::Session& Executor::new_session(Request& r, int32_t completion,
@@ -537,6 +549,8 @@ ExecutorStats Executor::stats() const {
   s.running = static_cast<int32_t>(running_.size());
   s.waiting = static_cast<int32_t>(waiting_.size());
   s.retained = static_cast<int32_t>(retained_.size());
+  s.grammar_matchers = 0;
+  for (const auto& [g, m] : maskers_) s.grammar_matchers += m.expired() ? 0 : 1;
   if (store_) s.store = store_->stats();
   return s;
 }

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
+#include <mutex>
 #include <map>
 #include <optional>
 #include <set>
@@ -466,9 +468,30 @@ class SchemaCompiler {
 }  // namespace
 
 Result<std::shared_ptr<const Grammar>> compile_json_schema(std::string_view schema_json) {
+  // The last few grammars by schema text: a client that repeats its schema gets the same
+  // grammar, so the executor's matcher and mask cache carry over between its requests.
+  constexpr size_t kRecent = 16;
+  static std::mutex mu;
+  static std::deque<std::pair<std::string, std::shared_ptr<const Grammar>>> recent;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto it = recent.begin(); it != recent.end(); ++it)
+      if (it->first == schema_json) {
+        auto hit = *it;
+        recent.erase(it);
+        recent.push_front(hit);
+        return hit.second;
+      }
+  }
   const json root = json::parse(schema_json, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return invalid_argument("JSON Schema: the schema is not valid JSON");
-  return SchemaCompiler(root).run();
+  Result<std::shared_ptr<const Grammar>> g = SchemaCompiler(root).run();
+  if (g.ok() && schema_json.size() <= (size_t{64} << 10)) {
+    std::lock_guard<std::mutex> lock(mu);
+    recent.emplace_front(std::string(schema_json), *g);
+    if (recent.size() > kRecent) recent.pop_back();
+  }
+  return g;
 }
 
 std::shared_ptr<const Grammar> json_object_grammar() {

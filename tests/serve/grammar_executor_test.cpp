@@ -142,6 +142,21 @@ TEST(ExecutorLogits, PenaltiesActOnlyOnTokensAlreadyGenerated) {
             "request: logit_bias 300 = 1, expected a token id in [0, 256) and a bias in [-100, 100]");
 }
 
+TEST(ExecutorGrammar, RequestsWithTheSameGrammarShareOneMatcher) {
+  auto ex = make(ExecutorOptions{});
+  GenerateParams p;
+  p.max_new_tokens = 30;
+  p.grammar = grammar(kList);
+  EXPECT_EQ(grammar(kList), p.grammar);  // the same schema text compiles to the same grammar
+  GenerateParams q = p;
+  q.grammar = engine::json_object_grammar();
+  for (const GenerateParams* g : {&p, &q, &p})
+    ASSERT_TRUE(ex->submit(ids("x"), *g).ok());
+  EXPECT_EQ(ex->stats().grammar_matchers, 2);
+  drain(*ex);
+  EXPECT_EQ(ex->stats().grammar_matchers, 2);  // kept for the next requests
+}
+
 TEST(ExecutorGrammar, AGrammarWithoutATokenizerIsRefused) {
   auto ex = Executor::create(tiny(), nullptr, ExecutorOptions{});
   ASSERT_TRUE(ex.ok());

@@ -119,6 +119,8 @@ struct ExecutorStats {
   int32_t running = 0;                  // admitted sessions
   int32_t waiting = 0;                  // queued sessions
   int32_t retained = 0;                 // finished sequences kept for their prefix
+  int32_t grammar_matchers = 0;         // matchers kept for grammars (one per compiled grammar:
+                                        // requests with the same one share its mask cache)
   // Shared store (all 0 without one):
   int64_t store_hit_tokens = 0;         // prompt tokens written from store blocks (a part of
                                         // prefix_hit_tokens)
@@ -259,6 +261,11 @@ class Executor {
   const engine::Tokenizer* tokenizer_;
   std::optional<engine::TokenTrie> trie_;  // the vocabulary's token bytes, built at the first
                                            // request with a grammar
+  // The masker of each compiled grammar in use, so that requests with the same grammar share
+  // states and cached masks; the last kKeptMaskers stay alive between requests.
+  std::unordered_map<const engine::Grammar*, std::weak_ptr<engine::TokenMasker>> maskers_;
+  std::deque<std::shared_ptr<engine::TokenMasker>> kept_maskers_;
+  std::shared_ptr<engine::TokenMasker> masker_for(const std::shared_ptr<const engine::Grammar>& g);
   ExecutorOptions opt_;
   engine::CacheSetup setup_;
   std::shared_ptr<Cache> cache_;

@@ -17,6 +17,8 @@ namespace kvcache::engine {
 // InvalidArgument with a message such as "unsupported JSON Schema keyword 'uniqueItems' at
 // /properties/tags", "schema is not valid JSON: ..." or "... at /items: minItems 3 >
 // maxItems 2". The pointer is "/"-separated with ~0/~1 escapes; the root reads "at the root".
+// Thread-safe; the same schema text (one of the last 16 compiled, up to 64 KB) returns the
+// same grammar object.
 Result<std::shared_ptr<const Grammar>> compile_json_schema(std::string_view schema_json);
 
 // Any JSON object (response_format {"type": "json_object"}): compact, any nesting.
