@@ -183,7 +183,14 @@ std::shared_ptr<engine::TokenMasker> Executor::masker_for(
     trie_ = engine::TokenTrie::from_pieces(std::move(pieces), opt_.eog_ids);
   }
   std::erase_if(maskers_, [](const auto& kv) { return kv.second.expired(); });
+  // A matcher grows with the states its requests visit (deep nesting makes new ones): past
+  // this many, new requests start a fresh one and the old goes with its last request.
+  constexpr int64_t kMaxSharedStates = 200'000;
   std::shared_ptr<engine::TokenMasker> m = maskers_[g.get()].lock();
+  if (m && m->matcher().n_states() > kMaxSharedStates) {
+    std::erase(kept_maskers_, m);
+    m.reset();
+  }
   if (!m) {
     m = std::make_shared<engine::TokenMasker>(std::make_shared<engine::GrammarMatcher>(g), *trie_);
     maskers_[g.get()] = m;
