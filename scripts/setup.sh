@@ -14,11 +14,12 @@ build_packages=(cmake ninja-build g++ pkg-config nlohmann-json3-dev libcli11-dev
 # Only the tests: GoogleTest/GoogleMock and Google Benchmark (KVCACHE_BUILD_TESTS/_BENCH);
 # redis-server for the shared prefix-store tests (they start their own on a free loopback
 # port; the package's system service is not needed); Python with numpy, regex and jinja2 for
-# the independent references; curl for the HTTP tests; node, npm and chromium for the real-client
+# the independent references; python3-jsonschema to validate constrained output; curl for the
+# HTTP tests; node, npm and chromium for the real-client
 # tests (tests/server/serve_node_test.sh installs its pinned npm packages itself). Debian 12's
 # nodejs does not bring npm.
 test_packages=(libgtest-dev libgmock-dev libbenchmark-dev redis-server python3 python3-numpy
-               python3-regex python3-jinja2 curl nodejs npm chromium)
+               python3-regex python3-jinja2 python3-jsonschema curl nodejs npm chromium)
 
 case ${1:-} in
   "") packages=("${build_packages[@]}") ;;

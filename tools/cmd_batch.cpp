@@ -26,6 +26,7 @@
 #include "flag_names.h"
 #include "program/cache_summary.h"
 #include "serve/executor.h"
+#include "server/api.h"
 
 namespace kvcache::tools {
 namespace {
@@ -69,7 +70,8 @@ void add_flags(CLI::App* cmd, BatchFlags& f) {
   cmd->add_option("model", f.model, "GGUF model file (default: the embedded tiny model)");
   cmd->add_option("--prompts-file", f.prompts_file,
                   "JSON Lines: {\"prompt\" | \"prompt_ids\", \"max_new_tokens\"?, "
-                  "\"temperature\"?, \"top_k\"?, \"top_p\"?, \"seed\"?, \"n\"?, \"stop\"?}")
+                  "\"temperature\"?, \"top_k\"?, \"top_p\"?, \"seed\"?, \"n\"?, \"stop\"?, "
+                  "\"response_format\"?}")
       ->required();
   add_cache_flags(cmd, f.cache,
                   {CacheFlag::kMaxSessions, CacheFlag::kMaxSessionTokens, CacheFlag::kKvDtype,
@@ -165,11 +167,11 @@ Status read_prompt(const json& obj, const engine::LoadedModel& m,
   return ok_status();
 }
 
-Status read_request(const json& obj, const BatchFlags& f, const engine::LoadedModel& m,
-                    Input& in, const std::string& at) {
+Status read_request(const json& obj, std::string_view line, const BatchFlags& f,
+                    const engine::LoadedModel& m, Input& in, const std::string& at) {
   if (!obj.is_object()) return invalid_argument(at + ": expected a JSON object");
   static const char* kKeys[] = {"prompt", "prompt_ids", "max_new_tokens", "temperature", "top_k",
-                                "top_p", "seed", "n", "stop"};
+                                "top_p", "seed", "n", "stop", "response_format"};
   for (const auto& [key, value] : obj.items())
     if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys))
       return invalid_argument(at + ": unknown field \"" + key + "\"");
@@ -202,6 +204,11 @@ Status read_request(const json& obj, const BatchFlags& f, const engine::LoadedMo
       p.stop.push_back(v.get<std::string>());
     }
   }
+  if (obj.contains("response_format")) {  // as on /v1/completions (docs/server.md)
+    const auto ordered = nlohmann::ordered_json::parse(line, nullptr, false);
+    if (auto e = server::parse_response_format(ordered.at("response_format"), p))
+      return invalid_argument(at + ": " + e->message);
+  }
   return ok_status();
 }
 
@@ -217,7 +224,7 @@ Result<std::vector<Input>> read_inputs(const BatchFlags& f, const engine::Loaded
     json obj = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (obj.is_discarded()) return invalid_argument(at + ": not valid JSON");
     Input in;
-    KVCACHE_RETURN_IF_ERROR(read_request(obj, f, m, in, at));
+    KVCACHE_RETURN_IF_ERROR(read_request(obj, line, f, m, in, at));
     inputs.push_back(std::move(in));
   }
   if (inputs.empty()) return invalid_argument("--prompts-file " + f.prompts_file + ": no requests");

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <string>
 
@@ -102,9 +103,27 @@ void order_by_logit(std::span<const float> logits, int32_t keep, std::vector<int
 Sampler::Sampler(const SamplerConfig& config) : config_(config), rng_(config.seed) {}
 
 int32_t Sampler::sample(std::span<const float> logits) {
-  if (config_.temperature <= 0.0f || logits.size() <= 1) return argmax(logits);
+  return draw(logits, static_cast<int32_t>(logits.size()));
+}
+
+int32_t Sampler::sample(std::span<const float> logits, std::span<const uint64_t> allowed) {
+  if (allowed.empty()) return sample(logits);
+  masked_.assign(logits.begin(), logits.end());
+  int32_t n_allowed = 0;
+  for (size_t i = 0; i < masked_.size(); ++i) {
+    const bool ok = (i >> 6) < allowed.size() && ((allowed[i >> 6] >> (i & 63)) & 1) != 0;
+    if (ok) ++n_allowed;
+    else masked_[i] = -std::numeric_limits<float>::infinity();
+  }
+  if (n_allowed == 0) return -1;
+  return draw(masked_, n_allowed);
+}
+
+// `limit`: how many tokens can be drawn at all (the rest are -infinity and sort last).
+int32_t Sampler::draw(std::span<const float> logits, int32_t limit) {
+  if (config_.temperature <= 0.0f || logits.size() <= 1 || limit == 1) return argmax(logits);
   const auto n = static_cast<int32_t>(logits.size());
-  int32_t keep = config_.top_k > 0 ? std::min(config_.top_k, n) : n;
+  int32_t keep = std::min(limit, config_.top_k > 0 ? std::min(config_.top_k, n) : n);
   // Highest logit first; ties by lower id so the order is deterministic.
   order_by_logit(logits, keep, order_);
   probs_.resize(keep);

@@ -141,6 +141,18 @@ Status Executor::check_request(std::span<const int32_t> prompt, const GeneratePa
     return invalid_argument(str_cat("request: top_k = ", s.top_k, ", expected >= 0"));
   for (const std::string& stop : p.stop)
     if (stop.empty()) return invalid_argument("request: an empty stop string");
+  for (const auto& [key, v] : {std::pair<const char*, float>{"presence_penalty", p.presence_penalty},
+                                {"frequency_penalty", p.frequency_penalty}})
+    if (!std::isfinite(v) || v < -2.0f || v > 2.0f)
+      return invalid_argument(str_cat("request: ", key, " = ", v, ", expected in [-2, 2]"));
+  for (const auto& [id, bias] : p.logit_bias)
+    if (id < 0 || id >= vocab || !std::isfinite(bias) || bias < -100.0f || bias > 100.0f)
+      return invalid_argument(str_cat("request: logit_bias ", id, " = ", bias,
+                                      ", expected a token id in [0, ", vocab,
+                                      ") and a bias in [-100, 100]"));
+  if (p.grammar && tokenizer_ == nullptr)
+    return invalid_argument("request: a grammar needs the executor's tokenizer (token bytes)");
+  if (p.grammar) KVCACHE_RETURN_IF_ERROR_CTX(p.grammar->check(), "request: grammar");
   const int64_t need = static_cast<int64_t>(prompt.size()) + p.max_new_tokens;
   if (need > max_session_tokens_)
     return invalid_argument(str_cat("request: prompt (", static_cast<int64_t>(prompt.size()),
@@ -157,11 +169,41 @@ int64_t Executor::new_request(std::vector<int32_t> prompt, const GenerateParams&
   r->result.id = r->id;
   r->result.prompt_tokens = static_cast<int64_t>(prompt.size());
   r->result.completions.resize(static_cast<size_t>(p.n));
+  if (p.grammar) r->masker = masker_for(p.grammar);
   Request& req = *r;
   requests_.emplace(req.id, std::move(r));
   Session& s = new_session(req, 0, std::move(prompt));
   s.forks_pending = p.n - 1;
   return req.id;
+}
+
+std::shared_ptr<text::TokenMasker> Executor::masker_for(
+    const std::shared_ptr<const text::Grammar>& g) {
+  constexpr size_t kKeptMaskers = 4;  // each holds up to 16 MiB of masks
+  if (!trie_) {
+    const int32_t vocab = model_.hparams().vocab;
+    std::vector<std::string> pieces(static_cast<size_t>(vocab));
+    for (int32_t id = 0; id < vocab && id < tokenizer_->n_tokens(); ++id)
+      pieces[id] = tokenizer_->decode_one(id);
+    trie_ = text::TokenTrie::from_pieces(std::move(pieces), opt_.eog_ids);
+  }
+  std::erase_if(maskers_, [](const auto& kv) { return kv.second.expired(); });
+  // A matcher grows with the states its requests visit (deep nesting makes new ones): past
+  // this many, new requests start a fresh one and the old goes with its last request.
+  constexpr int64_t kMaxSharedStates = 200'000;
+  std::shared_ptr<text::TokenMasker> m = maskers_[g.get()].lock();
+  if (m && m->matcher().n_states() > kMaxSharedStates) {
+    std::erase(kept_maskers_, m);
+    m.reset();
+  }
+  if (!m) {
+    m = std::make_shared<text::TokenMasker>(std::make_shared<text::GrammarMatcher>(g), *trie_);
+    maskers_[g.get()] = m;
+  }
+  std::erase(kept_maskers_, m);
+  kept_maskers_.push_front(m);
+  if (kept_maskers_.size() > kKeptMaskers) kept_maskers_.pop_back();
+  return m;
 }
 
 Executor::Session& Executor::new_session(Request& r, int32_t completion,
@@ -174,6 +216,7 @@ Executor::Session& Executor::new_session(Request& r, int32_t completion,
   s->completion = completion;
   s->prompt_len = static_cast<int64_t>(tokens.size());
   s->tokens = std::move(tokens);
+  if (r.masker) s->grammar.emplace(r.masker);
   Session& ref = *s;
   r.sessions.push_back(ref.id);
   sessions_.emplace(ref.id, std::move(s));
@@ -588,6 +631,8 @@ ExecutorStats Executor::stats() const {
   s.waiting = static_cast<int32_t>(waiting_.size());
   s.retained = static_cast<int32_t>(retained_.size());
   for (const auto& [seq, r] : retained_) s.checkpoints += r.checkpoint ? 1 : 0;
+  s.grammar_matchers = 0;
+  for (const auto& [g, m] : maskers_) s.grammar_matchers += m.expired() ? 0 : 1;
   if (store_) s.store = store_->stats();
   return s;
 }

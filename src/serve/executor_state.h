@@ -4,7 +4,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "serve/executor.h"
@@ -23,6 +26,9 @@ struct Executor::Session {
   int64_t admitted_at = 0;       // tick of the last admission: the youngest is preempted first
   int32_t forks_pending = 0;     // completion 0 of an n > 1 request before its first sample
   engine::Sampler sampler;
+  std::optional<text::GrammarCursor> grammar;  // with GenerateParams::grammar: its place
+  std::unordered_map<int32_t, int32_t> counts;   // generated token -> times (for penalties)
+  std::vector<float> adjusted;                   // logits after bias and penalties
   bool snapshotted = false;      // its prompt's window tail was kept (see snapshot_prompt)
   size_t streamed = 0;           // bytes of the completion's text already streamed
   bool counted = false;          // prefix hit/miss counted (at the first admission only)
@@ -41,6 +47,7 @@ struct Executor::Session {
 struct Executor::Request {
   int64_t id = -1;
   GenerateParams params;
+  std::shared_ptr<text::TokenMasker> masker;  // with params.grammar: shared by its sessions
   std::vector<int64_t> sessions;  // session ids by completion, as they are created
   RequestResult result;
 };

@@ -174,11 +174,16 @@ std::vector<int32_t> Executor::draw_tokens(std::span<const int64_t> row_session)
         s.generated() >= requests_.at(s.request)->params.max_new_tokens)
       continue;
     who[r] = &s;
-    sampled += s.sampler.config().temperature > 0.0f ? 1 : 0;
+    // A temperature draw or a grammar mask (a cold one walks the vocabulary's trie) is worth
+    // a pool thread; a greedy free row is not.
+    sampled += s.sampler.config().temperature > 0.0f || s.grammar ? 1 : 0;
   }
   std::vector<int32_t> drawn(row_session.size(), -1);
   auto draw = [&](int64_t r) {
-    if (who[r] != nullptr) drawn[r] = who[r]->sampler.sample(logits_.row(static_cast<size_t>(r)));
+    if (who[r] != nullptr) {
+      const int32_t tok = draw_one(*who[r], logits_.row(static_cast<size_t>(r)));
+      drawn[r] = tok >= 0 ? tok : -2;  // -2: the grammar allowed nothing
+    }
   };
   if (sampled > 1) {  // greedy rows take microseconds: not worth waking a thread
     cpu::global_pool().run_tasks(static_cast<int64_t>(row_session.size()), draw);
@@ -186,6 +191,21 @@ std::vector<int32_t> Executor::draw_tokens(std::span<const int64_t> row_session)
     for (size_t r = 0; r < row_session.size(); ++r) draw(static_cast<int64_t>(r));
   }
   return drawn;
+}
+
+int32_t Executor::draw_one(Session& s, std::span<const float> logits) {
+  const GenerateParams& p = requests_.at(s.request)->params;
+  if (!p.logit_bias.empty() || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    s.adjusted.assign(logits.begin(), logits.end());
+    for (const auto& [id, bias] : p.logit_bias) s.adjusted[static_cast<size_t>(id)] += bias;
+    for (const auto& [id, n] : s.counts)
+      s.adjusted[static_cast<size_t>(id)] -=
+          static_cast<float>(n) * p.frequency_penalty + (n > 0 ? p.presence_penalty : 0.0f);
+    logits = s.adjusted;
+  }
+  if (!s.grammar) return s.sampler.sample(logits);
+  const text::TokenMasker::Mask mask = s.grammar->allowed();
+  return s.sampler.sample(logits, *mask);
 }
 
 void Executor::fork_children(Session& parent, std::span<const float> logits) {
@@ -220,7 +240,13 @@ void Executor::sample(Session& s, std::span<const float> logits, int32_t drawn) 
     finish(s, Finish::kLength);
     return;
   }
-  const int32_t tok = drawn >= 0 ? drawn : s.sampler.sample(logits);
+  const int32_t tok = drawn != -1 ? drawn : draw_one(s, logits);
+  if (tok < 0) {  // a grammar with no allowed token: a dead end the grammar check missed
+    finish(s, Finish::kStop);
+    return;
+  }
+  if (s.grammar) static_cast<void>(s.grammar->accept(tok));  // the mask allowed it
+  ++s.counts[tok];
   s.tokens.push_back(tok);
   Completion& c = r.result.completions[static_cast<size_t>(s.completion)];
   c.tokens.push_back(tok);
@@ -242,6 +268,7 @@ void Executor::sample(Session& s, std::span<const float> logits, int32_t drawn) 
       why = Finish::kStop;
     }
   }
+  if (why == Finish::kNone && s.grammar && s.grammar->finished()) why = Finish::kStop;
   if (why == Finish::kNone && s.generated() >= p.max_new_tokens) why = Finish::kLength;
   // Stream what can no longer turn into a stop string; everything once finished.
   const size_t safe = why != Finish::kNone ? c.text.size()

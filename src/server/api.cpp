@@ -2,9 +2,12 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
+#include <set>
 #include <utility>
 
 #include "core/str_cat.h"
+#include "text/json_schema.h"
 
 namespace kvcache::server {
 namespace {
@@ -127,6 +130,10 @@ std::optional<ApiError> parse_messages(const json& obj, ApiRequest& r) {
     const json& m = (*it)[i];
     const std::string at = str_cat("messages[", i, "]");
     if (!m.is_object()) return bad_field(at, "'" + at + "' is " + type_name(m) + ", expected an object");
+    for (const auto& [key, v] : m.items())
+      if (key != "role" && key != "content" && key != "name")  // name: accepted, ignored
+        return ApiError{400, "'" + at + "." + key + "' is not supported by this server",
+                        "invalid_request_error", at + "." + key, "unsupported_parameter"};
     auto role = m.find("role");
     if (role == m.end() || !role->is_string())
       return bad_field(at + ".role", "'" + at + ".role' is required and must be a string");
@@ -145,32 +152,71 @@ std::optional<ApiError> parse_messages(const json& obj, ApiRequest& r) {
   return std::nullopt;
 }
 
-// Fields the API defines that this server accepts but does not act on: only their types are
-// checked, so a client's mistake is still a 400 naming the field.
-std::optional<ApiError> check_ignored(const json& obj) {
-  enum Kind { kNumber, kBool, kString, kObject, kArray, kBoolOrInt };
-  static const std::pair<const char*, Kind> kFields[] = {
-      {"presence_penalty", kNumber}, {"frequency_penalty", kNumber}, {"repetition_penalty", kNumber},
-      {"best_of", kNumber},          {"top_logprobs", kNumber},      {"logprobs", kBoolOrInt},
-      {"echo", kBool},               {"parallel_tool_calls", kBool}, {"store", kBool},
-      {"user", kString},             {"suffix", kString},            {"service_tier", kString},
-      {"logit_bias", kObject},       {"response_format", kObject},   {"metadata", kObject},
-      {"tools", kArray},
-  };
-  static const char* kNames[] = {"a number", "a boolean", "a string", "an object", "a list",
-                                 "a boolean or an integer"};
-  for (const auto& [key, kind] : kFields) {
-    auto it = obj.find(key);
-    if (it == obj.end() || it->is_null()) continue;
-    const bool fits = kind == kNumber    ? it->is_number()
-                      : kind == kBool    ? it->is_boolean()
-                      : kind == kString  ? it->is_string()
-                      : kind == kObject  ? it->is_object()
-                      : kind == kArray   ? it->is_array()
-                                         : it->is_boolean() || it->is_number_integer();
-    if (!fits)
-      return bad_field(key, std::string("'") + key + "' is " + type_name(*it) + ", expected " +
-                                kNames[kind]);
+ApiError unsupported(const std::string& key, const std::string& why) {
+  return ApiError{400, "'" + key + "' " + why + " (docs/server.md lists the request fields)",
+                  "invalid_request_error", key, "unsupported_parameter"};
+}
+
+// Every field of the body is one this server acts on, one it accepts and ignores (user,
+// metadata: their types are checked), or an API field at a value that asks for nothing (e.g.
+// "logprobs": false). Anything else is a 400 naming it: nothing is silently ignored.
+std::optional<ApiError> check_fields(const json& obj, bool chat,
+                                     const std::vector<std::string>& also) {
+  static const std::set<std::string> kActed = {
+      "model", "max_tokens", "temperature", "top_p", "top_k", "seed", "n", "stream",
+      "stream_options", "stop", "ignore_eos", "response_format", "logit_bias",
+      "presence_penalty", "frequency_penalty"};
+  // API fields that ask for nothing at these values (null is always nothing).
+  static const std::map<std::string, json> kInert = {
+      {"logprobs", false},  {"top_logprobs", 0},        {"echo", false},
+      {"best_of", 1},       {"tools", json::array()},   {"tool_choice", "none"},
+      {"store", false},     {"suffix", ""},             {"parallel_tool_calls", true}};
+  for (const auto& [key, value] : obj.items()) {
+    if (kActed.count(key) != 0 || (chat ? key == "messages" || key == "max_completion_tokens"
+                                        : key == "prompt"))
+      continue;
+    if (std::find(also.begin(), also.end(), key) != also.end()) continue;
+    if (key == "user" || key == "metadata") {
+      const bool fits = key == "user" ? value.is_string() || value.is_null()
+                                      : value.is_object() || value.is_null();
+      if (!fits)
+        return bad_field(key, "'" + key + "' is " + type_name(value) + ", expected " +
+                                  (key == "user" ? "a string" : "an object"));
+      continue;
+    }
+    if (auto it = kInert.find(key); it != kInert.end()) {
+      if (value.is_null() || value == it->second ||
+          (key == "parallel_tool_calls" && value.is_boolean()))
+        continue;
+      return unsupported(key, "= " + value.dump() + " is not supported by this server");
+    }
+    return ApiError{400, "unrecognized request field '" + key + "'", "invalid_request_error", key,
+                    "unknown_parameter"};
+  }
+  return std::nullopt;
+}
+
+// logit_bias {"id": bias in [-100, 100]}, presence_penalty / frequency_penalty in [-2, 2].
+std::optional<ApiError> parse_penalties(const json& obj, const ApiLimits& lim, ApiRequest& r) {
+  serve::GenerateParams& p = r.params;
+  if (auto e = number_field(obj, "presence_penalty", -2, 2, p.presence_penalty)) return e;
+  if (auto e = number_field(obj, "frequency_penalty", -2, 2, p.frequency_penalty)) return e;
+  auto it = obj.find("logit_bias");
+  if (it == obj.end() || it->is_null()) return std::nullopt;
+  if (!it->is_object())
+    return bad_field("logit_bias", "'logit_bias' is " + type_name(*it) + ", expected an object");
+  for (const auto& [key, v] : it->items()) {
+    int64_t id = -1;
+    if (!key.empty() && key.size() < 10 && key.find_first_not_of("0123456789") == std::string::npos)
+      id = std::stoll(key);
+    if (id < 0 || id >= lim.vocab)
+      return bad_field("logit_bias", str_cat("'logit_bias' has key \"", key,
+                                             "\", expected token ids in [0, ", lim.vocab, ")"));
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < -100 ||
+        v.get<double>() > 100)
+      return bad_field("logit_bias", "'logit_bias' of " + key + " = " + v.dump() +
+                                         ", expected a number in [-100, 100]");
+    p.logit_bias.emplace_back(static_cast<int32_t>(id), v.get<float>());
   }
   return std::nullopt;
 }
@@ -218,8 +264,59 @@ ApiError bad_field(std::string param, std::string message) {
                   "invalid_value"};
 }
 
+std::optional<ApiError> parse_response_format(const nlohmann::ordered_json& rf,
+                                              serve::GenerateParams& p) {
+  if (rf.is_null()) return std::nullopt;
+  if (!rf.is_object())
+    return bad_field("response_format", "'response_format' is " + std::string(rf.type_name()) +
+                                            ", expected an object");
+  for (const auto& [key, v] : rf.items())
+    if (key != "type" && key != "json_schema")
+      return ApiError{400, "unrecognized field 'response_format." + key + "'",
+                      "invalid_request_error", "response_format." + key, "unknown_parameter"};
+  auto type = rf.find("type");
+  if (type == rf.end() || !type->is_string())
+    return bad_field("response_format.type", "'response_format.type' is required: text, "
+                                             "json_object or json_schema");
+  const std::string t = type->get<std::string>();
+  if (t == "text") return std::nullopt;
+  if (t == "json_object") {
+    p.grammar = text::json_object_grammar();
+    return std::nullopt;
+  }
+  if (t != "json_schema")
+    return bad_field("response_format.type", "'response_format.type' = " + type->dump() +
+                                                 ", expected text, json_object or json_schema");
+  auto js = rf.find("json_schema");
+  if (js == rf.end() || !js->is_object())
+    return bad_field("response_format.json_schema",
+                     "'response_format.json_schema' is required with type json_schema: "
+                     "{\"name\", \"schema\", \"strict\"}");
+  for (const auto& [key, v] : js->items()) {
+    const std::string at = "response_format.json_schema." + key;
+    if (key == "name" || key == "description") {
+      if (!v.is_string()) return bad_field(at, "'" + at + "' must be a string");
+    } else if (key == "strict") {
+      if (!v.is_boolean() && !v.is_null()) return bad_field(at, "'" + at + "' must be a boolean");
+    } else if (key != "schema") {
+      return ApiError{400, "unrecognized field '" + at + "'", "invalid_request_error", at,
+                      "unknown_parameter"};
+    }
+  }
+  auto schema = js->find("schema");
+  if (schema == js->end() || !(schema->is_object() || schema->is_boolean()))
+    return bad_field("response_format.json_schema.schema",
+                     "'response_format.json_schema.schema' is required: a JSON Schema object");
+  Result<std::shared_ptr<const text::Grammar>> g = text::compile_json_schema(schema->dump());
+  if (!g.ok())
+    return ApiError{400, g.status().message(), "invalid_request_error",
+                    "response_format.json_schema.schema", "unsupported_schema"};
+  p.grammar = std::move(*g);
+  return std::nullopt;
+}
+
 std::optional<ApiError> parse_request(std::string_view body, bool chat, const ApiLimits& lim,
-                                      ApiRequest& r) {
+                                      ApiRequest& r, const std::vector<std::string>& also_allowed) {
   r = ApiRequest{};
   r.chat = chat;
   r.params.max_new_tokens = 0;
@@ -234,8 +331,14 @@ std::optional<ApiError> parse_request(std::string_view body, bool chat, const Ap
     r.model = model->get<std::string>();
   }
   if (auto e = chat ? parse_messages(obj, r) : parse_prompt(obj, lim, r)) return e;
-  if (auto e = check_ignored(obj)) return e;
-  return parse_sampling(obj, lim, r);
+  if (auto e = check_fields(obj, chat, also_allowed)) return e;
+  if (auto e = parse_penalties(obj, lim, r)) return e;
+  if (auto e = parse_sampling(obj, lim, r)) return e;
+  auto rf = obj.find("response_format");
+  if (rf == obj.end() || rf->is_null()) return std::nullopt;
+  // Again in the order the client wrote it: a schema's properties are generated in order.
+  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body, nullptr, false);
+  return parse_response_format(ordered.at("response_format"), r.params);
 }
 
 std::optional<ApiError> resolve_max_tokens(ApiRequest& r, int64_t prompt_tokens,

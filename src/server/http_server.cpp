@@ -187,7 +187,7 @@ void HttpServer::Impl::saved_prefix(const httplib::Request& req, httplib::Respon
   PrefixReply r;
   if (save) {
     ApiRequest ar;
-    if (auto e = parse_request(req.body, body.contains("messages"), model.limits, ar))
+    if (auto e = parse_request(req.body, body.contains("messages"), model.limits, ar, {"name"}))
       return reply_error(res, *e);
     std::vector<int32_t> prompt;
     if (auto e = encode(ar, prompt, /*generation_prompt=*/false)) return reply_error(res, *e);

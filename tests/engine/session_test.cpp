@@ -286,6 +286,28 @@ TEST(Sampler, GreedyTopKAndTopPBehave) {
   EXPECT_GT(seen[2], 0);
 }
 
+// An allowed-token mask removes tokens before greedy, top-k and top-p: the best allowed token
+// wins greedily, a draw never leaves the mask, and an empty mask draws nothing (-1).
+TEST(Sampler, AMaskRestrictsEveryDrawToAllowedTokens) {
+  const std::vector<float> logits = {0.1f, 2.0f, 1.9f, -1.0f, 0.5f};
+  const std::vector<uint64_t> only_0_and_3 = {0b01001};
+  Sampler g(SamplerConfig{});
+  EXPECT_EQ(g.sample(logits, only_0_and_3), 0);  // 0.1 > -1.0
+  EXPECT_EQ(g.sample(logits, std::vector<uint64_t>{0b10000}), 4);
+  EXPECT_EQ(g.sample(logits, std::vector<uint64_t>{0}), -1);
+  EXPECT_EQ(g.sample(logits, std::span<const uint64_t>{}), 1);  // no mask: every token
+  Sampler hot(SamplerConfig{50.0f, 0, 1.0f, 3});
+  Sampler k1(SamplerConfig{50.0f, 1, 1.0f, 3});
+  std::vector<int> seen(5, 0);
+  for (int i = 0; i < 200; ++i) {
+    ++seen[hot.sample(logits, only_0_and_3)];
+    EXPECT_EQ(k1.sample(logits, only_0_and_3), 0);  // top-k counts allowed tokens only
+  }
+  EXPECT_EQ(seen[1] + seen[2] + seen[4], 0);
+  EXPECT_GT(seen[0], 0);
+  EXPECT_GT(seen[3], 0);
+}
+
 // The radix ordering of the sampler is the comparison sort's order exactly: over vocabularies
 // with many ties (values on a grid of 1/8), -0 beside +0, infinities, and every keep from a
 // short top-k (partial sort) to the whole vocabulary (radix sort).

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "text/grammar_matcher.h"
+
 namespace kvcache::server {
 namespace {
 
@@ -93,12 +95,109 @@ TEST(ApiParse, BadInputIsA400NamingTheField) {
             "user");
   EXPECT_EQ(expect_error(R"({"prompt":"a","logit_bias":[1]})", false).message,
             "'logit_bias' is array, expected an object");
-  ApiRequest ignored;
-  EXPECT_FALSE(parse_request(R"({"prompt":"a","presence_penalty":0.5,"logprobs":2,"user":"u",
-      "logit_bias":{},"unknown":[1,{"x":2}]})", false, kLimits, ignored));
   const ApiError e = expect_error(R"({"prompt":"a","max_tokens":0})", false);
   EXPECT_EQ(e.status, 400);
   EXPECT_EQ(e.message, "'max_tokens' = 0, expected a value in [1, 256]");
+}
+
+TEST(ApiParse, NoFieldIsSilentlyIgnored) {
+  // Fields the server does not implement: 400 naming them, code unsupported_parameter.
+  for (const char* body : {R"({"prompt":"a","tools":[{"type":"function"}]})",
+                           R"({"prompt":"a","tool_choice":5})", R"({"prompt":"a","logprobs":2})",
+                           R"({"prompt":"a","best_of":3})", R"({"prompt":"a","suffix":"z"})",
+                           R"({"prompt":"a","echo":true})", R"({"prompt":"a","top_logprobs":3})"}) {
+    const ApiError e = expect_error(body, false);
+    EXPECT_EQ(e.status, 400) << body;
+    EXPECT_EQ(e.code, "unsupported_parameter") << body;
+    EXPECT_NE(std::string(body).find("\"" + e.param + "\""), std::string::npos) << body;
+  }
+  EXPECT_EQ(expect_error(R"({"prompt":"a","echo":true})", false).message,
+            "'echo' = true is not supported by this server (docs/server.md lists the request "
+            "fields)");
+  // Message fields too: role and content are read, name is accepted and ignored.
+  const ApiError tc = expect_error(R"({"messages":[{"role":"user","content":"x"},
+      {"role":"assistant","content":"y","tool_calls":[]}]})", true);
+  EXPECT_EQ(tc.param, "messages[1].tool_calls");
+  EXPECT_EQ(tc.code, "unsupported_parameter");
+  ApiRequest named;
+  EXPECT_FALSE(parse_request(R"({"messages":[{"role":"user","content":"x","name":"ann"}]})", true,
+                             kLimits, named));
+  // Outside the API: unknown_parameter.
+  const ApiError u = expect_error(R"({"prompt":"a","max_token":5})", false);
+  EXPECT_EQ(u.param, "max_token");
+  EXPECT_EQ(u.code, "unknown_parameter");
+  EXPECT_EQ(u.message, "unrecognized request field 'max_token'");
+  EXPECT_EQ(expect_error(R"({"prompt":"a","messages":[]})", false).param, "messages");
+  EXPECT_EQ(expect_error(R"({"messages":[{"role":"user","content":"x"}],"prompt":"a"})", true).param,
+            "prompt");
+  // Accepted and ignored (type-checked), and API fields at values that ask for nothing.
+  ApiRequest r;
+  EXPECT_FALSE(parse_request(R"({"prompt":"a","user":"u","metadata":{"k":"v"},"logprobs":false,
+      "echo":false,"best_of":1,"tools":[],"tool_choice":"none","store":false,"suffix":null,
+      "parallel_tool_calls":false,"top_logprobs":0})", false, kLimits, r));
+  EXPECT_EQ(expect_error(R"({"prompt":"a","metadata":"x"})", false).param, "metadata");
+  // A caller's own fields (/v1/cache/save's "name") pass when it says so.
+  EXPECT_EQ(expect_error(R"({"prompt":"a","name":"p"})", false).param, "name");
+  EXPECT_FALSE(parse_request(R"({"prompt":"a","name":"p"})", false, kLimits, r, {"name"}));
+}
+
+TEST(ApiParse, PenaltiesAndLogitBiasAreRead) {
+  ApiRequest r;
+  ASSERT_FALSE(parse_request(R"({"prompt":"a","presence_penalty":0.5,"frequency_penalty":-1,
+      "logit_bias":{"7":-100,"255":2.5}})", false, kLimits, r));
+  EXPECT_FLOAT_EQ(r.params.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.params.frequency_penalty, -1.0f);
+  ASSERT_EQ(r.params.logit_bias.size(), 2u);
+  EXPECT_EQ(r.params.logit_bias[0], (std::pair<int32_t, float>{255, 2.5f}));  // keys sort as text
+  EXPECT_EQ(r.params.logit_bias[1], (std::pair<int32_t, float>{7, -100.0f}));
+  EXPECT_EQ(expect_error(R"({"prompt":"a","presence_penalty":99})", false).message,
+            "'presence_penalty' = 99, expected a value in [-2, 2]");
+  EXPECT_EQ(expect_error(R"({"prompt":"a","logit_bias":{"256":1}})", false).message,
+            "'logit_bias' has key \"256\", expected token ids in [0, 256)");
+  EXPECT_EQ(expect_error(R"({"prompt":"a","logit_bias":{"x":1}})", false).param, "logit_bias");
+  EXPECT_EQ(expect_error(R"({"prompt":"a","logit_bias":{"3":-101}})", false).message,
+            "'logit_bias' of 3 = -101, expected a number in [-100, 100]");
+}
+
+TEST(ApiParse, ResponseFormatSelectsAGrammar) {
+  ApiRequest r;
+  ASSERT_FALSE(parse_request(R"({"prompt":"a","response_format":{"type":"text"}})", false, kLimits, r));
+  EXPECT_EQ(r.params.grammar, nullptr);
+  ASSERT_FALSE(parse_request(R"({"prompt":"a","response_format":{"type":"json_object"}})", false,
+                             kLimits, r));
+  EXPECT_NE(r.params.grammar, nullptr);
+  ASSERT_FALSE(parse_request(R"({"messages":[{"role":"user","content":"x"}],"response_format":
+      {"type":"json_schema","json_schema":{"name":"p","strict":true,"schema":{"type":"object",
+      "properties":{"z":{"type":"integer"},"a":{"type":"string"}},"required":["z","a"],
+      "additionalProperties":false}}}})", true, kLimits, r));
+  ASSERT_NE(r.params.grammar, nullptr);
+  // Properties in the client's order: "z" before "a".
+  text::GrammarMatcher m(r.params.grammar);
+  EXPECT_NE(m.advance(m.start(), std::string_view(R"({"z":1,"a":"")")), text::kDeadState);
+  EXPECT_EQ(m.advance(m.start(), std::string_view(R"({"a")")), text::kDeadState);
+}
+
+TEST(ApiParse, BadResponseFormatsAreA400NamingTheField) {
+  const ApiError bogus = expect_error(R"({"prompt":"a","response_format":{"type":"bogus"}})", false);
+  EXPECT_EQ(bogus.status, 400);
+  EXPECT_EQ(bogus.param, "response_format.type");
+  EXPECT_EQ(bogus.message, "'response_format.type' = \"bogus\", expected text, json_object or "
+                           "json_schema");
+  EXPECT_EQ(expect_error(R"({"prompt":"a","response_format":"json"})", false).param,
+            "response_format");
+  EXPECT_EQ(expect_error(R"({"prompt":"a","response_format":{"type":"json_schema"}})", false).param,
+            "response_format.json_schema");
+  EXPECT_EQ(expect_error(R"({"prompt":"a","response_format":{"type":"json_schema",
+      "json_schema":{"name":"x"}}})", false).param, "response_format.json_schema.schema");
+  EXPECT_EQ(expect_error(R"({"prompt":"a","response_format":{"type":"json_object","x":1}})",
+                         false).param, "response_format.x");
+  const ApiError kw = expect_error(R"({"prompt":"a","response_format":{"type":"json_schema",
+      "json_schema":{"name":"t","schema":{"type":"object","properties":{"tags":{"type":"array",
+      "uniqueItems":true}}}}}})", false);
+  EXPECT_EQ(kw.status, 400);
+  EXPECT_EQ(kw.code, "unsupported_schema");
+  EXPECT_EQ(kw.param, "response_format.json_schema.schema");
+  EXPECT_EQ(kw.message, "unsupported JSON Schema keyword 'uniqueItems' at /properties/tags");
 }
 
 TEST(ApiParse, MaxTokensResolvesAgainstTheSessionBudget) {

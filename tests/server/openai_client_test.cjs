@@ -1,6 +1,8 @@
 // The official `openai` npm client against `kvcache serve`: models, a streamed chat completion
 // (role first, content deltas, one finish_reason, the usage chunk), the same answer unstreamed,
-// a text completion with usage, and the client's typed errors for 400 and 401.
+// a text completion with usage, a json_schema response_format (n = 2, each answer parsed and
+// checked), and the client's typed errors for 400 (max_tokens, an unsupported schema keyword,
+// tools) and 401.
 // Usage: node openai_client_test.cjs NPM_DIR BASE_URL API_KEY
 "use strict";
 const { createRequire } = require("node:module");
@@ -47,6 +49,32 @@ async function main() {
   await assert.rejects(
     client.chat.completions.create({ model: "tiny", messages, max_tokens: 0 }),
     (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === "max_tokens");
+  // Structured output: a json_schema answer parses and fits; an unenforceable keyword is a 400.
+  const schema = {
+    type: "object", additionalProperties: false, required: ["color", "count"],
+    properties: { color: { enum: ["red", "green", "blue"] },
+                  count: { type: "integer", minimum: 1, maximum: 20 } },
+  };
+  const shaped = await client.chat.completions.create({
+    model: "tiny", messages, max_tokens: 64, temperature: 0.9, seed: 4, n: 2,
+    response_format: { type: "json_schema", json_schema: { name: "pick", strict: true, schema } },
+  });
+  for (const c of shaped.choices) {
+    assert.equal(c.finish_reason, "stop");
+    const v = JSON.parse(c.message.content);
+    assert.deepEqual(Object.keys(v), ["color", "count"]);
+    assert.ok(["red", "green", "blue"].includes(v.color));
+    assert.ok(Number.isInteger(v.count) && v.count >= 1 && v.count <= 20);
+  }
+  await assert.rejects(
+    client.chat.completions.create({ model: "tiny", messages, response_format: {
+      type: "json_schema", json_schema: { name: "t", schema: { type: "array", uniqueItems: true } } } }),
+    (e) => e instanceof OpenAI.BadRequestError && e.status === 400 &&
+           e.message.includes("unsupported JSON Schema keyword 'uniqueItems' at the root"));
+  await assert.rejects(
+    client.chat.completions.create({ model: "tiny", messages, tools: [{ type: "function",
+      function: { name: "f", parameters: { type: "object" } } }] }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === "tools");
   const wrong = new OpenAI({ baseURL: baseURL + "/v1", apiKey: "wrong", maxRetries: 0 });
   await assert.rejects(wrong.models.list(),
     (e) => e instanceof OpenAI.AuthenticationError && e.status === 401);

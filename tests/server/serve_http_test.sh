@@ -168,8 +168,10 @@ error_param POST /v1/completions '{"prompt": "a", "n": 99}'
 jcheck "j['error']['param']=='n'"
 error_param POST /v1/completions '{"prompt": [1, 99999]}'
 jcheck "j['error']['param']=='prompt'"
-error_param POST /v1/completions '{"prompt": "a", "temperature": "hot", "unknown_extra": {"x": 1}}'
+error_param POST /v1/completions '{"prompt": "a", "temperature": "hot"}'
 jcheck "j['error']['param']=='temperature'"
+error_param POST /v1/completions '{"prompt": "a", "unknown_extra": {"x": 1}}'
+jcheck "j['error']['param']=='unknown_extra' and j['error']['code']=='unknown_parameter'"
 error_param POST /v1/chat/completions '{"messages": []}'
 jcheck "j['error']['param']=='messages'"
 error_param POST /v1/chat/completions '{"messages": [{"role": "wizard", "content": "x"}]}'

@@ -1,5 +1,7 @@
 // Picks the next token from a row of logits: greedy (temperature 0) or sampled with
-// temperature, top-k and top-p. Layer: engine. Reproducible for a seed (std::mt19937_64).
+// temperature, top-k and top-p, optionally only among allowed tokens (a mask some caller
+// computed, e.g. a grammar's). Layer: engine. Reproducible for a seed (std::mt19937_64).
+// It does not know why a token is allowed.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +29,10 @@ class Sampler {
  public:
   explicit Sampler(const SamplerConfig& config);
   int32_t sample(std::span<const float> logits);
+  // As sample(), over only the tokens whose bit is set in `allowed` (bit id % 64 of word
+  // id / 64; ceil(vocab / 64) words; empty = every token): the others count as -infinity
+  // before top-k/top-p. -1 when no token is allowed (nothing drawn).
+  int32_t sample(std::span<const float> logits, std::span<const uint64_t> allowed);
   const SamplerConfig& config() const { return config_; }
 
  private:
@@ -34,6 +40,8 @@ class Sampler {
   std::mt19937_64 rng_;
   std::vector<int32_t> order_;
   std::vector<double> probs_;
+  std::vector<float> masked_;  // the logits with disallowed tokens at -infinity
+  int32_t draw(std::span<const float> logits, int32_t limit);
 };
 
 int32_t argmax(std::span<const float> logits);

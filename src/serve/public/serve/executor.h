@@ -30,6 +30,8 @@
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/snapshot.h"
+#include "text/grammar.h"
+#include "text/token_mask.h"
 #include "text/tokenizer.h"
 #include "serve/kv_store.h"
 #include "serve/prefix_index.h"
@@ -69,6 +71,18 @@ struct GenerateParams {
   int32_t n = 1;                        // completions; n > 1 prefills once and forks
   std::vector<std::string> stop;        // stop strings (excluded from the text)
   bool ignore_eos = false;
+  // Constrained decoding: null = free text. Each completion samples only tokens that keep its
+  // text a prefix of a document of the grammar (text/token_mask.h) and stops once the document
+  // is complete and nothing may follow; the completions of a request share one matcher and
+  // its mask cache. A preempted session keeps its grammar state (its tokens are recomputed,
+  // not resampled).
+  std::shared_ptr<const text::Grammar> grammar;
+  // OpenAI's logit adjustments, before the grammar mask and sampling: logit[id] += bias;
+  // logit[t] -= count(t) * frequency_penalty + (count(t) > 0) * presence_penalty, count over
+  // the completion's generated tokens.
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, bias in [-100, 100])
+  float presence_penalty = 0.0f;                      // [-2, 2]
+  float frequency_penalty = 0.0f;                     // [-2, 2]
 };
 
 // Serialized by name ("stop", "length", "cache_full", "cancelled"); append only.
@@ -113,6 +127,8 @@ struct ExecutorStats {
   int32_t waiting = 0;                  // queued sessions
   int32_t retained = 0;                 // finished sequences kept for their prefix
   int32_t checkpoints = 0;              // of which prompt checkpoints
+  int32_t grammar_matchers = 0;         // matchers kept for grammars (one per compiled grammar:
+                                        // requests with the same one share its mask cache)
   // Shared store (all 0 without one):
   int64_t store_hit_tokens = 0;         // prompt tokens written from store blocks (a part of
                                         // prefix_hit_tokens)
@@ -239,6 +255,9 @@ class Executor {
   // `drawn` >= 0: the token s's sampler already drew from `logits` (draw_tokens).
   void sample(Session& s, std::span<const float> logits, int32_t drawn = -1);
   std::vector<int32_t> draw_tokens(std::span<const int64_t> row_session);
+  // s's next token from `logits`, under its grammar's mask if it has one; -1 when the mask
+  // allows nothing.
+  int32_t draw_one(Session& s, std::span<const float> logits);
   void fork_children(Session& parent, std::span<const float> logits);
 
   // The shared store (executor_store.cpp).
@@ -252,6 +271,13 @@ class Executor {
 
   const engine::Model& model_;
   const text::Tokenizer* tokenizer_;
+  std::optional<text::TokenTrie> trie_;  // the vocabulary's token bytes, built at the first
+                                           // request with a grammar
+  // The masker of each compiled grammar in use, so that requests with the same grammar share
+  // states and cached masks; the last kKeptMaskers stay alive between requests.
+  std::unordered_map<const text::Grammar*, std::weak_ptr<text::TokenMasker>> maskers_;
+  std::deque<std::shared_ptr<text::TokenMasker>> kept_maskers_;
+  std::shared_ptr<text::TokenMasker> masker_for(const std::shared_ptr<const text::Grammar>& g);
   ExecutorOptions opt_;
   engine::CacheSetup setup_;
   std::shared_ptr<Cache> cache_;

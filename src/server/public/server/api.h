@@ -1,9 +1,10 @@
 // The OpenAI wire format: parsing and checking /v1/completions and /v1/chat/completions
 // bodies, and building responses, stream chunks, usage and error objects. Layer: server.
 // Pure functions over JSON values: no sockets, no threads, no model (limits come in).
-// Unknown fields are ignored (clients send many); known fields of the wrong type or range,
-// including API fields this server does not act on (penalties, logprobs, user, ...), are a
-// 400 naming the field.
+// No field is silently ignored: a field this server does not act on is a 400 naming it
+// (code "unsupported_parameter", or "unknown_parameter" outside the API), except user and
+// metadata (accepted, type-checked, ignored) and API fields at values that ask for nothing
+// ("logprobs": false, "tools": [], ...). Fields of the wrong type or range are a 400 too.
 #pragma once
 
 #include <cstdint>
@@ -53,8 +54,20 @@ struct ApiRequest {
 // Parses a request body. A 400 names the field: malformed JSON (param null), a field of the
 // wrong type or out of range, an empty prompt or messages, n above max_sessions, a token id
 // outside the vocabulary, max_tokens < 1 or above max_session_tokens.
+// `also_allowed`: more top-level fields the caller reads itself (e.g. "name" of
+// /v1/cache/save).
 std::optional<ApiError> parse_request(std::string_view body, bool chat, const ApiLimits& limits,
-                                      ApiRequest& out);
+                                      ApiRequest& out,
+                                      const std::vector<std::string>& also_allowed = {});
+
+// response_format: {"type": "text"} (or null), {"type": "json_object"} (any JSON object) or
+// {"type": "json_schema", "json_schema": {"name", "description", "schema", "strict"}}: sets
+// p.grammar. A schema the compiler refuses is a 400 with its message (naming the keyword and
+// JSON pointer), param "response_format.json_schema.schema", code "unsupported_schema"; an
+// unknown type is a 400 naming response_format.type. Ordered JSON: properties keep the
+// client's order.
+std::optional<ApiError> parse_response_format(const nlohmann::ordered_json& rf,
+                                              serve::GenerateParams& p);
 
 // Sets params.max_new_tokens once the prompt length is known: max_tokens, else 16 for
 // completions and the rest of the session budget for chat. 413 (code
