@@ -54,6 +54,25 @@ TEST(SequenceCache, ChunkedStepsMatchBruteForceAcrossDtypesThreadsAndGrowth) {
     }
 }
 
+// The test above keeps every attention call below attend()'s 2^18 multiply-add threshold, so
+// its thread counts run one thread. Here one layer of 8 q heads x (64 + 64) dims makes each key
+// 1024 multiply-adds: 64-token steps over up to 576 keys, then 1-token decodes over 577+ keys
+// (5.9e5 >= 2^18) are shared over the pool, and must still match the brute force.
+TEST(SequenceCache, StepsAboveTheParallelThresholdMatchBruteForceAcrossThreads) {
+  const CacheGeometry g{{LayerGeometry{2, 64, 64, 0}}};
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (int threads : {1, 2, 4}) {
+      ThreadPool tp(threads);
+      CpuCacheOptions o;
+      o.pool = &tp;
+      auto cache = make(kSequenceKind, config(600, dt, 0, 64), o, g);
+      CacheDriver drv(*cache, {8}, 31 + threads);
+      for (int i = 0; i < 9; ++i) drv.step(std::vector<int32_t>(64, 0));
+      for (int i = 0; i < 3; ++i) drv.step({0});
+      EXPECT_EQ(cache->pos(0), 579);
+    }
+}
+
 TEST(SequenceCache, KeysOfTheLayoutsRunsReadOldestFirstAcrossTheWrap) {
   // Positions 5..9 in a ring of 7 slots, as SequenceLayout::visible gives them: slots 5, 6
   // then 0, 1, 2.

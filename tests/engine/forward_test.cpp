@@ -157,16 +157,28 @@ TEST(Forward, ReducedPrecisionStorageAgreesWithF32OnTheFirstTokens) {
   }
 }
 
+// Shapes that cross the thresholds at which work is shared over the pool (the tiny default
+// model crosses none): 16-token chunks of f32 weights make the logits product 16 x 128 x 512 =
+// 2^20 multiply-adds over 512 rows (matmul splits rows from 2^17 and 32 rows), and the chunk at
+// positions 64..79 reads 64..79 keys per token on the full layers, 1144 keys x 4 q heads x
+// (32 + 32) = 292864 multiply-adds (attend() shares tokens from 2^18).
 TEST(Forward, ThreadCountDoesNotChangeLogitsBeyondRounding) {
-  Model model = tiny_model(TinySpec{});
-  const std::vector<int32_t> tokens = some_tokens(16, 260, 9);
+  TinySpec spec;
+  spec.d_model = 128;
+  spec.d_ff = 256;
+  spec.vocab = 512;
+  spec.head_dim = 32;
+  spec.cache_windows = {0, 16, 0};  // a sliding layer as wide as the chunk
+  Model model = tiny_model(spec);
+  const std::vector<int32_t> tokens = some_tokens(80, 512, 9);
   std::vector<double> want = reference_logits(model, tokens);
   for (int threads : {1, 2, 3}) {
     cpu::set_global_threads(threads);
     CacheOptions o;
-    o.capacity = 32;
+    o.capacity = 96;
+    o.max_step_tokens = 16;
     Built b = build(model, o);
-    EXPECT_LE(rel_diff(cached_logits(b, tokens, 4), want), kTol) << threads;
+    EXPECT_LE(rel_diff(cached_logits(b, tokens, 16), want), kTol) << threads;
   }
   cpu::set_global_threads(2);
 }

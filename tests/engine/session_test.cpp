@@ -26,9 +26,17 @@ std::vector<int32_t> greedy(const Model& model, const CacheOptions& o,
   return st.ok() ? st->generated : std::vector<int32_t>{};
 }
 
+// A vocabulary of 1024 over d_model 128 makes each token's logits product 2^17 multiply-adds
+// over 1024 rows, where matmul starts sharing rows over the pool (the default tiny model stays
+// below every threshold, so its "2 threads" ran on one).
 TEST(Session, GreedyOutputIsIdenticalAcrossLayoutsChunksAndThreads) {
-  Model model = tiny_model(TinySpec{});
-  const std::vector<int32_t> prompt = some_tokens(11, 260, 21);
+  TinySpec spec;
+  spec.d_model = 128;
+  spec.d_ff = 256;
+  spec.vocab = 1024;
+  spec.head_dim = 32;
+  Model model = tiny_model(spec);
+  const std::vector<int32_t> prompt = some_tokens(11, 1024, 21);
   CacheOptions base;
   base.capacity = 64;
   const std::vector<int32_t> want = greedy(model, base, prompt, 12);

@@ -34,10 +34,12 @@ TEST(Kernels, MatmulMatchesReferenceOverShapes) {
 
 // f16 weights: the dispatched gemv (T = 1, threaded) and the block-converting sgemm (T > 1,
 // more rows than one 256-row block) against the double reference on the same half values.
+// in = 128 makes the gemv cross the row-sharing threshold (300 x 128 >= 2^15 elements, >= 128
+// rows); smaller products run on one thread whatever the pool.
 TEST(Kernels, F16MatmulMatchesReferenceOverShapesAndThreads) {
   for (int threads : {1, 2})
     for (int64_t t : {1, 4, 7, 16, 17})
-      for (int64_t in : {1, 17, 64})
+      for (int64_t in : {1, 17, 64, 128})
         for (int64_t out : {3, 300})
           for (bool acc : {false, true}) {
             cpu::set_global_threads(threads);
