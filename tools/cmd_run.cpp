@@ -32,6 +32,7 @@
 #include "op_test/npy.h"
 #include "program/cache_summary.h"
 #include "program/gguf.h"
+#include "program/gguf_keys.h"
 #include "text/chat_template.h"
 #include "session_file.h"
 
@@ -340,7 +341,7 @@ int interactive(const RunFlags& f, Loaded& l, engine::Session& session,
 // --chat: the conversation is rendered with the chat template each turn; when what the session
 // already holds is a prefix of the new rendering only the rest is fed, else it starts over.
 int chat(const RunFlags& f, Loaded& l, engine::Session& session, engine::Sampler& sampler) {
-  Result<std::string> model_template = l.file->get_string("tokenizer.chat_template");
+  Result<std::string> model_template = l.file->get_string(gguf::key_pattern(gguf::Key::kTokenizerChatTemplate));
   const text::TemplateChoice choice = text::choose_chat_template(
       f.chat_template, model_template.ok() ? std::optional<std::string>(*model_template) : std::nullopt);
   if (!choice.tmpl) return fail(flag_message(invalid_argument(choice.problem), {kChatFieldFlags}));

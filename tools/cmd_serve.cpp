@@ -19,6 +19,7 @@
 #include "engine/runtime.h"
 #include "flag_names.h"
 #include "program/cache_summary.h"
+#include "program/gguf_keys.h"
 #include "serve/executor.h"
 #include "server/engine_loop.h"
 #include "server/http_server.h"
@@ -90,7 +91,7 @@ void add_flags(CLI::App* cmd, ServeFlags& f) {
 // The template from --chat-template or the model's own; nullopt (with a startup warning and
 // the message chat requests get) when neither names a known one.
 void pick_template(const ServeFlags& f, const engine::LoadedModel& m, server::ServerOptions& o) {
-  Result<std::string> text = m.file->get_string("tokenizer.chat_template");
+  Result<std::string> text = m.file->get_string(gguf::key_pattern(gguf::Key::kTokenizerChatTemplate));
   text::TemplateChoice c = text::choose_chat_template(
       f.chat_template, text.ok() ? std::optional<std::string>(*text) : std::nullopt);
   o.chat_template = c.tmpl;

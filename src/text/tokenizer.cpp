@@ -1,5 +1,6 @@
 // Special tokens, BOS/EOS, dispatch and decoding. See tokenizer.h.
 #include "text/tokenizer.h"
+#include "program/gguf_keys.h"
 
 #include <algorithm>
 #include <optional>
@@ -12,6 +13,9 @@
 #include "text/vocab.h"
 
 namespace kvcache::text {
+
+// The GGUF key table's spelling of a tokenizer key (program/gguf_keys.h).
+constexpr std::string_view gguf_key(gguf::Key k) { return gguf::key_pattern(k); }
 
 struct Tokenizer::Impl {
   Vocab vocab;
@@ -94,7 +98,7 @@ Result<Tokenizer> Tokenizer::from_gguf(const gguf::GgufFile& file) {
 }
 
 Result<Tokenizer> Tokenizer::from_gguf(const gguf::GgufFile& file, int32_t vocab) {
-  Result<std::string> model = file.get_string("tokenizer.ggml.model");
+  Result<std::string> model = file.get_string(gguf_key(gguf::Key::kTokenizerModel));
   if (!model.ok()) {
     if (model.status().code() != StatusCode::kNotFound)
       return Status(model.status().code(), "tokenizer: " + model.status().message());
@@ -110,7 +114,7 @@ Result<Tokenizer> Tokenizer::from_gguf(const gguf::GgufFile& file, int32_t vocab
                             "(byte-level BPE) or no key (raw bytes)");
   std::string pre_name = "gpt-2";  // a BPE file written before the key existed
   if (!spm) {
-    Result<std::string> pre = file.get_string("tokenizer.ggml.pre");
+    Result<std::string> pre = file.get_string(gguf_key(gguf::Key::kTokenizerPre));
     if (pre.ok()) pre_name = *pre;
     else if (pre.status().code() != StatusCode::kNotFound)
       return Status(pre.status().code(), "tokenizer: " + pre.status().message());
@@ -134,7 +138,7 @@ Result<Tokenizer> Tokenizer::from_gguf(const gguf::GgufFile& file, int32_t vocab
     t.kind_ = Kind::kSpm;
   } else {
     std::vector<std::string> merges;
-    Result<std::vector<std::string>> m = file.get_string_array("tokenizer.ggml.merges");
+    Result<std::vector<std::string>> m = file.get_string_array(gguf_key(gguf::Key::kTokenizerMerges));
     if (m.ok()) merges = std::move(*m);
     else if (m.status().code() != StatusCode::kNotFound)
       return Status(m.status().code(), "tokenizer: " + m.status().message());

@@ -1,11 +1,15 @@
 // Vocabulary from GGUF keys. See vocab.h.
 #include "text/vocab.h"
+#include "program/gguf_keys.h"
 
 #include <algorithm>
 
 #include "core/str_cat.h"
 
 namespace kvcache::text {
+
+// The GGUF key table's spelling of a tokenizer key (program/gguf_keys.h).
+constexpr std::string_view gguf_key(gguf::Key k) { return gguf::key_pattern(k); }
 namespace {
 
 // Texts that end a turn in the common chat formats (ChatML, Llama 3, Gemma, Phi-3, ...).
@@ -17,7 +21,7 @@ constexpr std::string_view kTurnEnds[] = {
 std::string key_error(const Status& s) { return "tokenizer: " + s.message(); }
 
 // An optional id key: -1 when absent; InvalidArgument when outside [0, n).
-Result<int32_t> read_id(const gguf::GgufFile& f, const std::string& key, int32_t n) {
+Result<int32_t> read_id(const gguf::GgufFile& f, std::string_view key, int32_t n) {
   Result<int64_t> v = f.get_int(key);
   if (!v.ok()) {
     if (v.status().code() == StatusCode::kNotFound) return -1;
@@ -29,7 +33,7 @@ Result<int32_t> read_id(const gguf::GgufFile& f, const std::string& key, int32_t
   return static_cast<int32_t>(*v);
 }
 
-Result<bool> read_flag(const gguf::GgufFile& f, const std::string& key, bool dflt) {
+Result<bool> read_flag(const gguf::GgufFile& f, std::string_view key, bool dflt) {
   Result<bool> v = f.get_bool(key);
   if (v.ok()) return *v;
   if (v.status().code() == StatusCode::kNotFound) return dflt;
@@ -58,7 +62,7 @@ void finish_vocab(Vocab& v) {
 
 Result<Vocab> read_vocab(const gguf::GgufFile& f, bool default_add_bos) {
   Vocab v;
-  Result<std::vector<std::string>> tokens = f.get_string_array("tokenizer.ggml.tokens");
+  Result<std::vector<std::string>> tokens = f.get_string_array(gguf_key(gguf::Key::kTokenizerTokens));
   if (!tokens.ok()) return Status(tokens.status().code(), key_error(tokens.status()));
   if (tokens->empty()) return invalid_argument("tokenizer: tokenizer.ggml.tokens is empty");
   if (tokens->size() > (size_t{1} << 30))
@@ -66,7 +70,7 @@ Result<Vocab> read_vocab(const gguf::GgufFile& f, bool default_add_bos) {
                                     tokens->size(), " entries, expected < 2^30"));
   v.tokens = std::move(*tokens);
   const size_t n = v.tokens.size();
-  Result<std::vector<double>> scores = f.get_float_array("tokenizer.ggml.scores");
+  Result<std::vector<double>> scores = f.get_float_array(gguf_key(gguf::Key::kTokenizerScores));
   if (scores.ok()) {
     if (scores->size() != n)
       return invalid_argument(str_cat("tokenizer: tokenizer.ggml.scores has ",
@@ -76,7 +80,7 @@ Result<Vocab> read_vocab(const gguf::GgufFile& f, bool default_add_bos) {
   } else if (scores.status().code() != StatusCode::kNotFound) {
     return Status(scores.status().code(), key_error(scores.status()));
   }
-  Result<std::vector<int64_t>> types = f.get_int_array("tokenizer.ggml.token_type");
+  Result<std::vector<int64_t>> types = f.get_int_array(gguf_key(gguf::Key::kTokenizerTokenType));
   if (types.ok()) {
     if (types->size() != n)
       return invalid_argument(str_cat("tokenizer: tokenizer.ggml.token_type has ",
@@ -94,26 +98,26 @@ Result<Vocab> read_vocab(const gguf::GgufFile& f, bool default_add_bos) {
     return Status(types.status().code(), key_error(types.status()));
   }
   const auto ni = static_cast<int32_t>(n);
-  struct IdKey { const char* key; int32_t* out; };
-  for (IdKey k : {IdKey{"tokenizer.ggml.bos_token_id", &v.bos},
-                  IdKey{"tokenizer.ggml.eos_token_id", &v.eos},
-                  IdKey{"tokenizer.ggml.unknown_token_id", &v.unk},
-                  IdKey{"tokenizer.ggml.eot_token_id", &v.eot},
-                  IdKey{"tokenizer.ggml.eom_token_id", &v.eom}}) {
+  struct IdKey { std::string_view key; int32_t* out; };
+  for (IdKey k : {IdKey{gguf_key(gguf::Key::kTokenizerBosId), &v.bos},
+                  IdKey{gguf_key(gguf::Key::kTokenizerEosId), &v.eos},
+                  IdKey{gguf_key(gguf::Key::kTokenizerUnknownId), &v.unk},
+                  IdKey{gguf_key(gguf::Key::kTokenizerEotId), &v.eot},
+                  IdKey{gguf_key(gguf::Key::kTokenizerEomId), &v.eom}}) {
     Result<int32_t> id = read_id(f, k.key, ni);
     if (!id.ok()) return id.status();
     *k.out = *id;
   }
-  struct FlagKey { const char* key; bool dflt; bool* out; };
-  for (FlagKey k : {FlagKey{"tokenizer.ggml.add_bos_token", default_add_bos, &v.add_bos},
-                    FlagKey{"tokenizer.ggml.add_eos_token", false, &v.add_eos},
-                    FlagKey{"tokenizer.ggml.add_space_prefix", true, &v.add_space_prefix}}) {
+  struct FlagKey { std::string_view key; bool dflt; bool* out; };
+  for (FlagKey k : {FlagKey{gguf_key(gguf::Key::kTokenizerAddBos), default_add_bos, &v.add_bos},
+                    FlagKey{gguf_key(gguf::Key::kTokenizerAddEos), false, &v.add_eos},
+                    FlagKey{gguf_key(gguf::Key::kTokenizerAddSpacePrefix), true, &v.add_space_prefix}}) {
     Result<bool> b = read_flag(f, k.key, k.dflt);
     if (!b.ok()) return b.status();
     *k.out = *b;
   }
   // A default (key absent) never asks for a token the file does not name.
-  if (f.find("tokenizer.ggml.add_bos_token") == nullptr && v.bos < 0) v.add_bos = false;
+  if (f.find(gguf_key(gguf::Key::kTokenizerAddBos)) == nullptr && v.bos < 0) v.add_bos = false;
   if (v.add_bos && v.bos < 0)
     return invalid_argument("tokenizer: tokenizer.ggml.add_bos_token is true but "
                             "tokenizer.ggml.bos_token_id is absent");

@@ -76,3 +76,24 @@ TEST(GgufKeys, WrongTypeIsAnErrorNamingTheFullKeyNotTheFallback) {
 
 }  // namespace
 }  // namespace kvcache::gguf
+
+namespace kvcache::gguf {
+namespace {
+
+// The tokenizer keys are read through the same table (text layer: vocab, tokenizer; tools: the
+// chat template), spelled as GGUF writers spell them.
+TEST(GgufKeys, TokenizerKeysAreSpelledAsTheFormatSpellsThem) {
+  EXPECT_EQ(key_pattern(Key::kTokenizerModel), "tokenizer.ggml.model");
+  EXPECT_EQ(key_pattern(Key::kTokenizerPre), "tokenizer.ggml.pre");
+  EXPECT_EQ(key_pattern(Key::kTokenizerTokens), "tokenizer.ggml.tokens");
+  EXPECT_EQ(key_pattern(Key::kTokenizerTokenType), "tokenizer.ggml.token_type");
+  EXPECT_EQ(key_pattern(Key::kTokenizerMerges), "tokenizer.ggml.merges");
+  EXPECT_EQ(key_pattern(Key::kTokenizerBosId), "tokenizer.ggml.bos_token_id");
+  EXPECT_EQ(key_pattern(Key::kTokenizerEomId), "tokenizer.ggml.eom_token_id");
+  EXPECT_EQ(key_pattern(Key::kTokenizerAddSpacePrefix), "tokenizer.ggml.add_space_prefix");
+  EXPECT_EQ(key_pattern(Key::kTokenizerChatTemplate), "tokenizer.chat_template");
+  EXPECT_EQ(key_name(Key::kTokenizerScores, "llama"), "tokenizer.ggml.scores");  // fixed name
+}
+
+}  // namespace
+}  // namespace kvcache::gguf

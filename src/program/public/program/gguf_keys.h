@@ -26,9 +26,13 @@ enum class Key : uint8_t {
   kAttnLogitSoftcapping, kFinalLogitSoftcapping,
   kCacheKvHeads, kCacheHeadDims, kCacheValueDims, kCacheWindows, kLayerCache, kMaxContext,
   kMaxStepTokens,
+  kTokenizerModel, kTokenizerPre, kTokenizerTokens, kTokenizerScores, kTokenizerTokenType,
+  kTokenizerMerges, kTokenizerBosId, kTokenizerEosId, kTokenizerUnknownId, kTokenizerEotId,
+  kTokenizerEomId, kTokenizerAddBos, kTokenizerAddEos, kTokenizerAddSpacePrefix,
+  kTokenizerChatTemplate,
 };
 
-inline constexpr std::array<std::string_view, 29> kKeyPatterns = {
+inline constexpr std::array<std::string_view, 44> kKeyPatterns = {
     "general.architecture", "general.name",
     "%s.block_count", "%s.context_length", "%s.embedding_length", "%s.feed_forward_length",
     "%s.vocab_size",
@@ -42,8 +46,13 @@ inline constexpr std::array<std::string_view, 29> kKeyPatterns = {
     "kvcache.cache.kv_heads", "kvcache.cache.head_dims", "kvcache.cache.value_dims",
     "kvcache.cache.windows", "kvcache.layer_cache", "kvcache.max_context",
     "kvcache.max_step_tokens",
+    "tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens", "tokenizer.ggml.scores",
+    "tokenizer.ggml.token_type", "tokenizer.ggml.merges", "tokenizer.ggml.bos_token_id",
+    "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.eot_token_id",
+    "tokenizer.ggml.eom_token_id", "tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token",
+    "tokenizer.ggml.add_space_prefix", "tokenizer.chat_template",
 };
-static_assert(kKeyPatterns.size() == static_cast<size_t>(Key::kMaxStepTokens) + 1,
+static_assert(kKeyPatterns.size() == static_cast<size_t>(Key::kTokenizerChatTemplate) + 1,
               "one pattern per Key");
 
 // The pattern as the table holds it ("%s.block_count" or "kvcache.layer_cache").
