@@ -170,9 +170,9 @@ Result<bool> add_tokenizer(const std::string& dir, int64_t vocab, gguf::GgufWrit
   Result<TokenizerVocab> v = parse_tokenizer_json(*text, vocab);
   if (!v.ok())
     return Status(v.status().code(), v.status().message() + " (file '" + path + "')");
-  w.set_string(gguf::key_pattern(gguf::Key::kTokenizerModel), "gpt2");
-  w.set_string_array(gguf::key_pattern(gguf::Key::kTokenizerTokens), v->tokens);
-  w.set_string_array(gguf::key_pattern(gguf::Key::kTokenizerMerges), v->merges);
+  w.set_string(std::string(gguf::key_pattern(gguf::Key::kTokenizerModel)), "gpt2");
+  w.set_string_array(std::string(gguf::key_pattern(gguf::Key::kTokenizerTokens)), v->tokens);
+  w.set_string_array(std::string(gguf::key_pattern(gguf::Key::kTokenizerMerges)), v->merges);
   return true;
 }
 
