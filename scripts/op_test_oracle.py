@@ -6,7 +6,7 @@ For every case directory under --cases (a directory holding case.json) this runs
 the sequence layout as one length with per-position K/V, the cell layout as cells with a
 position and a set of owners — and compares: result.json ok / verb values / error code, and
 every output array (float64 softmax over the keys each query may see, K/V rounded to the
-storage dtype first). Exits non-zero with a readable diff on any mismatch.
+storage types first: f16/bf16 rounding, q8_0/q4_0 blocks of 32 by the GGUF rule). Exits non-zero with a readable diff on any mismatch.
 Run: /usr/bin/python3 scripts/op_test_oracle.py --kvcache build/tools/kvcache --cases examples/op_test
 """
 import argparse
@@ -20,7 +20,9 @@ import tempfile
 import numpy as np
 
 MAX_SEQS = 256
-TOL = {"f32": 1e-5, "f16": 2e-3, "bf16": 2e-2}
+# q8_0 / q4_0: the oracle rounds K/V exactly as stored; what remains is the kernel's int8
+# quantization of the query per block of 32 for block keys (<= 1/254 of a block's max |q|).
+TOL = {"f32": 1e-5, "f16": 2e-3, "bf16": 2e-2, "q8_0": 2e-2, "q4_0": 2e-2}
 
 
 class Refused(Exception):
@@ -29,8 +31,34 @@ class Refused(Exception):
         self.code = code
 
 
+def nearest(y):
+    """C's lround (halves away from zero) of float32 values, exactly."""
+    y = y.astype(np.float64)
+    return np.sign(y) * np.floor(np.abs(y) + 0.5)
+
+
+def round_blocks(dtype, a):
+    """What storing rows (last axis, a multiple of 32) as q8_0 / q4_0 blocks and reading them
+    back gives: f16 scale d; q8_0 d = max|x| / 127, q = clamp(round(x / d), -127, 127); q4_0 d =
+    (the value of largest |x|) / -8, q = clamp(round(x / d) + 8, 0, 15) - 8; value = q * d."""
+    b = a.reshape(a.shape[:-1] + (a.shape[-1] // 32, 32))
+    if dtype == "q8_0":
+        d = (np.abs(b).max(axis=-1, keepdims=True) / np.float32(127)).astype(np.float16)
+        lo, hi, off = -127, 127, 0
+    else:
+        idx = np.abs(b).argmax(axis=-1)[..., None]
+        d = (np.take_along_axis(b, idx, axis=-1) / np.float32(-8)).astype(np.float16)
+        lo, hi, off = 0, 15, 8
+    d = d.astype(np.float32)
+    inv = np.where(d != 0, np.float32(1) / np.where(d != 0, d, np.float32(1)), np.float32(0))
+    q = np.clip(nearest((b * inv).astype(np.float32)) + off, lo, hi) - off
+    return (q * d.astype(np.float64)).reshape(a.shape)
+
+
 def round_to(dtype, a):
     a = np.asarray(a, dtype=np.float32)
+    if dtype in ("q8_0", "q4_0"):
+        return round_blocks(dtype, a)
     if dtype == "f16":
         return a.astype(np.float16).astype(np.float64)
     if dtype == "bf16":
@@ -258,7 +286,9 @@ def attend(case, layer, q, keyss, scale, softcap):
 def simulate(case, case_dir):
     """Expected result.json steps and outputs {file name: array}."""
     model = SequenceModel(case) if case["kind"] == "sequence" else CellModel(case)
-    dtype = case["config"].get("kv_dtype", "f32")
+    cfg = case["config"]
+    dtype = (cfg.get("k_dtype", cfg.get("kv_dtype", "f32")),
+             cfg.get("v_dtype", cfg.get("kv_dtype", "f32")))
     steps, outputs = [], {}
     for si, st in enumerate(case["steps"]):
         verbs = [model.verb(v) for v in st.get("verbs", [])]
@@ -303,7 +333,7 @@ def run_tokens(case, case_dir, model, st, si, dtype):
         l = e["layer"]
         g = case["geometry"][l]
         if "k" in e:
-            k, v = round_to(dtype, load(e["k"])), round_to(dtype, load(e["v"]))
+            k, v = round_to(dtype[0], load(e["k"])), round_to(dtype[1], load(e["v"]))
             for t, (s, p) in enumerate(placed):
                 model.write(l, s, p, k[t], v[t])
         scale = case.get("scale")
@@ -339,7 +369,8 @@ def check_case(kvcache, case_dir, threads):
         present = {n for n in os.listdir(out) if n.endswith(".npy")}
         if present != set(outputs):
             problems.append(f"output files {sorted(present)}, expected {sorted(outputs)}")
-        tol = TOL[case["config"].get("kv_dtype", "f32")]
+        cfg = case["config"]
+        tol = max(TOL[cfg.get(f, cfg.get("kv_dtype", "f32"))] for f in ("k_dtype", "v_dtype"))
         for name, ref in sorted(outputs.items()):
             if name not in present:
                 continue
