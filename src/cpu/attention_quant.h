@@ -119,9 +119,33 @@ inline void logits_key_scalar(const KvView& kv, const std::byte* k, QueryBlocks&
 void softmax_block_avx2(float* s, int64_t nb, int32_t dv, float& m, float& l, float* acc);
 void softmax_block_avx512(float* s, int64_t nb, int32_t dv, float& m, float& l, float* acc);
 
+// Keys [jb, jb + nb) of `keys` one at a time through Ops::logits(kv, k_row, qb, q, group, scale,
+// s + b) (s[h * kKeyBlock + b] for h < group), asking for the rows kPrefetchKeys further on
+// (before j1) a line at a time; rows[b] receives each key's value row.
+template <class Ops>
+void logits_by_key(const AttentionProblem& p, const KeySet& keys, int32_t g, int64_t jb,
+                   int64_t nb, int64_t j1, QueryBlocks& qb, const float* q, float* s,
+                   const std::byte** rows) {
+  const KvView& kv = p.kv;
+  const int32_t group = p.q_heads / kv.kv_heads;
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t row = keys.row(jb + b);
+    if (jb + b + kPrefetchKeys < j1) {
+      const int64_t ahead = keys.row(jb + b + kPrefetchKeys);
+      const auto* kp = reinterpret_cast<const char*>(kv.k_row(g, ahead));
+      const auto* vp = reinterpret_cast<const char*>(kv.v_row(g, ahead));
+      for (int64_t o = 0; o < kv.k_bytes; o += 64) __builtin_prefetch(kp + o, 0, 3);
+      for (int64_t o = 0; o < kv.v_bytes; o += 64) __builtin_prefetch(vp + o, 0, 3);
+    }
+    Ops::logits(kv, kv.k_row(g, row), qb, q, group, p.scale, s + b);
+    rows[b] = kv.v_row(g, row);
+  }
+}
+
 // The blocked online softmax over keys [j0, j1) of token t for kv head g with Ops:
 //   Ops::prepare(qb, kv, group)                     -> once per call, after prepare_query
-//   Ops::logits(kv, k_row, qb, q, group, scale, s)  -> s[h * kKeyBlock] for h < group
+//   Ops::logits_block(p, keys, g, jb, nb, j1, qb, q, s, rows)
+//                                    -> a block's logits (logits_by_key's contract)
 //   Ops::softmax(s, nb, dv, m, l, acc)              -> one head's block into weights
 //   Ops::values(kv, rows, nb, group, w, acc)        -> acc[h * dv] += sum_b w[h][b] v_b
 template <class Ops>
@@ -139,18 +163,7 @@ void quant_chunk(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, in
   const std::byte* rows[kKeyBlock];
   for (int64_t jb = j0; jb < j1; jb += kKeyBlock) {
     const int64_t nb = std::min(kKeyBlock, j1 - jb);
-    for (int64_t b = 0; b < nb; ++b) {
-      const int64_t row = keys.row(jb + b);
-      if (jb + b + kPrefetchKeys < j1) {  // the rows a few keys on, a line at a time
-        const int64_t ahead = keys.row(jb + b + kPrefetchKeys);
-        const auto* kp = reinterpret_cast<const char*>(kv.k_row(g, ahead));
-        const auto* vp = reinterpret_cast<const char*>(kv.v_row(g, ahead));
-        for (int64_t o = 0; o < kv.k_bytes; o += 64) __builtin_prefetch(kp + o, 0, 3);
-        for (int64_t o = 0; o < kv.v_bytes; o += 64) __builtin_prefetch(vp + o, 0, 3);
-      }
-      Ops::logits(kv, kv.k_row(g, row), qb, q, group, p.scale, s + b);
-      rows[b] = kv.v_row(g, row);
-    }
+    Ops::logits_block(p, keys, g, jb, nb, j1, qb, q, s, rows);
     if (p.softcap > 0.0f) apply_softcap(s, group, nb, p.softcap);
     for (int32_t h = 0; h < group; ++h)
       Ops::softmax(s + h * kKeyBlock, nb, dv, m[h], l[h], acc + int64_t{h} * dv);

@@ -22,6 +22,13 @@ KVCACHE_SIMD_BEGIN("avx2,fma,f16c")
 namespace kvcache::cpu::detail {
 namespace {
 
+// A block's f16 scale with the F16C instruction (block_scale() converts in software).
+inline float fast_scale(const std::byte* block) {
+  uint16_t h;
+  std::memcpy(&h, block, 2);
+  return _cvtsh_ss(h);
+}
+
 constexpr int32_t kMaxBlocks = 16;  // key rows up to 512 values in vectors; wider ones go scalar
 
 inline float hsum8(__m256 v) {
@@ -53,7 +60,7 @@ struct Avx2Ops {
     float kd[kMaxBlocks];
     for (int32_t b = 0; b < nblk; ++b) {
       const std::byte* blk = k + b * bb;
-      kd[b] = block_scale(blk);
+      kd[b] = fast_scale(blk);
       if (q8) {
         kb[b] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
         ka[b] = _mm256_sign_epi8(kb[b], kb[b]);
@@ -83,6 +90,11 @@ struct Avx2Ops {
     }
   }
 
+  static void logits_block(const AttentionProblem& p, const KeySet& keys, int32_t g, int64_t jb,
+                           int64_t nb, int64_t j1, QueryBlocks& qb, const float* q, float* s,
+                           const std::byte** rows) {
+    logits_by_key<Avx2Ops>(p, keys, g, jb, nb, j1, qb, q, s, rows);
+  }
   static void softmax(float* s, int64_t nb, int32_t dv, float& m, float& l, float* acc) {
     softmax_block_avx2(s, nb, dv, m, l, acc);
   }
@@ -91,7 +103,7 @@ struct Avx2Ops {
   static void widen32(DType dtype, const std::byte* row, int32_t d0, __m256 v[4]) {
     if (dtype == DType::kQ8_0) {
       const std::byte* blk = row + int64_t{d0 / kBlockValues} * kQ8_0BlockBytes;
-      const __m256 d = _mm256_set1_ps(block_scale(blk));
+      const __m256 d = _mm256_set1_ps(fast_scale(blk));
       for (int i = 0; i < 4; ++i) {
         const __m128i x = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * i));
         v[i] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(x)));
@@ -99,7 +111,7 @@ struct Avx2Ops {
       return;
     }
     const std::byte* blk = row + int64_t{d0 / kBlockValues} * kQ4_0BlockBytes;
-    const __m256 d = _mm256_set1_ps(block_scale(blk));
+    const __m256 d = _mm256_set1_ps(fast_scale(blk));
     const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
     const __m128i m = _mm_set1_epi8(0x0F);
     const __m128i lo = _mm_and_si128(x, m), hi = _mm_and_si128(_mm_srli_epi16(x, 4), m);

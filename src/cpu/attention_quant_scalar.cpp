@@ -16,6 +16,11 @@ struct ScalarOps {
                      int32_t group, float scale, float* s) {
     logits_key_scalar(kv, k, qb, q, group, scale, s);
   }
+  static void logits_block(const AttentionProblem& p, const KeySet& keys, int32_t g, int64_t jb,
+                           int64_t nb, int64_t j1, QueryBlocks& qb, const float* q, float* s,
+                           const std::byte** rows) {
+    logits_by_key<ScalarOps>(p, keys, g, jb, nb, j1, qb, q, s, rows);
+  }
   static void softmax(float* s, int64_t nb, int32_t dv, float& m, float& l, float* acc) {
     const float m_new = std::max(m, *std::max_element(s, s + nb));
     const float corr = std::exp(m - m_new);
