@@ -55,6 +55,28 @@ def round_blocks(dtype, a):
     return (q * d.astype(np.float64)).reshape(a.shape)
 
 
+def hadamard(a):
+    """The cache's rotation (cpu/hadamard.h) of the last axis: power-of-two blocks, the largest
+    that fit, each times the normalized Sylvester-Hadamard matrix. Its own inverse."""
+    a = np.asarray(a, dtype=np.float64)
+    out, at, width = np.empty_like(a), 0, a.shape[-1]
+    while at < width:
+        n = 1 << ((width - at).bit_length() - 1)
+        i = np.arange(n)
+        h = np.where(np.vectorize(lambda x: bin(x).count("1") % 2)(i[:, None] & i[None, :]), -1.0, 1.0)
+        out[..., at:at + n] = a[..., at:at + n] @ h / math.sqrt(n)
+        at += n
+    return out
+
+
+def rotated(cfg):
+    """kv_rotate, or on when K or V is a block type (the cache's default)."""
+    if "kv_rotate" in cfg:
+        return bool(cfg["kv_rotate"])
+    types = [cfg.get(f, cfg.get("kv_dtype", "f32")) for f in ("k_dtype", "v_dtype")]
+    return any(t in ("q8_0", "q4_0") for t in types)
+
+
 def round_to(dtype, a):
     a = np.asarray(a, dtype=np.float32)
     if dtype in ("q8_0", "q4_0"):
@@ -333,7 +355,10 @@ def run_tokens(case, case_dir, model, st, si, dtype):
         l = e["layer"]
         g = case["geometry"][l]
         if "k" in e:
-            k, v = round_to(dtype[0], load(e["k"])), round_to(dtype[1], load(e["v"]))
+            k, v = load(e["k"]), load(e["v"])
+            if rotated(case["config"]):  # stored rotated, rounded in float32 as the cache does
+                k, v = hadamard(k).astype(np.float32), hadamard(v).astype(np.float32)
+            k, v = round_to(dtype[0], k), round_to(dtype[1], v)
             for t, (s, p) in enumerate(placed):
                 model.write(l, s, p, k[t], v[t])
         scale = case.get("scale")
@@ -342,7 +367,10 @@ def run_tokens(case, case_dir, model, st, si, dtype):
         n = seen.get(l, 0)
         seen[l] = n + 1
         name = f"s{si}_l{l}" + (f"_{n}" if n else "") + ".npy"
-        outs[name] = attend(case, l, load(e["q"]), keyss, scale, case.get("softcap", 0.0) or 0.0)
+        q = load(e["q"])
+        rot = rotated(case["config"])
+        o = attend(case, l, hadamard(q) if rot else q, keyss, scale, case.get("softcap", 0.0) or 0.0)
+        outs[name] = hadamard(o) if rot else o
     return outs
 
 

@@ -52,6 +52,9 @@ void add_cache_flags(CLI::App* cmd, CacheFlags& f, std::initializer_list<CacheFl
             ->check(CLI::IsMember(types));
         cmd->add_option("--v-dtype", f.v_dtype, "Value storage type; default: --kv-dtype")
             ->check(CLI::IsMember(types));
+        cmd->add_option("--kv-rotate", f.kv_rotate,
+                        "Hadamard rotation of K, V and q per head; auto = on for q8_0 / q4_0")
+            ->check(CLI::IsMember({"auto", "on", "off"}))->capture_default_str();
         break;
       }
       case CacheFlag::kMaxStepTokens:
@@ -107,6 +110,7 @@ engine::CacheOptions cache_options(const CacheFlags& f) {
   o.kv_dtype = f.dtype();
   o.k_dtype = f.key_dtype();
   o.v_dtype = f.value_dtype();
+  o.kv_rotate = f.rotate();
   if (f.max_step_tokens > 0) o.max_step_tokens = f.max_step_tokens;
   o.windows = f.windows;
   return o;

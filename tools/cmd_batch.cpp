@@ -270,6 +270,7 @@ int run_batch(const BatchFlags& f) {
   o.kv_dtype = f.cache.dtype();
   o.k_dtype = f.cache.key_dtype();
   o.v_dtype = f.cache.value_dtype();
+  o.kv_rotate = f.cache.rotate();
   o.initial_capacity = f.cache.initial_capacity;
   o.step_tokens = f.step_tokens;
   o.prefix_cache = !f.no_prefix_cache;

@@ -143,6 +143,7 @@ int run_serve(const ServeFlags& f) {
   eo.kv_dtype = f.cache.dtype();
   eo.k_dtype = f.cache.key_dtype();
   eo.v_dtype = f.cache.value_dtype();
+  eo.kv_rotate = f.cache.rotate();
   eo.prefix_cache = !f.no_prefix_cache;
   eo.block_tokens = f.block_tokens;
   eo.kv_store = f.kv_store;

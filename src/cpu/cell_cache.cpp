@@ -92,7 +92,7 @@ class CellCache final : public Cache {
       if (!placed.ok()) return placed.status();
       cells = *placed;
       detail::write_tokens(pool, layout_.geometry().layers[a.layer], a,
-                           [&](int32_t i) { return cells[i]; });
+                           [&](int32_t i) { return cells[i]; }, config().rotated());
     }
     keys_.resize(a.n_tokens);
     for (int32_t i = 0; i < a.n_tokens; ++i) {
@@ -102,7 +102,7 @@ class CellCache final : public Cache {
       keys_[i] = KeySet{};
       keys_[i].cells = *vis;
     }
-    detail::run_kernel(options_, detail::make_problem(a, pool, keys_));
+    detail::run_kernel(options_, detail::make_problem(a, pool, keys_), config().rotated());
     return ok_status();
   }
 

@@ -113,7 +113,8 @@ class SequenceCache final : public Cache {
     const LayerGeometry& l = layout_.geometry().layers[a.layer];
     if (!attend_only)
       detail::write_tokens(pool, l, a,
-                           [&](int32_t i) { return layout_.slot(a.layer, plan->start + i); });
+                           [&](int32_t i) { return layout_.slot(a.layer, plan->start + i); },
+                           config().rotated());
     keys_.resize(a.n_tokens);
     for (int32_t i = 0; i < a.n_tokens; ++i) {
       Result<SlotRuns> vis = layout_.visible(a.layer, plan->start + i);
@@ -122,7 +123,7 @@ class SequenceCache final : public Cache {
                               "placed step has no visibility: " + vis.status().message());
       keys_[i] = detail::keys_of(*vis);
     }
-    detail::run_kernel(options_, detail::make_problem(a, pool, keys_));
+    detail::run_kernel(options_, detail::make_problem(a, pool, keys_), config().rotated());
     return ok_status();
   }
 

@@ -45,6 +45,7 @@ std::vector<uint8_t> encode_header(const Snapshot& s) {
   body.put<uint64_t>(s.fingerprint);
   body.put<uint32_t>(static_cast<uint32_t>(s.k_dtype));
   body.put<uint32_t>(static_cast<uint32_t>(s.v_dtype));
+  body.put<uint32_t>(s.rotated ? 1u : 0u);  // flags: bit 0 = rotated
   body.put<uint32_t>(static_cast<uint32_t>(s.geometry.layers.size()));
   for (const LayerGeometry& l : s.geometry.layers) {
     body.put<int32_t>(l.kv_heads);
@@ -195,6 +196,12 @@ Status parse_body(std::span<const uint8_t> body, uint32_t version, Snapshot& s) 
   } else {
     KVCACHE_RETURN_IF_ERROR(parse_dtype_number(c, "the key type", s.k_dtype));
     KVCACHE_RETURN_IF_ERROR(parse_dtype_number(c, "the value type", s.v_dtype));
+    uint32_t flags = 0;
+    if (!c.get(flags)) return short_header("the flags");
+    if (flags > 1)
+      return invalid_argument(str_cat("snapshot header: flags = ", flags,
+                                      ", expected 0 or 1 (bit 0: rotated K/V)"));
+    s.rotated = flags == 1;
   }
   if (!c.get(n_layers)) return short_header("the layer count");
   if (n_layers < 1 || n_layers > kMaxLayers)
@@ -359,6 +366,7 @@ Result<Snapshot> capture_snapshot(const CacheControl& cache, int32_t seq, uint64
   s.fingerprint = fingerprint;
   s.k_dtype = cache.config().key_type();
   s.v_dtype = cache.config().value_type();
+  s.rotated = cache.config().rotated();
   s.geometry = cache.geometry();
   s.positions = positions;
   s.tokens.assign(tokens.begin(), tokens.end());
@@ -368,9 +376,9 @@ Result<Snapshot> capture_snapshot(const CacheControl& cache, int32_t seq, uint64
 
 int64_t encoded_snapshot_bytes(const Snapshot& s) {
   const auto layers = static_cast<int64_t>(s.layers.size());
-  // preamble, fingerprint, key and value types, layer count, geometry, positions, token
-  // count, ids, ranges, header checksum; then per layer its K and V rows and their checksum
-  int64_t n = kPreambleBytes + 8 + 4 + 4 + 4 + kLayerGeometryBytes * layers + 8 + 8 +
+  // preamble, fingerprint, key and value types, flags, layer count, geometry, positions,
+  // token count, ids, ranges, header checksum; then per layer its K and V rows and checksum
+  int64_t n = kPreambleBytes + 8 + 4 + 4 + 4 + 4 + kLayerGeometryBytes * layers + 8 + 8 +
               4 * static_cast<int64_t>(s.tokens.size()) + kLayerRangeBytes * layers +
               kChecksumBytes;
   for (const LayerRows& r : s.layers)
@@ -438,10 +446,16 @@ Status check_snapshot(const Snapshot& s, uint64_t fingerprint, const CacheContro
                                       ")"));
     return invalid_argument(str_cat("snapshot: K/V stored as k ", to_string(s.k_dtype), ", v ",
                                     to_string(s.v_dtype), "; this cache stores k ", to_string(ck),
-                                    ", v ", to_string(cv), " (build the cache with --k-dtype ",
-                                    to_string(s.k_dtype), " --v-dtype ", to_string(s.v_dtype),
+                                    ", v ", to_string(cv), " (build the cache with k_dtype ",
+                                    to_string(s.k_dtype), " and v_dtype ", to_string(s.v_dtype),
                                     ")"));
   }
+  if (s.rotated != cache.config().rotated())
+    return invalid_argument(str_cat("snapshot: K/V stored ", s.rotated ? "rotated" : "unrotated",
+                                    ", this cache stores them ",
+                                    cache.config().rotated() ? "rotated" : "unrotated",
+                                    " (build the cache with kv_rotate ",
+                                    s.rotated ? "on" : "off", ")"));
   for (size_t i = 0; i < s.tokens.size(); ++i)
     if (s.tokens[i] >= vocab)
       return invalid_argument(str_cat("snapshot: token ", i, " = ", s.tokens[i],

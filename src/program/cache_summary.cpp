@@ -128,6 +128,7 @@ nlohmann::json cache_summary_json(const ModelGeometry& geometry, const SummaryOp
                                     : str_cat("k=", to_string(kt), ",v=", to_string(vt))},
               {"k_dtype", std::string(to_string(kt))},
               {"v_dtype", std::string(to_string(vt))},
+              {"kv_rotate", config.rotated()},
               // The same cells in f16, for the memory a K/V type saves (fits: f16 <= f32).
               {"bytes_per_cell_f16", *bytes_per_cell(g.cache, DType::kF16)},
               {"capacity", config.capacity},

@@ -54,9 +54,10 @@ DecodedBlock refuse(BlockFault f, std::string why) {
 }  // namespace
 
 namespace {
-// The header's type field: key type in the low 16 bits, value type in the high 16.
+// The header's type field: key type in bits 0..7, value type in 8..15, rotation in bit 16.
 uint32_t type_field(const BlockFormat& f) {
-  return static_cast<uint32_t>(f.k_dtype) | static_cast<uint32_t>(f.v_dtype) << 16;
+  return static_cast<uint32_t>(f.k_dtype) | static_cast<uint32_t>(f.v_dtype) << 8 |
+         (f.rotated ? 1u : 0u) << 16;
 }
 std::string type_name(uint64_t n) {
   const auto d = static_cast<DType>(n);
@@ -65,8 +66,9 @@ std::string type_name(uint64_t n) {
 // "" when the stored field names the format's types; else both pairs by name.
 std::string types_differ(uint64_t stored, const BlockFormat& f) {
   if (stored == type_field(f)) return {};
-  return str_cat("K/V types k ", type_name(stored & 0xFFFF), ", v ", type_name(stored >> 16),
-                 ", expected k ", to_string(f.k_dtype), ", v ", to_string(f.v_dtype));
+  return str_cat("K/V types k ", type_name(stored & 0xFF), ", v ", type_name(stored >> 8 & 0xFF),
+                 (stored >> 16 & 1) ? " rotated" : "", ", expected k ", to_string(f.k_dtype),
+                 ", v ", to_string(f.v_dtype), f.rotated ? " rotated" : "");
 }
 }  // namespace
 

@@ -16,6 +16,7 @@
 #include "cpu/block_quant.h"
 #include "cpu/cpu_cache.h"
 #include "cpu/dtype_convert.h"
+#include "cpu/hadamard.h"
 #include "cpu/kv_pool.h"
 #include "test_util.h"
 
@@ -120,6 +121,77 @@ TEST(BlockQuant, RowConversionsUseTheBlockRuleAndSizes) {
   std::vector<float> back(96);
   load_row(DType::kQ8_0, row.data(), back.data(), 96);
   for (int i = 0; i < 96; ++i) EXPECT_NEAR(back[i], x[i], 1.0 / 254 + 1e-6) << i;
+}
+
+// ---- the rotation --------------------------------------------------------------------------
+
+TEST(Hadamard, FastTransformMatchesTheMatrixAndIsItsOwnOrthonormalInverse) {
+  std::mt19937 rng(4);
+  for (int32_t width : {1, 2, 3, 16, 32, 40, 64, 80, 96, 128, 192, 256}) {
+    const auto x = random_floats(rng, size_t(3) * width);
+    std::vector<float> fast = x, ref = x;
+    hadamard_rows(fast.data(), 3, width);
+    hadamard_rows_reference(ref.data(), 3, width);
+    double norm_x = 0, norm_h = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      EXPECT_NEAR(fast[i], ref[i], 1e-5) << "width " << width << " at " << i;
+      norm_x += double(x[i]) * x[i];
+      norm_h += double(fast[i]) * fast[i];
+    }
+    EXPECT_NEAR(norm_h, norm_x, 1e-4 * norm_x) << "width " << width;  // orthonormal
+    hadamard_rows(fast.data(), 3, width);  // twice: back where it started
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(fast[i], x[i], 1e-5) << width;
+  }
+  // H_2 / sqrt(2) on (1, 0) and (0, 1); a width of 3 is blocks 2 + 1 (the 1 unchanged).
+  std::vector<float> e = {1, 0, 7};
+  hadamard_rows(e.data(), 1, 3);
+  EXPECT_FLOAT_EQ(e[0], 1 / std::sqrt(2.0f));
+  EXPECT_FLOAT_EQ(e[1], 1 / std::sqrt(2.0f));
+  EXPECT_FLOAT_EQ(e[2], 7);
+}
+
+// In exact arithmetic the rotation changes nothing: with f32 storage a rotated cache gives
+// the unrotated one's outputs to float rounding, in both layouts.
+TEST(Hadamard, RotatedF32CacheGivesTheUnrotatedOutputs) {
+  for (auto kind : {kSequenceKind, kCellKind}) {
+    CacheConfig c;
+    c.capacity = 32;
+    c.max_write = 3;
+    auto plain = make_cpu_cache(kind, CacheGeometry{{LayerGeometry{2, 96, 40, 0}}}, c);
+    c.kv_rotate = true;
+    auto rot = make_cpu_cache(kind, CacheGeometry{{LayerGeometry{2, 96, 40, 0}}}, c);
+    ASSERT_TRUE(plain.ok() && rot.ok());
+    EXPECT_FALSE((*plain)->config().rotated());
+    EXPECT_TRUE((*rot)->config().rotated());
+    const int32_t a = *(*plain)->open_seq(), b = *(*rot)->open_seq();
+    ASSERT_EQ(a, b);
+    std::mt19937 rng(6);
+    for (int64_t p0 = 0; p0 < 9; p0 += 3) {
+      const std::vector<int32_t> ids(3, a);
+      const std::vector<int64_t> pos = {p0, p0 + 1, p0 + 2};
+      auto q = random_floats(rng, 3 * 4 * 96), k = random_floats(rng, 3 * 2 * 96);
+      auto v = random_floats(rng, 3 * 2 * 40);
+      std::vector<float> o1(3 * 4 * 40), o2(o1.size());
+      ASSERT_TRUE((*plain)->declare_step(ids).ok());
+      ASSERT_TRUE((*rot)->declare_step(ids).ok());
+      ASSERT_TRUE((*plain)->update_and_attend(AttendArgs{0, 3, 4, pos, q, k, v, 0.1f, 0, o1}).ok());
+      ASSERT_TRUE((*rot)->update_and_attend(AttendArgs{0, 3, 4, pos, q, k, v, 0.1f, 0, o2}).ok());
+      for (size_t i = 0; i < o1.size(); ++i) EXPECT_NEAR(o2[i], o1[i], 2e-5) << kind << " " << i;
+    }
+  }
+}
+
+TEST(Hadamard, RotationIsOnByDefaultForBlockTypesOnly) {
+  CacheConfig c;
+  EXPECT_FALSE(c.rotated());
+  c.k_dtype = DType::kQ4_0;
+  EXPECT_TRUE(c.rotated());
+  c.kv_rotate = false;
+  EXPECT_FALSE(c.rotated());
+  c = CacheConfig{};
+  c.kv_dtype = DType::kF16;
+  c.v_dtype = DType::kQ8_0;
+  EXPECT_TRUE(c.rotated());
 }
 
 // ---- pools -------------------------------------------------------------------------------
@@ -312,8 +384,10 @@ CacheGeometry quant_layers() {
   return CacheGeometry{{LayerGeometry{2, 64, 32, 0}, LayerGeometry{1, 32, 64, 5}}};
 }
 
-CacheConfig quant_config(int64_t capacity, DType k, DType v, std::optional<int32_t> mw) {
+CacheConfig quant_config(int64_t capacity, DType k, DType v, std::optional<int32_t> mw,
+                         std::optional<bool> rotate = std::nullopt) {
   CacheConfig c;
+  c.kv_rotate = rotate;
   c.capacity = capacity;
   c.kv_dtype = DType::kF16;
   c.k_dtype = k;
@@ -325,30 +399,31 @@ CacheConfig quant_config(int64_t capacity, DType k, DType v, std::optional<int32
 TEST(QuantCache, BothLayoutsMatchBruteForceOverRingsForksAndRewinds) {
   for (auto kinds : {kSequenceKind, kCellKind})
     for (DType k : {DType::kQ8_0, DType::kQ4_0})
-      for (DType v : {DType::kQ8_0, DType::kQ4_0, DType::kF16}) {
-        auto made = make_cpu_cache(kinds, quant_layers(), quant_config(64, k, v, 3));
-        ASSERT_TRUE(made.ok()) << made.status().to_string();
-        Cache& cache = **made;
-        testing::CacheDriver drv(cache, {4, 3}, 17);
-        if (kinds == kSequenceKind) {
-          for (int n : {3, 1, 2, 3, 3, 1}) drv.step(std::vector<int32_t>(n, 0));
-          ASSERT_TRUE(cache.rewind(0, 11).ok());  // floor = 13 - 3 = 10
-          drv.on_rewind(0, 11);
-          for (int n : {2, 3, 1}) drv.step(std::vector<int32_t>(n, 0));
-        } else {
-          auto a = cache.seq_new();
-          ASSERT_TRUE(a.ok());
-          drv.on_new(*a);
-          for (int n : {3, 2, 3, 1}) drv.step(std::vector<int32_t>(n, *a));
-          auto b = cache.seq_clone(*a, std::nullopt);
-          ASSERT_TRUE(b.ok());
-          drv.on_clone(*a, *b, 1 << 20);
-          for (int i = 0; i < 4; ++i) drv.step({*a, *b});
-          ASSERT_TRUE(cache.seq_rm(*a).ok());  // b's shared cells stay
-          drv.on_rm(*a);
-          for (int i = 0; i < 2; ++i) drv.step({*b, *b});
+      for (DType v : {DType::kQ8_0, DType::kQ4_0, DType::kF16})
+        for (bool rotate : {true, false}) {
+          auto made = make_cpu_cache(kinds, quant_layers(), quant_config(64, k, v, 3, rotate));
+          ASSERT_TRUE(made.ok()) << made.status().to_string();
+          Cache& cache = **made;
+          testing::CacheDriver drv(cache, {4, 3}, 17);
+          if (kinds == kSequenceKind) {
+            for (int n : {3, 1, 2, 3, 3, 1}) drv.step(std::vector<int32_t>(n, 0));
+            ASSERT_TRUE(cache.rewind(0, 11).ok());  // floor = 13 - 3 = 10
+            drv.on_rewind(0, 11);
+            for (int n : {2, 3, 1}) drv.step(std::vector<int32_t>(n, 0));
+          } else {
+            auto a = cache.seq_new();
+            ASSERT_TRUE(a.ok());
+            drv.on_new(*a);
+            for (int n : {3, 2, 3, 1}) drv.step(std::vector<int32_t>(n, *a));
+            auto b = cache.seq_clone(*a, std::nullopt);
+            ASSERT_TRUE(b.ok());
+            drv.on_clone(*a, *b, 1 << 20);
+            for (int i = 0; i < 4; ++i) drv.step({*a, *b});
+            ASSERT_TRUE(cache.seq_rm(*a).ok());  // b's shared cells stay
+            drv.on_rm(*a);
+            for (int i = 0; i < 2; ++i) drv.step({*b, *b});
+          }
         }
-      }
 }
 
 TEST(QuantCache, ReadRowsThenWriteRowsIntoAFreshCacheIsBitwise) {

@@ -125,10 +125,10 @@ TEST(Snapshot, TruncatedCorruptAndForeignFilesAreRefusedByName) {
   Model model = tiny_model(TinySpec{});
   Captured a = converse(model, options("sequence", DType::kF32));
   const std::vector<uint8_t> good = encode_snapshot(a.snapshot);
-  // Header: 16 preamble + 8 fingerprint + 4 key type + 4 value type + 4 count + 3 x 16
-  // geometry + 8 positions + 8 count + 17 x 4 tokens + 3 x 16 ranges = 216 bytes, then its
-  // 8-byte checksum.
-  const size_t header_end = 16 + 8 + 4 + 4 + 4 + 48 + 8 + 8 + 68 + 48 + 8;
+  // Header: 16 preamble + 8 fingerprint + 4 key type + 4 value type + 4 flags + 4 count +
+  // 3 x 16 geometry + 8 positions + 8 count + 17 x 4 tokens + 3 x 16 ranges = 220 bytes, then
+  // its 8-byte checksum.
+  const size_t header_end = 16 + 8 + 4 + 4 + 4 + 4 + 48 + 8 + 8 + 68 + 48 + 8;
   for (size_t n : {size_t{0}, size_t{7}})
     expect_refused({good.begin(), good.begin() + n}, StatusCode::kDataLoss, "too short");
   expect_refused({good.begin(), good.begin() + 12}, StatusCode::kDataLoss, "inside the preamble");

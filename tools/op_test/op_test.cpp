@@ -256,9 +256,13 @@ Status parse_header(const json& j, Case& c) {
     const std::optional<DType> dt = parse_dtype(name);
     if (!dt)
       return at.bad(str_cat("unknown ", field, " '", name, "', expected ", kDTypeNames));
-    if (field[0] == 'k' && field[1] == 'v') c.config.kv_dtype = *dt;
+    if (field[0] == 'k' && field[1] == 'v') c.config.kv_dtype = *dt;  // kv_dtype
     else if (field[0] == 'k') c.config.k_dtype = *dt;
     else c.config.v_dtype = *dt;
+  }
+  if (cfg.contains("kv_rotate")) {
+    if (!cfg["kv_rotate"].is_boolean()) return at.bad("kv_rotate must be true or false");
+    c.config.kv_rotate = cfg["kv_rotate"].get<bool>();
   }
   c.config.initial_capacity =
       cfg.contains("initial_capacity") ? int_of<int64_t>(cfg["initial_capacity"], "initial_capacity") : 0;

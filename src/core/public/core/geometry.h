@@ -65,6 +65,9 @@ struct CacheConfig {
   DType kv_dtype = DType::kF32;         // K and V storage type unless overridden below
   std::optional<DType> k_dtype;         // key storage type; unset = kv_dtype
   std::optional<DType> v_dtype;         // value storage type; unset = kv_dtype
+  // Orthonormal Hadamard rotation of K, V and q per head (cpu/hadamard.h): unset = on when K
+  // or V is a block type (q8_0 / q4_0 spread an outlier over the block), off otherwise.
+  std::optional<bool> kv_rotate;
   int64_t initial_capacity = 0;         // cells allocated up front (>= 0; clamped to capacity)
   std::optional<int32_t> max_write;     // > 0 when set: most tokens one step may write
   // Cell layout only: most live sequences (ids), >= 1 when set; unset = kDefaultCellSeqs.
@@ -72,6 +75,9 @@ struct CacheConfig {
   std::optional<int32_t> max_seqs;
   DType key_type() const { return k_dtype.value_or(kv_dtype); }
   DType value_type() const { return v_dtype.value_or(kv_dtype); }
+  bool rotated() const {
+    return kv_rotate.value_or(is_block_type(key_type()) || is_block_type(value_type()));
+  }
   friend bool operator==(const CacheConfig&, const CacheConfig&) = default;
 };
 

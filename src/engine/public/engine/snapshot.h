@@ -29,6 +29,7 @@ struct Snapshot {
   uint64_t fingerprint = 0;       // program/fingerprint.h of the model that computed the K/V
   DType k_dtype = DType::kF32;    // the cache's key storage type
   DType v_dtype = DType::kF32;    // the cache's value storage type
+  bool rotated = false;           // K and V stored Hadamard-rotated (CacheConfig::rotated())
   CacheGeometry geometry;
   int64_t positions = 0;          // the K/V covers positions [0, positions)
   // The conversation's ids: [0, positions) are in the K/V; the rest are pending (sampled but
@@ -67,7 +68,7 @@ Result<Snapshot> load_snapshot(const std::string& path, const SnapshotProgress& 
 
 // Whether the snapshot's K/V may be used by this model and cache: InvalidArgument naming what
 // differs — the model fingerprint, the geometry (first differing layer and field), the key or
-// value type (a q8_0 block is never read as anything else) — or a token id outside [0, vocab).
+// value type (a q8_0 block is never read as anything else), the rotation — or a token id outside [0, vocab).
 Status check_snapshot(const Snapshot& snapshot, uint64_t fingerprint, const CacheControl& cache,
                       int32_t vocab);
 

@@ -17,8 +17,9 @@
 namespace kvcache::serve {
 
 inline constexpr char kBlockMagic[8] = {'k', 'v', 'c', 'b', 'l', 'o', 'c', 'k'};
-// Version 2: the type field holds the key type (low 16 bits) and the value type (high 16), so
-// a q8_0 block is never read as f16; a version-1 block is refused (a miss: recompute).
+// Version 2: the type field holds the key type (bits 0..7), the value type (8..15) and the
+// rotation (bit 16), so a q8_0 block is never read as f16 nor a rotated one as unrotated; a
+// version-1 block is refused (a miss: recompute).
 inline constexpr uint32_t kBlockVersion = 2;
 inline constexpr size_t kBlockHeaderBytes = 80;  // before the token ids
 
@@ -29,6 +30,7 @@ struct BlockFormat {
   CacheGeometry geometry;
   DType k_dtype = DType::kF32;  // the cache's key type
   DType v_dtype = DType::kF32;  // the cache's value type
+  bool rotated = false;         // K/V stored Hadamard-rotated
   int32_t block_tokens = 0;  // B > 0
 
   // Positions [first, end) block `index` holds for cache layer `layer`: all B of them on a
