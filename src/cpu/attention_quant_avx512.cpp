@@ -392,7 +392,8 @@ struct Avx512Ops {
 
   static void prepare(const QueryBlocks& qb, const KvView& kv, int32_t group) {
     if (!is_block_type(kv.k_dtype)) return;
-    if (group % 4 == 0 && qb.nblk <= 2 * kMaxPairs) return prepare_lanes(qb, kv, group, thread_lanes());
+    if (group % 4 == 0 && qb.nblk <= 2 * kMaxPairs)
+      return prepare_lanes(qb, kv, group, thread_lanes());
     prepare_pairs(qb, kv, group, thread_tables());
   }
 };
