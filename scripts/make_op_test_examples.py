@@ -193,13 +193,29 @@ def max_seqs_pool():
     return c
 
 
+def quantized():
+    # q8_0 K and V through a sequence ring; q4_0 keys with f16 values over cell forks. Widths
+    # are multiples of 32 (a block); the oracle rounds K/V by the GGUF block rule.
+    s = CaseWriter("sequence_q8_0", "sequence", [layer(2, 32), layer(1, 64, 32, w=3)],
+                   {"capacity": 16, "kv_dtype": "q8_0", "max_write": 3}, [4, 3])
+    for t in (3, 3, 2, 1):
+        s.step(layers=[0, 1], t=t)
+    c = CaseWriter("cell_q4_0_keys_f16_values", "cell", [layer(2, 64, 32), layer(1, 32, w=4)],
+                   {"capacity": 24, "kv_dtype": "f16", "k_dtype": "q4_0", "max_write": 3},
+                   [2, 4])
+    c.step(verbs=[{"op": "seq_new"}], seq_ids=[0, 0, 0], layers=[0, 1])
+    c.step(verbs=[{"op": "seq_clone", "src": 0}], seq_ids=[0, 1], layers=[0, 1])
+    c.step(seq_ids=[1, 1, 0], layers=[0, 1])
+    return [s, c]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.join(here, "..", "examples", "op_test"))
     args = ap.parse_args()
     cases = [seq_wrap_rewind(), cell_forks(), gqa_value_dim(), softcap_shared(), *dtypes(),
-             *refused(), max_seqs_pool()]
+             *refused(), max_seqs_pool(), *quantized()]
     for c in cases:
         c.write(args.out)
     print(f"wrote {len(cases)} cases to {os.path.normpath(args.out)}")

@@ -6,7 +6,7 @@ For every case directory under --cases (a directory holding case.json) this runs
 the sequence layout as one length with per-position K/V, the cell layout as cells with a
 position and a set of owners — and compares: result.json ok / verb values / error code, and
 every output array (float64 softmax over the keys each query may see, K/V rounded to the
-storage dtype first). Exits non-zero with a readable diff on any mismatch.
+storage types first: f16/bf16 rounding, q8_0/q4_0 blocks of 32 by the GGUF rule). Exits non-zero with a readable diff on any mismatch.
 Run: /usr/bin/python3 scripts/op_test_oracle.py --kvcache build/tools/kvcache --cases examples/op_test
 """
 import argparse
@@ -29,6 +29,11 @@ MAX_SEQS = 256
 # scalar). The storage rounding itself is ~2^-11 (f16) and 2^-8 (bf16) relative, 100-1000x this,
 # so a kernel that skipped or doubled it fails (check_sensitivity proves it per case).
 TOL = 32 * 2.0 ** -23
+# Block types (q8_0 / q4_0): the oracle rounds K/V exactly as stored too, but the kernel also
+# quantizes the query to int8 per block of 32 for block keys (<= 1/254 of a block's max |q|),
+# so a case with a block type is held to 2e-2.
+BLOCK_TOL = 2e-2
+BLOCK_TYPES = ("q8_0", "q4_0")
 
 
 class Refused(Exception):
@@ -37,8 +42,56 @@ class Refused(Exception):
         self.code = code
 
 
+def nearest(y):
+    """C's lround (halves away from zero) of float32 values, exactly."""
+    y = y.astype(np.float64)
+    return np.sign(y) * np.floor(np.abs(y) + 0.5)
+
+
+def round_blocks(dtype, a):
+    """What storing rows (last axis, a multiple of 32) as q8_0 / q4_0 blocks and reading them
+    back gives: f16 scale d; q8_0 d = max|x| / 127, q = clamp(round(x / d), -127, 127); q4_0 d =
+    (the value of largest |x|) / -8, q = clamp(round(x / d) + 8, 0, 15) - 8; value = q * d."""
+    b = a.reshape(a.shape[:-1] + (a.shape[-1] // 32, 32))
+    if dtype == "q8_0":
+        d = (np.abs(b).max(axis=-1, keepdims=True) / np.float32(127)).astype(np.float16)
+        lo, hi, off = -127, 127, 0
+    else:
+        idx = np.abs(b).argmax(axis=-1)[..., None]
+        d = (np.take_along_axis(b, idx, axis=-1) / np.float32(-8)).astype(np.float16)
+        lo, hi, off = 0, 15, 8
+    d = d.astype(np.float32)
+    inv = np.where(d != 0, np.float32(1) / np.where(d != 0, d, np.float32(1)), np.float32(0))
+    q = np.clip(nearest((b * inv).astype(np.float32)) + off, lo, hi) - off
+    return (q * d.astype(np.float64)).reshape(a.shape)
+
+
+def hadamard(a):
+    """The cache's rotation (cpu/hadamard.h) of the last axis: power-of-two blocks, the largest
+    that fit, each times the normalized Sylvester-Hadamard matrix. Its own inverse."""
+    a = np.asarray(a, dtype=np.float64)
+    out, at, width = np.empty_like(a), 0, a.shape[-1]
+    while at < width:
+        n = 1 << ((width - at).bit_length() - 1)
+        i = np.arange(n)
+        h = np.where(np.vectorize(lambda x: bin(x).count("1") % 2)(i[:, None] & i[None, :]), -1.0, 1.0)
+        out[..., at:at + n] = a[..., at:at + n] @ h / math.sqrt(n)
+        at += n
+    return out
+
+
+def rotated(cfg):
+    """kv_rotate, or on when K or V is a block type (the cache's default)."""
+    if "kv_rotate" in cfg:
+        return bool(cfg["kv_rotate"])
+    types = [cfg.get(f, cfg.get("kv_dtype", "f32")) for f in ("k_dtype", "v_dtype")]
+    return any(t in ("q8_0", "q4_0") for t in types)
+
+
 def round_to(dtype, a):
     a = np.asarray(a, dtype=np.float32)
+    if dtype in ("q8_0", "q4_0"):
+        return round_blocks(dtype, a)
     if dtype == "f16":
         return a.astype(np.float16).astype(np.float64)
     if dtype == "bf16":
@@ -266,7 +319,10 @@ def attend(case, layer, q, keyss, scale, softcap):
 def simulate(case, case_dir, kv_dtype=None):
     """Expected result.json steps and outputs {file name: array}; kv_dtype overrides the case's."""
     model = SequenceModel(case) if case["kind"] == "sequence" else CellModel(case)
-    dtype = kv_dtype or case["config"].get("kv_dtype", "f32")
+    cfg = case["config"]
+    dtype = ((kv_dtype, kv_dtype) if kv_dtype else
+             (cfg.get("k_dtype", cfg.get("kv_dtype", "f32")),
+              cfg.get("v_dtype", cfg.get("kv_dtype", "f32"))))
     steps, outputs = [], {}
     for si, st in enumerate(case["steps"]):
         verbs = [model.verb(v) for v in st.get("verbs", [])]
@@ -311,7 +367,10 @@ def run_tokens(case, case_dir, model, st, si, dtype):
         l = e["layer"]
         g = case["geometry"][l]
         if "k" in e:
-            k, v = round_to(dtype, load(e["k"])), round_to(dtype, load(e["v"]))
+            k, v = load(e["k"]), load(e["v"])
+            if rotated(case["config"]):  # stored rotated, rounded in float32 as the cache does
+                k, v = hadamard(k).astype(np.float32), hadamard(v).astype(np.float32)
+            k, v = round_to(dtype[0], k), round_to(dtype[1], v)
             for t, (s, p) in enumerate(placed):
                 model.write(l, s, p, k[t], v[t])
         scale = case.get("scale")
@@ -320,7 +379,10 @@ def run_tokens(case, case_dir, model, st, si, dtype):
         n = seen.get(l, 0)
         seen[l] = n + 1
         name = f"s{si}_l{l}" + (f"_{n}" if n else "") + ".npy"
-        outs[name] = attend(case, l, load(e["q"]), keyss, scale, case.get("softcap", 0.0) or 0.0)
+        q = load(e["q"])
+        rot = rotated(case["config"])
+        o = attend(case, l, hadamard(q) if rot else q, keyss, scale, case.get("softcap", 0.0) or 0.0)
+        outs[name] = hadamard(o) if rot else o
     return outs
 
 
@@ -347,7 +409,9 @@ def check_case(kvcache, case_dir, threads):
         present = {n for n in os.listdir(out) if n.endswith(".npy")}
         if present != set(outputs):
             problems.append(f"output files {sorted(present)}, expected {sorted(outputs)}")
-        tol = TOL
+        cfg = case["config"]
+        types = [cfg.get(f, cfg.get("kv_dtype", "f32")) for f in ("k_dtype", "v_dtype")]
+        tol = BLOCK_TOL if any(t in BLOCK_TYPES for t in types) else TOL
         for name, ref in sorted(outputs.items()):
             if name not in present:
                 continue
@@ -367,9 +431,11 @@ def check_case(kvcache, case_dir, threads):
 def check_sensitivity(case, case_dir, outputs):
     """For an f16/bf16 case, the outputs computed without the storage rounding must fall outside
     the tolerance: otherwise the case could not tell a kernel that skipped the rounding."""
-    dtype = case["config"].get("kv_dtype", "f32")
-    if dtype == "f32" or not outputs:
-        return []
+    cfg = case["config"]
+    types = {cfg.get(f, cfg.get("kv_dtype", "f32")) for f in ("k_dtype", "v_dtype")}
+    if not outputs or types == {"f32"} or types & set(BLOCK_TYPES) or len(types) > 1:
+        return []  # block types carry the query quantization's tolerance
+    dtype = types.pop()
     _, unrounded = simulate(case, case_dir, kv_dtype="f32")
     worst = max(float(np.max(np.abs(unrounded[n] - ref) / (1 + np.abs(ref)))) for n, ref in outputs.items())
     if worst <= TOL:

@@ -42,10 +42,21 @@ void add_cache_flags(CLI::App* cmd, CacheFlags& f, std::initializer_list<CacheFl
         cmd->add_option("--initial-capacity", f.initial_capacity, "Cells allocated up front")
             ->check(CLI::Range(int64_t{0}, kMaxCellsFlag))->capture_default_str();
         break;
-      case CacheFlag::kKvDtype:
-        cmd->add_option("--kv-dtype", f.kv_dtype, "K/V storage type")
-            ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
+      case CacheFlag::kKvDtype: {
+        const std::vector<std::string> types = {"f32", "f16", "bf16", "q8_0", "q4_0"};
+        cmd->add_option("--kv-dtype", f.kv_dtype,
+                        "K/V storage type (q8_0 / q4_0: GGUF blocks of 32; widths must be "
+                        "multiples of 32)")
+            ->check(CLI::IsMember(types))->capture_default_str();
+        cmd->add_option("--k-dtype", f.k_dtype, "Key storage type; default: --kv-dtype")
+            ->check(CLI::IsMember(types));
+        cmd->add_option("--v-dtype", f.v_dtype, "Value storage type; default: --kv-dtype")
+            ->check(CLI::IsMember(types));
+        cmd->add_option("--kv-rotate", f.kv_rotate,
+                        "Hadamard rotation of K, V and q per head; auto = on for q8_0 / q4_0")
+            ->check(CLI::IsMember({"auto", "on", "off"}))->capture_default_str();
         break;
+      }
       case CacheFlag::kMaxStepTokens:
         cmd->add_option("--max-step-tokens", f.max_step_tokens,
                         "Prefill chunk; 0 = the model's (lowered to the narrowest window)")
@@ -97,6 +108,9 @@ engine::CacheOptions cache_options(const CacheFlags& f) {
   if (f.capacity > 0) o.capacity = f.capacity;
   o.initial_capacity = f.initial_capacity;
   o.kv_dtype = f.dtype();
+  o.k_dtype = f.key_dtype();
+  o.v_dtype = f.value_dtype();
+  o.kv_rotate = f.rotate();
   if (f.max_step_tokens > 0) o.max_step_tokens = f.max_step_tokens;
   o.windows = f.windows;
   return o;

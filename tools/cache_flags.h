@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,7 +27,10 @@ struct CacheFlags {
   std::string layout = "sequence";  // --cache: sequence | cell (inspect defaults to cell)
   int64_t capacity = 0;             // --capacity, cells; 0 = the subcommand's default
   int64_t initial_capacity = 0;     // --initial-capacity, cells allocated up front
-  std::string kv_dtype = "f32";     // --kv-dtype: f32 | f16 | bf16
+  std::string kv_dtype = "f32";     // --kv-dtype: f32 | f16 | bf16 | q8_0 | q4_0 (K and V)
+  std::string k_dtype;              // --k-dtype: the key type; "" = --kv-dtype
+  std::string v_dtype;              // --v-dtype: the value type; "" = --kv-dtype
+  std::string kv_rotate = "auto";   // --kv-rotate: auto (on for q8_0/q4_0) | on | off
   int64_t max_step_tokens = 0;      // --max-step-tokens; 0 = the model's
   std::vector<int32_t> windows;     // --windows, cycled over cache layers; 0 = Full; {} = none
   int32_t threads = 0;              // --threads; 0 = default
@@ -35,13 +39,18 @@ struct CacheFlags {
   bool map_weights = false;         // --map-weights: map the model file instead of huge pages
 
   DType dtype() const { return parse_dtype(kv_dtype).value_or(DType::kF32); }
+  std::optional<DType> key_dtype() const { return parse_dtype(k_dtype); }    // unset: nullopt
+  std::optional<DType> value_dtype() const { return parse_dtype(v_dtype); }
+  std::optional<bool> rotate() const {
+    return kv_rotate == "auto" ? std::nullopt : std::optional<bool>(kv_rotate == "on");
+  }
 };
 
 enum class CacheFlag {
   kLayout,
   kCapacity,
   kInitialCapacity,
-  kKvDtype,
+  kKvDtype,  // --kv-dtype, --k-dtype, --v-dtype, --kv-rotate
   kMaxStepTokens,
   kWindows,
   kThreads,

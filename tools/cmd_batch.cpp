@@ -280,6 +280,9 @@ int run_batch(const BatchFlags& f) {
   o.max_session_tokens = f.cache.max_session_tokens;
   if (f.pool_tokens > 0) o.pool_cells = f.pool_tokens;
   o.kv_dtype = f.cache.dtype();
+  o.k_dtype = f.cache.key_dtype();
+  o.v_dtype = f.cache.value_dtype();
+  o.kv_rotate = f.cache.rotate();
   o.initial_capacity = f.cache.initial_capacity;
   o.step_tokens = f.step_tokens;
   o.prefix_cache = !f.no_prefix_cache;

@@ -60,6 +60,9 @@ int run_inspect(const InspectArgs& a) {
   SummaryOptions o;
   o.kind = a.cache.layout;
   o.config.kv_dtype = a.cache.dtype();
+  o.config.k_dtype = a.cache.key_dtype();
+  o.config.v_dtype = a.cache.value_dtype();
+  o.config.kv_rotate = a.cache.rotate();
   if (a.sessions > 0) {
     o.sessions = a.sessions;
     // The cell layout serves this many sequences at once: it sizes the sliding pools.

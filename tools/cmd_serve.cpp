@@ -147,6 +147,9 @@ int run_serve(const ServeFlags& f) {
   eo.max_sessions = f.cache.max_sessions;
   eo.max_session_tokens = f.cache.max_session_tokens;
   eo.kv_dtype = f.cache.dtype();
+  eo.k_dtype = f.cache.key_dtype();
+  eo.v_dtype = f.cache.value_dtype();
+  eo.kv_rotate = f.cache.rotate();
   eo.prefix_cache = !f.no_prefix_cache;
   eo.block_tokens = f.block_tokens;
   eo.prefix_checkpoints = f.prefix_checkpoints;

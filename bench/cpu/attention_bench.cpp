@@ -3,7 +3,9 @@
 // per second and the ratio to a read-bandwidth probe run in this process with the same thread
 // count right before and right after each benchmark; a 512-token chunked prefill over 4K of
 // history; and 8 sequences decoding one token each over one interleaved cell pool (bytes
-// counted only for each one's own cells).
+// counted only for each one's own cells). BM_DecodeAttentionIsa: f16 against q8_0 / q4_0 K/V
+// at 4K..64K keys with the AVX2 and the AVX-512 workers pinned (quantized: integer dot
+// products, VNNI at AVX-512), for the ratio of calls per second at equal context.
 // Run with --benchmark_format=json for machine-readable output.
 #include <benchmark/benchmark.h>
 
@@ -77,7 +79,15 @@ void report(benchmark::State& state, double bytes_per_iter, double probe_bps) {
   state.counters["probe_bytes_per_second"] = probe_bps;
 }
 
-DType dtype_of(int64_t i) { return i == 0 ? DType::kF16 : i == 1 ? DType::kBF16 : DType::kF32; }
+DType dtype_of(int64_t i) {
+  constexpr DType kTypes[] = {DType::kF16, DType::kBF16, DType::kF32, DType::kQ8_0, DType::kQ4_0};
+  return kTypes[i];
+}
+
+// K and V bytes of `ctx` keys (every kv head) in `dt`.
+double kv_bytes(DType dt, int64_t ctx) {
+  return double(ctx * kKvHeads * 2 * row_bytes(dt, kDim).value_or(0));
+}
 
 void BM_DecodeAttention(benchmark::State& state) {
   const DType dt = dtype_of(state.range(0));
@@ -92,8 +102,30 @@ void BM_DecodeAttention(benchmark::State& state) {
     attend(p, pool(threads));
     benchmark::DoNotOptimize(out.data());
   }
-  report(state, double(ctx * kKvHeads * 2 * kDim * dtype_size(dt)), probe.best());
+  report(state, kv_bytes(dt, ctx), probe.best());
   state.SetLabel(std::string(to_string(dt)) + " " + std::string(to_string(best_isa())));
+}
+
+void BM_DecodeAttentionIsa(benchmark::State& state) {
+  const DType dt = dtype_of(state.range(0));
+  const int64_t ctx = state.range(1);
+  const int threads = static_cast<int>(state.range(2));
+  const Isa isa = state.range(3) == 2 ? Isa::kAvx512 : Isa::kAvx2;
+  const KernelFamily family = is_block_type(dt) ? KernelFamily::kInt8Dot : KernelFamily::kFloat;
+  if (!isa_supported(isa, family)) return state.SkipWithError("ISA not supported here");
+  LayerPool kv = make_pool(dt, ctx);
+  std::vector<KeySet> keys = {run(0, ctx)};
+  std::vector<float> q(kQHeads * kDim, 0.01f), out(kQHeads * kDim);
+  AttentionProblem p{1, kQHeads, q.data(), out.data(), 0.088f, 0.0f, kv.view(), keys};
+  const ProbeAround probe(threads);
+  for (auto _ : state) {
+    attend(p, pool(threads), isa);
+    benchmark::DoNotOptimize(out.data());
+  }
+  report(state, kv_bytes(dt, ctx), probe.best());
+  state.counters["calls_per_second"] =
+      benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(to_string(dt)) + " " + std::string(to_string(isa)));
 }
 
 void BM_ChunkedPrefill(benchmark::State& state) {
@@ -153,6 +185,10 @@ BENCHMARK(BM_DecodeAttention)
     ->ArgNames({"dtype", "ctx", "threads"})
     ->ArgsProduct({{0, 1, 2}, {1024, 4096, 16384, 65536}, {1, 2}})
     ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DecodeAttentionIsa)
+    ->ArgNames({"dtype", "keys", "threads", "isa"})
+    ->ArgsProduct({{0, 3, 4}, {4096, 16384, 65536}, {1, 2}, {1, 2}})
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_ChunkedPrefill)
     ->ArgNames({"dtype", "threads"})

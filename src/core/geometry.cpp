@@ -12,6 +12,8 @@ std::string_view to_string(DType dtype) {
     case DType::kF32: return "f32";
     case DType::kF16: return "f16";
     case DType::kBF16: return "bf16";
+    case DType::kQ8_0: return "q8_0";
+    case DType::kQ4_0: return "q4_0";
   }
   return "unknown";
 }
@@ -20,7 +22,20 @@ std::optional<DType> parse_dtype(std::string_view name) {
   if (name == "f32") return DType::kF32;
   if (name == "f16") return DType::kF16;
   if (name == "bf16") return DType::kBF16;
+  if (name == "q8_0") return DType::kQ8_0;
+  if (name == "q4_0") return DType::kQ4_0;
   return std::nullopt;
+}
+
+bool known_dtype(DType dtype) {
+  const int n = static_cast<int>(dtype);
+  return n >= 0 && n <= static_cast<int>(DType::kQ4_0);
+}
+
+std::optional<int64_t> row_bytes(DType dtype, int64_t width) {
+  const int64_t per = block_elements(dtype);
+  if (width < 0 || width % per != 0) return std::nullopt;
+  return checked_mul(width / per, block_bytes(dtype));
 }
 
 std::string Invalid::message() const {
@@ -40,18 +55,18 @@ std::optional<int64_t> checked_add(int64_t a, int64_t b) {
   return r;
 }
 
-std::optional<int64_t> bytes_per_cell(const LayerGeometry& l, DType dtype) {
-  auto width = checked_add(l.head_dim, l.value_dim);
+std::optional<int64_t> bytes_per_cell(const LayerGeometry& l, DType k, DType v) {
+  auto kb = row_bytes(k, l.head_dim);
+  auto vb = row_bytes(v, l.value_dim);
+  auto width = kb && vb ? checked_add(*kb, *vb) : std::nullopt;
   if (!width) return std::nullopt;
-  auto elems = checked_mul(l.kv_heads, *width);
-  if (!elems) return std::nullopt;
-  return checked_mul(*elems, dtype_size(dtype));
+  return checked_mul(l.kv_heads, *width);
 }
 
-std::optional<int64_t> bytes_per_cell(const CacheGeometry& g, DType dtype) {
+std::optional<int64_t> bytes_per_cell(const CacheGeometry& g, DType k, DType v) {
   int64_t total = 0;
   for (const auto& l : g.layers) {
-    auto b = bytes_per_cell(l, dtype);
+    auto b = bytes_per_cell(l, k, v);
     if (!b) return std::nullopt;
     auto t = checked_add(total, *b);
     if (!t) return std::nullopt;
@@ -89,16 +104,40 @@ std::optional<Invalid> why_invalid(const CacheConfig& c) {
   if (c.max_write && *c.max_write <= 0)
     return Invalid{"max_write", -1, *c.max_write, "> 0 when set"};
   if (c.max_seqs && *c.max_seqs < 1) return Invalid{"max_seqs", -1, *c.max_seqs, ">= 1 when set"};
-  if (c.kv_dtype != DType::kF32 && c.kv_dtype != DType::kF16 && c.kv_dtype != DType::kBF16)
-    return Invalid{"kv_dtype", -1, static_cast<int64_t>(c.kv_dtype), "f32, f16 or bf16"};
+  const std::string names = str_cat("one of ", kDTypeNames);
+  if (!known_dtype(c.kv_dtype))
+    return Invalid{"kv_dtype", -1, static_cast<int64_t>(c.kv_dtype), names};
+  if (c.k_dtype && !known_dtype(*c.k_dtype))
+    return Invalid{"k_dtype", -1, static_cast<int64_t>(*c.k_dtype), names};
+  if (c.v_dtype && !known_dtype(*c.v_dtype))
+    return Invalid{"v_dtype", -1, static_cast<int64_t>(*c.v_dtype), names};
   return std::nullopt;
 }
+
+namespace {
+// A block type needs each row to be whole blocks: the key width for K, the value width for V.
+std::optional<Invalid> why_unblockable(const CacheGeometry& g, const CacheConfig& c) {
+  const DType k = c.key_type(), v = c.value_type();
+  for (size_t i = 0; i < g.layers.size(); ++i) {
+    const LayerGeometry& l = g.layers[i];
+    const auto li = static_cast<int32_t>(i);
+    if (l.head_dim % block_elements(k) != 0)
+      return Invalid{"head_dim", li, l.head_dim,
+                     str_cat("a multiple of ", block_elements(k), " for k_dtype ", to_string(k))};
+    if (l.value_dim % block_elements(v) != 0)
+      return Invalid{"value_dim", li, l.value_dim,
+                     str_cat("a multiple of ", block_elements(v), " for v_dtype ", to_string(v))};
+  }
+  return std::nullopt;
+}
+}  // namespace
 
 std::optional<Invalid> why_invalid(const CacheGeometry& g, const CacheConfig& c) {
   if (auto r = why_invalid(g)) return r;
   if (auto r = why_invalid(c)) return r;
+  if (auto r = why_unblockable(g, c)) return r;
   // The whole pool at capacity must be addressable.
-  auto per_cell = bytes_per_cell(g, c.kv_dtype);
+  auto per_cell = bytes_per_cell(g, c);
   if (!per_cell || !checked_mul(*per_cell, c.capacity))
     return Invalid{"capacity", -1, c.capacity, "capacity * bytes per cell to fit in 64 bits"};
   return std::nullopt;
@@ -154,7 +193,7 @@ std::optional<int64_t> cell_bytes_at_capacity(const CacheGeometry& g, const Cach
   int64_t total = 0;
   for (const CellPool& p : cell_pools(g, c))
     for (int32_t l : p.layers) {
-      auto per_cell = bytes_per_cell(g.layers[static_cast<size_t>(l)], c.kv_dtype);
+      auto per_cell = bytes_per_cell(g.layers[static_cast<size_t>(l)], c);
       auto bytes = per_cell ? checked_mul(*per_cell, p.cells) : std::nullopt;
       auto t = bytes ? checked_add(total, *bytes) : std::nullopt;
       if (!t) return std::nullopt;

@@ -19,7 +19,17 @@ constexpr int64_t kMinSplitKeys = 512;  // a key-range task is at least this lon
 constexpr int64_t kMinSharedKeys = 128;  // shared cells worth a group's extra merge
 constexpr int64_t kMinParallelWork = 1 << 18;  // multiply-adds below which one thread runs a call
 
-detail::ChunkFn chunk_fn(Isa isa) {
+// The worker for layers with a block type or K and V of different types (attention_quant.h).
+// Its AVX-512 version needs VNNI (vpdpbusd): the kInt8Dot family.
+detail::ChunkFn quant_chunk_fn(Isa isa) {
+  switch (resolve_isa(isa, KernelFamily::kInt8Dot)) {
+    case Isa::kAvx512: return detail::chunk_quant_avx512;
+    case Isa::kAvx2: return detail::chunk_quant_avx2;
+    default: return detail::chunk_quant_scalar;
+  }
+}
+
+detail::ChunkFn float_chunk_fn(Isa isa) {
   switch (attend_isa(isa)) {
     case Isa::kAvx512: return detail::chunk_avx512;
     case Isa::kAvx2: return detail::chunk_avx2;
@@ -27,10 +37,15 @@ detail::ChunkFn chunk_fn(Isa isa) {
   }
 }
 
+detail::ChunkFn chunk_fn(const KvView& kv, Isa isa) {
+  return detail::float_workers_fit(kv) ? float_chunk_fn(isa) : quant_chunk_fn(isa);
+}
+
 // The worker for problems with many heads per kv head (shared groups' virtual tokens).
-detail::ChunkFn wide_chunk_fn(Isa isa) {
+detail::ChunkFn wide_chunk_fn(const KvView& kv, Isa isa) {
+  if (!detail::float_workers_fit(kv)) return quant_chunk_fn(isa);
   isa = attend_isa(isa);
-  return isa == Isa::kAvx512 ? detail::chunk_avx512_wide : chunk_fn(isa);
+  return isa == Isa::kAvx512 ? detail::chunk_avx512_wide : float_chunk_fn(isa);
 }
 
 struct Scratch {
@@ -122,7 +137,7 @@ Isa attend_isa(Isa isa) { return resolve_isa(isa, KernelFamily::kFloat); }
 
 void attend(const AttentionProblem& p, ThreadPool& pool, Isa isa) {
   if (p.n_tokens <= 0) return;
-  const detail::ChunkFn fn = chunk_fn(isa);
+  const detail::ChunkFn fn = chunk_fn(p.kv, isa);
   const int64_t pairs = int64_t{p.n_tokens} * p.kv.kv_heads;
   const int64_t want = 4 * int64_t{pool.size()};
   int64_t longest = 0, keys = 0;
@@ -139,7 +154,8 @@ void attend(const AttentionProblem& p, ThreadPool& pool, Isa isa) {
   // Tokens that share leading rows (forks, prefix hits, one prefill chunk) read them once.
   if (shared_prefix_attention()) {
     const std::vector<detail::SharedGroup> groups = detail::find_shared_groups(p, kMinSharedKeys);
-    if (!groups.empty()) return detail::attend_shared(p, groups, pool, fn, wide_chunk_fn(isa));
+    if (!groups.empty())
+      return detail::attend_shared(p, groups, pool, fn, wide_chunk_fn(p.kv, isa));
   }
   if (pairs >= want || longest < 2 * kMinSplitKeys) return attend_unsplit(p, pool, fn);
   const int64_t splits = (want + pairs - 1) / pairs;

@@ -214,6 +214,10 @@ void softmax_block(float* s, int64_t nb, int32_t dv, float& m, float& l, float* 
 
 KVCACHE_ATTENTION_SIMD_ENTRY(chunk_avx2, 8)
 
+void softmax_block_avx2(float* s, int64_t nb, int32_t dv, float& m, float& l, float* acc) {
+  softmax_block(s, nb, dv, m, l, acc);
+}
+
 }  // namespace kvcache::cpu::detail
 
 KVCACHE_SIMD_END()
@@ -222,5 +226,6 @@ KVCACHE_SIMD_END()
 
 namespace kvcache::cpu::detail {
 KVCACHE_ATTENTION_SCALAR_ENTRY(chunk_avx2)
+void softmax_block_avx2(float*, int64_t, int32_t, float&, float&, float*) {}  // never called
 }  // namespace kvcache::cpu::detail
 #endif

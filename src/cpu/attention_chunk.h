@@ -75,8 +75,8 @@ TileRows<kKeys> tile_rows(const AttentionProblem& p, const KeySet& keys, int32_t
     r.k[i] = p.kv.k_row(g, row);
     r.this_v[i] = reinterpret_cast<const char*>(p.kv.v_row(g, row));
   }
-  r.k_bytes = p.kv.head_dim * p.kv.esize();
-  r.v_bytes = p.kv.value_dim * p.kv.esize();
+  r.k_bytes = p.kv.k_bytes;
+  r.v_bytes = p.kv.v_bytes;
   const int64_t next = j + kPrefetchKeys;
   r.has_next = ahead && next + kKeys <= end;
   for (int i = 0; r.has_next && i < kKeys; ++i) {
@@ -165,15 +165,23 @@ void blocked_chunk(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, 
   }
 }
 
-// blocked_chunk with Worker<the layer's dtype>.
+// blocked_chunk with Worker<the layer's dtype>. The float workers run only where K and V share
+// one float type (float_workers_fit()); attend() sends every other layer to the quantized ones.
 template <template <DType> class Worker>
 void blocked_chunk_for_dtype(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0,
                              int64_t j1, float* m, float* l, float* acc, float* s) {
-  switch (p.kv.dtype) {
+  switch (p.kv.k_dtype) {
     case DType::kF32: return blocked_chunk<Worker<DType::kF32>>(p, t, g, j0, j1, m, l, acc, s);
     case DType::kF16: return blocked_chunk<Worker<DType::kF16>>(p, t, g, j0, j1, m, l, acc, s);
     case DType::kBF16: return blocked_chunk<Worker<DType::kBF16>>(p, t, g, j0, j1, m, l, acc, s);
+    default: return;  // not reached: see float_workers_fit()
   }
+}
+
+// Whether the float workers (scalar, AVX2, AVX-512, wide) can read this layer: K and V in the
+// same one of f32 / f16 / bf16.
+inline bool float_workers_fit(const KvView& kv) {
+  return kv.k_dtype == kv.v_dtype && !is_block_type(kv.k_dtype);
 }
 
 // scratch holds at least G * kKeyBlock floats.
@@ -227,6 +235,17 @@ void chunk_avx512_wide(const AttentionProblem& p, int32_t t, int32_t g, int64_t 
             float* l, float* acc, float* scratch) {                                            \
     chunk_scalar(p, t, g, j0, j1, m, l, acc, scratch);                                         \
   }
+
+// The workers for every other layer (a block type for K or V, or K and V of different types):
+// block keys are dotted in integers against the query quantized per block of 32 (int8 with a
+// float scale), value rows are widened a block at a time and added in f32. attention_quant*.
+// Each reads the stored rows in place: nothing wider than one row is ever copied.
+void chunk_quant_scalar(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0,
+                        int64_t j1, float* m, float* l, float* acc, float* scratch);
+void chunk_quant_avx2(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int64_t j1,
+                      float* m, float* l, float* acc, float* scratch);
+void chunk_quant_avx512(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0,
+                        int64_t j1, float* m, float* l, float* acc, float* scratch);
 
 // Tokens whose key sets (cell lists or runs) start with the same `shared` rows, in runs of at
 // most 16 tokens — fewer where 16 would stack more than kWideMaxHeads q heads on a kv head

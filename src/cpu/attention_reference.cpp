@@ -21,7 +21,7 @@ void attend_reference(const AttentionProblem& p) {
       logits.assign(static_cast<size_t>(keys.size()), 0.0);
       double max_logit = -INFINITY;
       for (int64_t j = 0; j < keys.size(); ++j) {
-        load_row(kv.dtype, kv.k_row(g, keys.row(j)), k_row.data(), kv.head_dim);
+        load_row(kv.k_dtype, kv.k_row(g, keys.row(j)), k_row.data(), kv.head_dim);
         double dot = 0.0;
         for (int32_t d = 0; d < kv.head_dim; ++d) dot += double(q[d]) * double(k_row[d]);
         double s = dot * double(p.scale);
@@ -34,7 +34,7 @@ void attend_reference(const AttentionProblem& p) {
       for (double& s : logits) denom += (s = std::exp(s - max_logit));
       std::fill(acc.begin(), acc.end(), 0.0);
       for (int64_t j = 0; j < keys.size(); ++j) {
-        load_row(kv.dtype, kv.v_row(g, keys.row(j)), v_row.data(), kv.value_dim);
+        load_row(kv.v_dtype, kv.v_row(g, keys.row(j)), v_row.data(), kv.value_dim);
         for (int32_t d = 0; d < kv.value_dim; ++d) acc[d] += logits[j] * double(v_row[d]);
       }
       float* out = p.out + (static_cast<int64_t>(t) * p.q_heads + h) * kv.value_dim;

@@ -26,8 +26,8 @@ float element(DType dtype, const std::byte* row, int32_t d) {
       std::memcpy(&h, row + 2 * d, 2);
       return bf16_to_f32(h);
     }
+    default: return 0.0f;  // block types go to chunk_quant_scalar
   }
-  return 0.0f;
 }
 }  // namespace
 
@@ -46,7 +46,7 @@ void chunk_scalar(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, i
       for (int32_t h = 0; h < group; ++h) {
         float dot = 0.0f;
         for (int32_t d = 0; d < kv.head_dim; ++d)
-          dot += q[h * kv.head_dim + d] * element(kv.dtype, k, d);
+          dot += q[h * kv.head_dim + d] * element(kv.k_dtype, k, d);
         float s = dot * p.scale;
         if (p.softcap > 0.0f) s = p.softcap * std::tanh(s / p.softcap);
         scratch[h * kKeyBlock + b] = s;
@@ -65,7 +65,7 @@ void chunk_scalar(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, i
     for (int64_t b = 0; b < nb; ++b) {
       const std::byte* v = kv.v_row(g, keys.row(jb + b));
       for (int32_t d = 0; d < kv.value_dim; ++d) {
-        const float x = element(kv.dtype, v, d);
+        const float x = element(kv.v_dtype, v, d);
         for (int32_t h = 0; h < group; ++h)
           acc[h * kv.value_dim + d] += scratch[h * kKeyBlock + b] * x;
       }

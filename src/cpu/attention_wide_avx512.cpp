@@ -49,8 +49,8 @@ inline void widen(DType dtype, const std::byte* row, int32_t n, float* out) {
 inline void prefetch_rows(const AttentionProblem& p, int32_t g, int64_t row) {
   const auto* k = reinterpret_cast<const char*>(p.kv.k_row(g, row));
   const auto* v = reinterpret_cast<const char*>(p.kv.v_row(g, row));
-  for (int64_t o = 0; o < p.kv.head_dim * p.kv.esize(); o += 64) __builtin_prefetch(k + o, 0, 3);
-  for (int64_t o = 0; o < p.kv.value_dim * p.kv.esize(); o += 64) __builtin_prefetch(v + o, 0, 3);
+  for (int64_t o = 0; o < p.kv.k_bytes; o += 64) __builtin_prefetch(k + o, 0, 3);
+  for (int64_t o = 0; o < p.kv.v_bytes; o += 64) __builtin_prefetch(v + o, 0, 3);
 }
 
 // Per-thread state of one call: qt[d][kV * 16] (query transposed, times scale), the block's
@@ -129,8 +129,8 @@ void wide_chunk(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int
       prefetch_rows(p, g, keys.row(b));
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t row = keys.row(jb + b);
-      widen(p.kv.dtype, p.kv.k_row(g, row), dk, w.kf.data() + b * dk);
-      widen(p.kv.dtype, p.kv.v_row(g, row), dv, w.vf.data() + b * dv);
+      widen(p.kv.k_dtype, p.kv.k_row(g, row), dk, w.kf.data() + b * dk);
+      widen(p.kv.k_dtype, p.kv.v_row(g, row), dv, w.vf.data() + b * dv);
     }
     for (int64_t b = 0; b < nb; b += kK) logits_tile<kV, kK>(w, dk, b, w.s.data());
     // Online softmax per head lane: the block's max, the rescale of the running state, the

@@ -12,6 +12,7 @@
 #include "core/str_cat.h"
 #include "cpu/attention.h"
 #include "cpu/cpu_cache.h"
+#include "cpu/hadamard.h"
 #include "cpu/kv_pool.h"
 
 namespace kvcache::cpu::detail {
@@ -40,12 +41,25 @@ inline Status check_declared(const AttendArgs& a, AttendOp op, bool step_open,
   return ok_status();
 }
 
-// Writes token i's K and V of the call into row row_of(i) of the layer's pool.
+// Writes token i's K and V of the call into row row_of(i) of the layer's pool; `rotate`:
+// each head's rows rotated first (hadamard.h), so the pool holds H k and H v.
 template <class RowOf>
-void write_tokens(LayerPool& pool, const LayerGeometry& l, const AttendArgs& a, RowOf row_of) {
-  for (int32_t i = 0; i < a.n_tokens; ++i)
-    pool.write(row_of(i), a.k.data() + int64_t{i} * l.kv_heads * l.head_dim,
-               a.v.data() + int64_t{i} * l.kv_heads * l.value_dim);
+void write_tokens(LayerPool& pool, const LayerGeometry& l, const AttendArgs& a, RowOf row_of,
+                  bool rotate) {
+  const int64_t kw = int64_t{l.kv_heads} * l.head_dim, vw = int64_t{l.kv_heads} * l.value_dim;
+  thread_local std::vector<float> k, v;
+  for (int32_t i = 0; i < a.n_tokens; ++i) {
+    const float* ki = a.k.data() + i * kw;
+    const float* vi = a.v.data() + i * vw;
+    if (rotate) {
+      k.assign(ki, ki + kw);
+      v.assign(vi, vi + vw);
+      hadamard_rows(k.data(), l.kv_heads, l.head_dim);
+      hadamard_rows(v.data(), l.kv_heads, l.value_dim);
+      ki = k.data(), vi = v.data();
+    }
+    pool.write(row_of(i), ki, vi);
+  }
 }
 
 inline int64_t pools_bytes(const std::vector<LayerPool>& pools) {
@@ -57,6 +71,19 @@ inline int64_t pools_bytes(const std::vector<LayerPool>& pools) {
 inline void run_kernel(const CpuCacheOptions& o, const AttentionProblem& p) {
   if (o.reference_kernel) return attend_reference(p);
   attend(p, o.pool != nullptr ? *o.pool : global_pool(), o.isa);
+}
+
+// run_kernel over a rotated pool: the query rotated alike (q . k unchanged), the output
+// (a mix of rotated values) rotated back in place.
+inline void run_kernel(const CpuCacheOptions& o, AttentionProblem p, bool rotate) {
+  if (!rotate) return run_kernel(o, p);
+  thread_local std::vector<float> q;
+  const int64_t rows = int64_t{p.n_tokens} * p.q_heads;
+  q.assign(p.q, p.q + rows * p.kv.head_dim);
+  hadamard_rows(q.data(), rows, p.kv.head_dim);
+  p.q = q.data();
+  run_kernel(o, p);
+  hadamard_rows(p.out, rows, p.kv.value_dim);
 }
 
 // The KeySet of the slot runs a sequence layout computed (SequenceLayout::visible).

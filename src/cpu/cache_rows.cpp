@@ -13,11 +13,11 @@ std::string layer_name(const CacheGeometry& g, int32_t layer) {
   return str_cat("layer ", layer, (l.sliding() ? str_cat(" (sliding ", l.window, ")") : " (full)"));
 }
 
-// n x heads x dim x esize, nullopt on overflow.
+// n x heads x row_bytes(dtype, dim), nullopt on overflow.
 std::optional<int64_t> rows_bytes(int64_t n, int32_t heads, int32_t dim, DType dtype) {
   auto a = checked_mul(n, heads);
-  auto b = a ? checked_mul(*a, dim) : std::nullopt;
-  return b ? checked_mul(*b, dtype_size(dtype)) : std::nullopt;
+  auto row = row_bytes(dtype, dim);
+  return a && row ? checked_mul(*a, *row) : std::nullopt;
 }
 
 }  // namespace
@@ -50,7 +50,8 @@ std::vector<int64_t> needed_from(const CacheGeometry& g, int64_t from, int64_t t
   return need;
 }
 
-Result<std::vector<const LayerRows*>> match_rows(const CacheGeometry& g, DType dtype,
+Result<std::vector<const LayerRows*>> match_rows(const CacheGeometry& g, DType k_dtype,
+                                                 DType v_dtype,
                                                  std::span<const LayerRows> rows,
                                                  std::span<const int64_t> need, int64_t to) {
   const auto n_layers = static_cast<int32_t>(g.layers.size());
@@ -81,30 +82,33 @@ Result<std::vector<const LayerRows*>> match_rows(const CacheGeometry& g, DType d
                                       r->first + r->n, "), needs [", lo, ", ", to,
                                       ")"));
     const LayerGeometry& l = g.layers[i];
-    const auto kb = rows_bytes(r->n, l.kv_heads, l.head_dim, dtype);
-    const auto vb = rows_bytes(r->n, l.kv_heads, l.value_dim, dtype);
+    const auto kb = rows_bytes(r->n, l.kv_heads, l.head_dim, k_dtype);
+    const auto vb = rows_bytes(r->n, l.kv_heads, l.value_dim, v_dtype);
     if (!kb || static_cast<int64_t>(r->k.size()) != *kb)
       return invalid_argument(str_cat(at(), ": k has ", static_cast<int64_t>(r->k.size()),
                                       " bytes, expected ", r->n, " rows x ", l.kv_heads,
-                                      " heads x ", l.head_dim, " x ", dtype_size(dtype),
-                                      " bytes (", to_string(dtype), ")"));
+                                      " heads x ", row_bytes(k_dtype, l.head_dim).value_or(0),
+                                      " bytes (", l.head_dim, " values of ", to_string(k_dtype),
+                                      ")"));
     if (!vb || static_cast<int64_t>(r->v.size()) != *vb)
       return invalid_argument(str_cat(at(), ": v has ", static_cast<int64_t>(r->v.size()),
                                       " bytes, expected ", r->n, " rows x ", l.kv_heads,
-                                      " heads x ", l.value_dim, " x ", dtype_size(dtype),
-                                      " bytes (", to_string(dtype), ")"));
+                                      " heads x ", row_bytes(v_dtype, l.value_dim).value_or(0),
+                                      " bytes (", l.value_dim, " values of ", to_string(v_dtype),
+                                      ")"));
   }
   return by_layer;
 }
 
-LayerRows make_rows(const CacheGeometry& g, DType dtype, int32_t layer, int64_t first, int64_t n) {
+LayerRows make_rows(const CacheGeometry& g, DType k_dtype, DType v_dtype, int32_t layer,
+                    int64_t first, int64_t n) {
   const LayerGeometry& l = g.layers[static_cast<size_t>(layer)];
   LayerRows r;
   r.layer = layer;
   r.first = first;
   r.n = n;
-  r.k.resize(static_cast<size_t>(n * l.kv_heads * l.head_dim * dtype_size(dtype)));
-  r.v.resize(static_cast<size_t>(n * l.kv_heads * l.value_dim * dtype_size(dtype)));
+  r.k.resize(static_cast<size_t>(n * l.kv_heads * row_bytes(k_dtype, l.head_dim).value_or(0)));
+  r.v.resize(static_cast<size_t>(n * l.kv_heads * row_bytes(v_dtype, l.value_dim).value_or(0)));
   return r;
 }
 

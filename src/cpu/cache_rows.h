@@ -23,14 +23,17 @@ Status check_append(int32_t seq, int64_t from, int64_t to, int64_t end);
 std::vector<int64_t> needed_from(const CacheGeometry& g, int64_t from, int64_t to);
 
 // Per cache layer, the caller's rows for it: exactly one LayerRows per layer, covering
-// [need[layer], to), with k and v sized n x kv_heads x head_dim (value_dim) x dtype size.
+// [need[layer], to), with k and v sized n x kv_heads x row_bytes(k_dtype, head_dim) (v_dtype,
+// value_dim): blocks move as they are stored.
 // InvalidArgument naming the layer and what is missing or mis-sized.
-Result<std::vector<const LayerRows*>> match_rows(const CacheGeometry& g, DType dtype,
+Result<std::vector<const LayerRows*>> match_rows(const CacheGeometry& g, DType k_dtype,
+                                                 DType v_dtype,
                                                  std::span<const LayerRows> rows,
                                                  std::span<const int64_t> need, int64_t to);
 
 // An empty LayerRows for positions [first, first + n) of `layer`, buffers sized.
-LayerRows make_rows(const CacheGeometry& g, DType dtype, int32_t layer, int64_t first, int64_t n);
+LayerRows make_rows(const CacheGeometry& g, DType k_dtype, DType v_dtype, int32_t layer,
+                    int64_t first, int64_t n);
 
 // Copies the row of position p (first <= p < first + n) between a pool cell and `rows`.
 inline void row_out(const LayerPool& pool, int64_t cell, LayerRows& rows, int64_t p) {

@@ -26,7 +26,7 @@ class CellCache final : public Cache {
     const CacheConfig& c = layout_.config();
     for (int32_t i = 0; i < layout_.n_layers(); ++i) {
       const int64_t rows = layout_.pool(layout_.pool_of(i)).cells;
-      pools_.emplace_back(layout_.geometry().layers[i], c.kv_dtype, rows);
+      pools_.emplace_back(layout_.geometry().layers[i], c.key_type(), c.value_type(), rows);
       KVCACHE_RETURN_IF_ERROR(pools_.back().reserve(std::min(c.initial_capacity, rows)));
     }
     return ok_status();
@@ -92,7 +92,7 @@ class CellCache final : public Cache {
       if (!placed.ok()) return placed.status();
       cells = *placed;
       detail::write_tokens(pool, layout_.geometry().layers[a.layer], a,
-                           [&](int32_t i) { return cells[i]; });
+                           [&](int32_t i) { return cells[i]; }, config().rotated());
     }
     keys_.resize(a.n_tokens);
     for (int32_t i = 0; i < a.n_tokens; ++i) {
@@ -102,7 +102,7 @@ class CellCache final : public Cache {
       keys_[i] = KeySet{};
       keys_[i].cells = *vis;
     }
-    detail::run_kernel(options_, detail::make_problem(a, pool, keys_));
+    detail::run_kernel(options_, detail::make_problem(a, pool, keys_), config().rotated());
     return ok_status();
   }
 
@@ -122,7 +122,8 @@ class CellCache final : public Cache {
       const int64_t low = layout_.held_first_pos(seq, g);
       // A sliding pool may still hold an ended step's older cells: report only what is kept.
       const int64_t first = std::min(to, std::max(from, layout_.kept_from(seq, g)));
-      out.push_back(detail::make_rows(geometry(), config().kv_dtype, i, first, to - first));
+      out.push_back(detail::make_rows(geometry(), config().key_type(),
+                                      config().value_type(), i, first, to - first));
       for (int64_t p = first; p < to; ++p)
         detail::row_out(pools_[i], held[static_cast<size_t>(p - low)], out.back(), p);
     }
@@ -138,7 +139,8 @@ class CellCache final : public Cache {
     KVCACHE_RETURN_IF_ERROR(detail::check_append(seq, from, to, layout_.pos(seq)));
     const std::vector<int64_t> need = detail::needed_from(geometry(), from, to);
     Result<std::vector<const LayerRows*>> by_layer =
-        detail::match_rows(geometry(), config().kv_dtype, rows, need, to);
+        detail::match_rows(geometry(), config().key_type(), config().value_type(), rows,
+                           need, to);
     if (!by_layer.ok()) return by_layer.status();
     const int64_t total = to - from;
     if (total == 0) return ok_status();

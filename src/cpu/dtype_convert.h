@@ -20,7 +20,8 @@ using kvcache::f32_from_bits;
 using kvcache::f32_to_bf16;
 using kvcache::f32_to_f16;
 
-// Converts n floats to `dtype` at dst (dtype_size(dtype) * n bytes), and back.
+// Converts n floats to `dtype` at dst (row_bytes(dtype, n) bytes), and back. For the block
+// types q8_0 / q4_0, n is a multiple of 32 and each block follows cpu/block_quant.h.
 void store_row(DType dtype, const float* src, void* dst, int64_t n);
 void load_row(DType dtype, const void* src, float* dst, int64_t n);
 

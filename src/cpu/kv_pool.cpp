@@ -29,12 +29,15 @@ AlignedBytes aligned_alloc_bytes(int64_t n) {
   return AlignedBytes(static_cast<std::byte*>(p));
 }
 
-LayerPool::LayerPool(const LayerGeometry& layer, DType dtype, int64_t max_rows)
-    : layer_(layer), dtype_(dtype), max_rows_(max_rows) {}
+LayerPool::LayerPool(const LayerGeometry& layer, DType k_dtype, DType v_dtype, int64_t max_rows)
+    : layer_(layer),
+      k_dtype_(k_dtype),
+      v_dtype_(v_dtype),
+      k_row_(row_bytes(k_dtype, layer.head_dim).value_or(0)),
+      v_row_(row_bytes(v_dtype, layer.value_dim).value_or(0)),
+      max_rows_(max_rows) {}
 
-int64_t LayerPool::bytes() const {
-  return rows_ * layer_.kv_heads * (layer_.head_dim + layer_.value_dim) * dtype_size(dtype_);
-}
+int64_t LayerPool::bytes() const { return rows_ * cell_bytes(); }
 
 Status LayerPool::reserve(int64_t needed) {
   if (needed <= rows_) return ok_status();
@@ -42,8 +45,7 @@ Status LayerPool::reserve(int64_t needed) {
     return invalid_argument(str_cat("pool.reserve: ", needed, " rows, expected <= ",
                                     max_rows_));
   const int64_t target = std::min(max_rows_, std::max(needed, rows_ * 2));
-  const int64_t es = dtype_size(dtype_);
-  const int64_t k_row = layer_.head_dim * es, v_row = layer_.value_dim * es;
+  const int64_t k_row = k_row_, v_row = v_row_;
   const int64_t k_bytes = layer_.kv_heads * target * k_row;
   const int64_t v_bytes = layer_.kv_heads * target * v_row;
   AlignedBytes k = aligned_alloc_bytes(k_bytes);
@@ -64,29 +66,26 @@ Status LayerPool::reserve(int64_t needed) {
 }
 
 void LayerPool::write(int64_t cell, const float* k, const float* v) {
-  const int64_t es = dtype_size(dtype_);
   for (int32_t h = 0; h < layer_.kv_heads; ++h) {
-    store_row(dtype_, k + h * layer_.head_dim,
-              k_.get() + (h * rows_ + cell) * layer_.head_dim * es, layer_.head_dim);
-    store_row(dtype_, v + h * layer_.value_dim,
-              v_.get() + (h * rows_ + cell) * layer_.value_dim * es, layer_.value_dim);
+    store_row(k_dtype_, k + h * layer_.head_dim, k_.get() + (h * rows_ + cell) * k_row_,
+              layer_.head_dim);
+    store_row(v_dtype_, v + h * layer_.value_dim, v_.get() + (h * rows_ + cell) * v_row_,
+              layer_.value_dim);
   }
 }
 
-int64_t LayerPool::cell_bytes() const {
-  return layer_.kv_heads * (layer_.head_dim + layer_.value_dim) * dtype_size(dtype_);
-}
+int64_t LayerPool::cell_bytes() const { return layer_.kv_heads * (k_row_ + v_row_); }
 
 void LayerPool::copy_out(int64_t cell, std::byte* dst) const {
-  copy_out(cell, dst, dst + layer_.kv_heads * layer_.head_dim * dtype_size(dtype_));
+  copy_out(cell, dst, dst + layer_.kv_heads * k_row_);
 }
 
 void LayerPool::copy_in(int64_t cell, const std::byte* src) {
-  copy_in(cell, src, src + layer_.kv_heads * layer_.head_dim * dtype_size(dtype_));
+  copy_in(cell, src, src + layer_.kv_heads * k_row_);
 }
 
 void LayerPool::copy_out(int64_t cell, std::byte* k_dst, std::byte* v_dst) const {
-  const int64_t es = dtype_size(dtype_), kb = layer_.head_dim * es, vb = layer_.value_dim * es;
+  const int64_t kb = k_row_, vb = v_row_;
   for (int32_t h = 0; h < layer_.kv_heads; ++h, k_dst += kb)
     std::memcpy(k_dst, k_.get() + (h * rows_ + cell) * kb, static_cast<size_t>(kb));
   for (int32_t h = 0; h < layer_.kv_heads; ++h, v_dst += vb)
@@ -94,7 +93,7 @@ void LayerPool::copy_out(int64_t cell, std::byte* k_dst, std::byte* v_dst) const
 }
 
 void LayerPool::copy_in(int64_t cell, const std::byte* k_src, const std::byte* v_src) {
-  const int64_t es = dtype_size(dtype_), kb = layer_.head_dim * es, vb = layer_.value_dim * es;
+  const int64_t kb = k_row_, vb = v_row_;
   for (int32_t h = 0; h < layer_.kv_heads; ++h, k_src += kb)
     std::memcpy(k_.get() + (h * rows_ + cell) * kb, k_src, static_cast<size_t>(kb));
   for (int32_t h = 0; h < layer_.kv_heads; ++h, v_src += vb)
@@ -102,8 +101,8 @@ void LayerPool::copy_in(int64_t cell, const std::byte* k_src, const std::byte* v
 }
 
 KvView LayerPool::view() const {
-  return KvView{dtype_, layer_.kv_heads, layer_.head_dim, layer_.value_dim,
-                rows_, k_.get(), v_.get()};
+  return KvView{k_dtype_, v_dtype_, layer_.kv_heads, layer_.head_dim, layer_.value_dim,
+                rows_, k_.get(), v_.get(), k_row_, v_row_};
 }
 
 }  // namespace kvcache::cpu

@@ -38,7 +38,7 @@ class SequenceCache final : public Cache {
     const CacheConfig& c = layout_.config();
     for (int32_t i = 0; i < layout_.n_layers(); ++i) {
       const LayerGeometry& l = layout_.geometry().layers[i];
-      pools_.emplace_back(l, c.kv_dtype, layout_.slots(i));
+      pools_.emplace_back(l, c.key_type(), c.value_type(), layout_.slots(i));
       const int64_t first = l.sliding() ? layout_.slots(i)
                                         : std::min(c.initial_capacity, c.capacity);
       KVCACHE_RETURN_IF_ERROR(pools_.back().reserve(first));
@@ -113,7 +113,8 @@ class SequenceCache final : public Cache {
     const LayerGeometry& l = layout_.geometry().layers[a.layer];
     if (!attend_only)
       detail::write_tokens(pool, l, a,
-                           [&](int32_t i) { return layout_.slot(a.layer, plan->start + i); });
+                           [&](int32_t i) { return layout_.slot(a.layer, plan->start + i); },
+                           config().rotated());
     keys_.resize(a.n_tokens);
     for (int32_t i = 0; i < a.n_tokens; ++i) {
       Result<SlotRuns> vis = layout_.visible(a.layer, plan->start + i);
@@ -122,7 +123,7 @@ class SequenceCache final : public Cache {
                               "placed step has no visibility: " + vis.status().message());
       keys_[i] = detail::keys_of(*vis);
     }
-    detail::run_kernel(options_, detail::make_problem(a, pool, keys_));
+    detail::run_kernel(options_, detail::make_problem(a, pool, keys_), config().rotated());
     return ok_status();
   }
 
@@ -174,7 +175,8 @@ class SequenceCache final : public Cache {
     out.reserve(pools_.size());
     for (int32_t i = 0; i < layout_.n_layers(); ++i) {
       const int64_t first = std::min(to, std::max(from, layout_.held_from(i)));
-      out.push_back(detail::make_rows(geometry(), config().kv_dtype, i, first, to - first));
+      out.push_back(detail::make_rows(geometry(), config().key_type(),
+                                      config().value_type(), i, first, to - first));
       for (int64_t p = first; p < to; ++p)
         detail::row_out(pools_[i], layout_.slot(i, p), out.back(), p);
     }
@@ -192,7 +194,8 @@ class SequenceCache final : public Cache {
                                         ") exceed capacity ", layout_.capacity()));
     const std::vector<int64_t> need = detail::needed_from(geometry(), from, to);
     Result<std::vector<const LayerRows*>> by_layer =
-        detail::match_rows(geometry(), config().kv_dtype, rows, need, to);
+        detail::match_rows(geometry(), config().key_type(), config().value_type(), rows,
+                           need, to);
     if (!by_layer.ok()) return by_layer.status();
     for (int32_t i = 0; i < layout_.n_layers(); ++i)
       if (!geometry().layers[i].sliding()) KVCACHE_RETURN_IF_ERROR(pools_[i].reserve(to));

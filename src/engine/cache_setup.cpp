@@ -46,6 +46,9 @@ Result<CacheSetup> plan_cache(const Model& model, const CacheOptions& o) {
   s.step_tokens = step;
   s.config.capacity = capacity;
   s.config.kv_dtype = o.kv_dtype;
+  s.config.k_dtype = o.k_dtype;
+  s.config.v_dtype = o.v_dtype;
+  s.config.kv_rotate = o.kv_rotate;
   s.config.initial_capacity = o.initial_capacity;
   s.config.max_write = static_cast<int32_t>(step);
   s.config.max_seqs = o.max_seqs;

@@ -43,7 +43,9 @@ using Writer = program::ByteWriter;
 std::vector<uint8_t> encode_header(const Snapshot& s) {
   Writer body;
   body.put<uint64_t>(s.fingerprint);
-  body.put<uint32_t>(static_cast<uint32_t>(s.kv_dtype));
+  body.put<uint32_t>(static_cast<uint32_t>(s.k_dtype));
+  body.put<uint32_t>(static_cast<uint32_t>(s.v_dtype));
+  body.put<uint32_t>(s.rotated ? 1u : 0u);  // flags: bit 0 = rotated
   body.put<uint32_t>(static_cast<uint32_t>(s.geometry.layers.size()));
   for (const LayerGeometry& l : s.geometry.layers) {
     body.put<int32_t>(l.kv_heads);
@@ -170,17 +172,37 @@ Status short_header(const char* field) {
   return invalid_argument(std::string("snapshot header: it ends inside ") + field);
 }
 
-// The header body's fields, checked for consistency (not yet against any cache).
-Status parse_body(std::span<const uint8_t> body, Snapshot& s) {
+// One stored type number: the type, or InvalidArgument naming `what`.
+Status parse_dtype_number(Cursor& c, const char* what, DType& out) {
+  uint32_t n = 0;
+  if (!c.get(n)) return short_header(what);
+  if (n > static_cast<uint32_t>(DType::kQ4_0))
+    return invalid_argument(str_cat("snapshot header: ", what, " ", n,
+                                    " is unknown (0 f32, 1 f16, 2 bf16, 3 q8_0, 4 q4_0; written "
+                                    "by a newer kvcache?)"));
+  out = static_cast<DType>(n);
+  return ok_status();
+}
+
+// The header body's fields, checked for consistency (not yet against any cache). Version 1
+// has one kv dtype for K and V, version 2 a key type then a value type.
+Status parse_body(std::span<const uint8_t> body, uint32_t version, Snapshot& s) {
   Cursor c(body);
-  uint32_t dtype = 0, n_layers = 0;
+  uint32_t n_layers = 0;
   if (!c.get(s.fingerprint)) return short_header("the fingerprint");
-  if (!c.get(dtype)) return short_header("the kv dtype");
-  if (dtype > static_cast<uint32_t>(DType::kBF16))
-    return invalid_argument(
-        str_cat("snapshot header: kv dtype ", dtype,
-                " is unknown (0 f32, 1 f16, 2 bf16; written by a newer kvcache?)"));
-  s.kv_dtype = static_cast<DType>(dtype);
+  if (version == 1) {
+    KVCACHE_RETURN_IF_ERROR(parse_dtype_number(c, "the kv dtype", s.k_dtype));
+    s.v_dtype = s.k_dtype;
+  } else {
+    KVCACHE_RETURN_IF_ERROR(parse_dtype_number(c, "the key type", s.k_dtype));
+    KVCACHE_RETURN_IF_ERROR(parse_dtype_number(c, "the value type", s.v_dtype));
+    uint32_t flags = 0;
+    if (!c.get(flags)) return short_header("the flags");
+    if (flags > 1)
+      return invalid_argument(str_cat("snapshot header: flags = ", flags,
+                                      ", expected 0 or 1 (bit 0: rotated K/V)"));
+    s.rotated = flags == 1;
+  }
   if (!c.get(n_layers)) return short_header("the layer count");
   if (n_layers < 1 || n_layers > kMaxLayers)
     return invalid_argument(
@@ -195,9 +217,11 @@ Status parse_body(std::span<const uint8_t> body, Snapshot& s) {
   if (auto why = why_invalid(s.geometry))
     return invalid_argument("snapshot header: " + why->message());
   for (size_t i = 0; i < n_layers; ++i)
-    if (!bytes_per_cell(s.geometry.layers[i], s.kv_dtype))
-      return invalid_argument(
-          str_cat("snapshot header: layer ", i, " has a row size that overflows"));
+    if (!bytes_per_cell(s.geometry.layers[i], s.k_dtype, s.v_dtype))
+      return invalid_argument(str_cat("snapshot header: layer ", i,
+                                      " has a row size that overflows or is no whole number of ",
+                                      to_string(s.k_dtype), " / ", to_string(s.v_dtype),
+                                      " blocks"));
   uint64_t n_tokens = 0;
   if (!c.get(s.positions)) return short_header("the position count");
   if (!c.get(n_tokens)) return short_header("the token count");
@@ -235,8 +259,8 @@ Status parse_body(std::span<const uint8_t> body, Snapshot& s) {
 std::optional<int64_t> section_bytes(const Snapshot& s, size_t i, bool k) {
   const LayerGeometry& l = s.geometry.layers[i];
   auto a = checked_mul(s.layers[i].n, l.kv_heads);
-  auto b = a ? checked_mul(*a, k ? l.head_dim : l.value_dim) : std::nullopt;
-  return b ? checked_mul(*b, dtype_size(s.kv_dtype)) : std::nullopt;
+  auto row = k ? row_bytes(s.k_dtype, l.head_dim) : row_bytes(s.v_dtype, l.value_dim);
+  return a && row ? checked_mul(*a, *row) : std::nullopt;
 }
 
 Result<Snapshot> decode(Source& src, const SnapshotProgress& progress) {
@@ -253,9 +277,9 @@ Result<Snapshot> decode(Source& src, const SnapshotProgress& progress) {
   uint32_t version = 0, header_len = 0;
   std::memcpy(&version, pre + 8, 4);
   std::memcpy(&header_len, pre + 12, 4);
-  if (version != kSnapshotVersion)
+  if (version < kSnapshotOldestVersion || version > kSnapshotVersion)
     return invalid_argument(str_cat("snapshot: format version ", version, ", this build reads ",
-                                    kSnapshotVersion,
+                                    kSnapshotOldestVersion, "..", kSnapshotVersion,
                                     " (hint: save it again with the kvcache that reads it)"));
   if (header_len > kMaxHeaderBytes)
     return invalid_argument(
@@ -273,7 +297,7 @@ Result<Snapshot> decode(Source& src, const SnapshotProgress& progress) {
     return data_loss("snapshot: header checksum mismatch (the file is corrupt)");
   Snapshot s;
   KVCACHE_RETURN_IF_ERROR(parse_body(
-      std::span<const uint8_t>(head).subspan(kPreambleBytes, header_len), s));
+      std::span<const uint8_t>(head).subspan(kPreambleBytes, header_len), version, s));
   int64_t total = header_end;
   for (size_t i = 0; i < s.layers.size(); ++i) {
     auto k = section_bytes(s, i, true), v = section_bytes(s, i, false);
@@ -340,7 +364,9 @@ Result<Snapshot> capture_snapshot(const CacheControl& cache, int32_t seq, uint64
   if (!rows.ok()) return rows.status();
   Snapshot s;
   s.fingerprint = fingerprint;
-  s.kv_dtype = cache.config().kv_dtype;
+  s.k_dtype = cache.config().key_type();
+  s.v_dtype = cache.config().value_type();
+  s.rotated = cache.config().rotated();
   s.geometry = cache.geometry();
   s.positions = positions;
   s.tokens.assign(tokens.begin(), tokens.end());
@@ -350,9 +376,9 @@ Result<Snapshot> capture_snapshot(const CacheControl& cache, int32_t seq, uint64
 
 int64_t encoded_snapshot_bytes(const Snapshot& s) {
   const auto layers = static_cast<int64_t>(s.layers.size());
-  // preamble, fingerprint, dtype, layer count, geometry, positions, token count, ids, ranges,
-  // header checksum; then per layer its K and V rows and their checksum
-  int64_t n = kPreambleBytes + 8 + 4 + 4 + kLayerGeometryBytes * layers + 8 + 8 +
+  // preamble, fingerprint, key and value types, flags, layer count, geometry, positions,
+  // token count, ids, ranges, header checksum; then per layer its K and V rows and checksum
+  int64_t n = kPreambleBytes + 8 + 4 + 4 + 4 + 4 + kLayerGeometryBytes * layers + 8 + 8 +
               4 * static_cast<int64_t>(s.tokens.size()) + kLayerRangeBytes * layers +
               kChecksumBytes;
   for (const LayerRows& r : s.layers)
@@ -411,11 +437,25 @@ Status check_snapshot(const Snapshot& s, uint64_t fingerprint, const CacheContro
                             hex(s.fingerprint) + ", this model's is " + hex(fingerprint) + ")");
   if (const std::string d = geometry_difference(s.geometry, cache.geometry()); !d.empty())
     return invalid_argument("snapshot: another cache geometry: " + d);
-  if (s.kv_dtype != cache.config().kv_dtype)
-    return invalid_argument(str_cat("snapshot: kv dtype ", to_string(s.kv_dtype),
-                                    ", this cache stores ", to_string(cache.config().kv_dtype),
-                                    " (build the cache with kv dtype ", to_string(s.kv_dtype),
+  const DType ck = cache.config().key_type(), cv = cache.config().value_type();
+  if (s.k_dtype != ck || s.v_dtype != cv) {
+    if (s.k_dtype == s.v_dtype && ck == cv)
+      return invalid_argument(str_cat("snapshot: kv dtype ", to_string(s.k_dtype),
+                                      ", this cache stores ", to_string(ck),
+                                      " (build the cache with kv dtype ", to_string(s.k_dtype),
+                                      ")"));
+    return invalid_argument(str_cat("snapshot: K/V stored as k ", to_string(s.k_dtype), ", v ",
+                                    to_string(s.v_dtype), "; this cache stores k ", to_string(ck),
+                                    ", v ", to_string(cv), " (build the cache with k_dtype ",
+                                    to_string(s.k_dtype), " and v_dtype ", to_string(s.v_dtype),
                                     ")"));
+  }
+  if (s.rotated != cache.config().rotated())
+    return invalid_argument(str_cat("snapshot: K/V stored ", s.rotated ? "rotated" : "unrotated",
+                                    ", this cache stores them ",
+                                    cache.config().rotated() ? "rotated" : "unrotated",
+                                    " (build the cache with kv_rotate ",
+                                    s.rotated ? "on" : "off", ")"));
   for (size_t i = 0; i < s.tokens.size(); ++i)
     if (s.tokens[i] >= vocab)
       return invalid_argument(str_cat("snapshot: token ", i, " = ", s.tokens[i],

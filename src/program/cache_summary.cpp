@@ -81,7 +81,7 @@ nlohmann::json cache_summary_json(const ModelGeometry& geometry, const SummaryOp
   if (options.sessions <= 0)
     return json{{"error", str_cat("sessions = ", options.sessions, ", expected > 0")}};
 
-  const DType dtype = config.kv_dtype;
+  const DType kt = config.key_type(), vt = config.value_type();
   json layers = json::array();
   std::vector<std::vector<int32_t>> readers(g.cache.layers.size());
   for (size_t i = 0; i < g.layer_cache.size(); ++i)
@@ -89,7 +89,7 @@ nlohmann::json cache_summary_json(const ModelGeometry& geometry, const SummaryOp
   int64_t sequence_bytes = 0;
   for (size_t c = 0; c < g.cache.layers.size(); ++c) {
     const LayerGeometry& l = g.cache.layers[c];
-    const int64_t per_cell = *bytes_per_cell(l, dtype);  // validated above: no overflow
+    const int64_t per_cell = *bytes_per_cell(l, kt, vt);  // validated above: no overflow
     const int64_t slots = sequence_slots(l, config);
     sequence_bytes += per_cell * slots;  // <= bytes_at_capacity, which fits (validated)
     layers.push_back({{"kv_heads", l.kv_heads},
@@ -100,17 +100,17 @@ nlohmann::json cache_summary_json(const ModelGeometry& geometry, const SummaryOp
                       {"slots", slots},
                       {"model_layers", readers[c]}});
   }
-  const int64_t per_cell = *bytes_per_cell(g.cache, dtype);
+  const int64_t per_cell = *bytes_per_cell(g.cache, kt, vt);
   const int64_t all_positions = per_cell * config.capacity;  // validated: fits
   int64_t checkpoint = 0;
   for (const LayerGeometry& l : g.cache.layers)
-    if (l.window > 1) checkpoint += (l.window - 1) * *bytes_per_cell(l, dtype);
+    if (l.window > 1) checkpoint += (l.window - 1) * *bytes_per_cell(l, kt, vt);
   json pools = json::array();
   int64_t at_capacity = sequence_bytes;
   if (options.kind == "cell") {
     for (const CellPool& p : cell_pools(g.cache, config)) {
       int64_t bytes = 0;
-      for (int32_t l : p.layers) bytes += *bytes_per_cell(g.cache.layers[l], dtype) * p.cells;
+      for (int32_t l : p.layers) bytes += *bytes_per_cell(g.cache.layers[l], kt, vt) * p.cells;
       pools.push_back({{"window", p.window}, {"layers", p.layers}, {"cells", p.cells},
                        {"bytes", bytes}});  // <= all_positions: no overflow
     }
@@ -124,7 +124,13 @@ nlohmann::json cache_summary_json(const ModelGeometry& geometry, const SummaryOp
               {"n_layers", g.layer_cache.size()},
               {"n_caches", g.cache.layers.size()},
               {"groups", policy_groups(g)},
-              {"kv_dtype", std::string(to_string(dtype))},
+              {"kv_dtype", kt == vt ? std::string(to_string(kt))
+                                    : str_cat("k=", to_string(kt), ",v=", to_string(vt))},
+              {"k_dtype", std::string(to_string(kt))},
+              {"v_dtype", std::string(to_string(vt))},
+              {"kv_rotate", config.rotated()},
+              // The same cells in f16, for the memory a K/V type saves (fits: f16 <= f32).
+              {"bytes_per_cell_f16", *bytes_per_cell(g.cache, DType::kF16)},
               {"capacity", config.capacity},
               {"sessions", options.sessions},
               {"session_tokens", session_tokens},
@@ -156,7 +162,13 @@ std::string cache_summary_text(const ModelGeometry& geometry, const SummaryOptio
   s += str_cat("kv dtype ", j["kv_dtype"].get<std::string>(), ", capacity ",
                j["capacity"].get<int64_t>(), " cells (",
                j["sessions"].get<int64_t>(), " session(s) x ",
-               j["session_tokens"].get<int64_t>(), " tokens)\n\n");
+               j["session_tokens"].get<int64_t>(), " tokens)\n");
+  const auto per_cell = j["bytes_per_cell"].get<int64_t>();
+  const auto f16_cell = j["bytes_per_cell_f16"].get<int64_t>();
+  std::snprintf(line, sizeof line, "K/V bytes per cell %lld = %.3fx f16 (%lld)\n\n",
+                static_cast<long long>(per_cell), double(per_cell) / double(f16_cell),
+                static_cast<long long>(f16_cell));
+  s += line;
   std::snprintf(line, sizeof line, "%5s  %-16s %8s %8s %9s %-14s %12s %10s\n", "cache",
                 "model layers", "kv_heads", "head_dim", "value_dim", "policy", "bytes/cell",
                 "seq slots");

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/half.h"
+#include "cpu/block_quant.h"
 
 namespace kvcache::gguf {
 namespace {
@@ -48,10 +49,6 @@ void decode_32(const uint8_t* b, bool has_min, bool five_bit, float* out) {
   }
 }
 
-void decode_q8_0(const uint8_t* b, float* out) {
-  const float d = load_half(b);
-  for (int j = 0; j < 32; ++j) out[j] = d * static_cast<float>(static_cast<int8_t>(b[2 + j]));
-}
 
 // Q4_K (144 B): d, dmin, 12 packed scale bytes, 128 bytes of nibbles. Q5_K (176 B) adds 32
 // bytes of high bits before the nibbles: bit s of qh[l] is the fifth bit of sub-block s's
@@ -134,17 +131,6 @@ void encode_affine_32(const float* x, bool five_bit, uint8_t* b) {
   uint8_t q[32];
   for (int j = 0; j < 32; ++j) q[j] = clamp_u8(nearest((x[j] - m) * inv), top);
   pack_32(q, five_bit, b + 4);
-}
-
-void encode_q8_0(const float* x, uint8_t* b) {
-  float amax = 0.0f;
-  for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
-  store_half(b, amax / 127.0f);
-  const float d = load_half(b);
-  const float inv = d != 0.0f ? 1.0f / d : 0.0f;
-  for (int j = 0; j < 32; ++j)
-    b[2 + j] = static_cast<uint8_t>(
-        static_cast<int8_t>(std::clamp(nearest(x[j] * inv), -127, 127)));
 }
 
 // Q4_K / Q5_K: per sub-block of 32 a step and a (non-negative) min with value = step * q -
@@ -304,11 +290,11 @@ bool dequantize(TensorType type, std::span<const uint8_t> src, std::span<float> 
         *out = bf16_to_f32(h);
         break;
       }
-      case TensorType::kQ4_0: decode_32(p, false, false, out); break;
+      case TensorType::kQ4_0: cpu::dequantize_q4_0_block(p, out); break;  // the K/V rule too
       case TensorType::kQ4_1: decode_32(p, true, false, out); break;
       case TensorType::kQ5_0: decode_32(p, false, true, out); break;
       case TensorType::kQ5_1: decode_32(p, true, true, out); break;
-      case TensorType::kQ8_0: decode_q8_0(p, out); break;
+      case TensorType::kQ8_0: cpu::dequantize_q8_0_block(p, out); break;
       case TensorType::kQ4_K: decode_k(p, false, out); break;
       case TensorType::kQ5_K: decode_k(p, true, out); break;
       case TensorType::kQ6_K: decode_q6_k(p, out); break;
@@ -334,11 +320,11 @@ bool quantize(TensorType type, std::span<const float> src, std::span<uint8_t> ds
         std::memcpy(b, &h, 2);
         break;
       }
-      case TensorType::kQ4_0: encode_sym_32(x, false, b); break;
+      case TensorType::kQ4_0: cpu::quantize_q4_0_block(x, b); break;  // the K/V rule too
       case TensorType::kQ4_1: encode_affine_32(x, false, b); break;
       case TensorType::kQ5_0: encode_sym_32(x, true, b); break;
       case TensorType::kQ5_1: encode_affine_32(x, true, b); break;
-      case TensorType::kQ8_0: encode_q8_0(x, b); break;
+      case TensorType::kQ8_0: cpu::quantize_q8_0_block(x, b); break;
       case TensorType::kQ4_K: encode_k(x, false, b); break;
       case TensorType::kQ5_K: encode_k(x, true, b); break;
       case TensorType::kQ6_K: encode_q6_k(x, b); break;

@@ -53,6 +53,25 @@ DecodedBlock refuse(BlockFault f, std::string why) {
 
 }  // namespace
 
+namespace {
+// The header's type field: key type in bits 0..7, value type in 8..15, rotation in bit 16.
+uint32_t type_field(const BlockFormat& f) {
+  return static_cast<uint32_t>(f.k_dtype) | static_cast<uint32_t>(f.v_dtype) << 8 |
+         (f.rotated ? 1u : 0u) << 16;
+}
+std::string type_name(uint64_t n) {
+  const auto d = static_cast<DType>(n);
+  return known_dtype(d) ? std::string(to_string(d)) : str_cat("type ", n);
+}
+// "" when the stored field names the format's types; else both pairs by name.
+std::string types_differ(uint64_t stored, const BlockFormat& f) {
+  if (stored == type_field(f)) return {};
+  return str_cat("K/V types k ", type_name(stored & 0xFF), ", v ", type_name(stored >> 8 & 0xFF),
+                 (stored >> 16 & 1) ? " rotated" : "", ", expected k ", to_string(f.k_dtype),
+                 ", v ", to_string(f.v_dtype), f.rotated ? " rotated" : "");
+}
+}  // namespace
+
 int64_t BlockFormat::rows(int32_t layer) const {
   const int32_t w = geometry.layers[static_cast<size_t>(layer)].window;
   return block_tokens - first_visible(w, block_tokens);
@@ -64,12 +83,12 @@ int64_t BlockFormat::rows_first(int32_t layer, int64_t index) const {
 
 int64_t BlockFormat::k_row_bytes(int32_t layer) const {
   const LayerGeometry& l = geometry.layers[static_cast<size_t>(layer)];
-  return int64_t{l.kv_heads} * l.head_dim * dtype_size(dtype);
+  return int64_t{l.kv_heads} * row_bytes(k_dtype, l.head_dim).value_or(0);
 }
 
 int64_t BlockFormat::v_row_bytes(int32_t layer) const {
   const LayerGeometry& l = geometry.layers[static_cast<size_t>(layer)];
-  return int64_t{l.kv_heads} * l.value_dim * dtype_size(dtype);
+  return int64_t{l.kv_heads} * row_bytes(v_dtype, l.value_dim).value_or(0);
 }
 
 int64_t BlockFormat::payload_bytes() const {
@@ -110,7 +129,7 @@ Result<std::string> encode_block(const BlockFormat& f, const BlockId& id,
   std::string out(static_cast<size_t>(f.value_bytes()), '\0');
   std::memcpy(out.data(), kBlockMagic, 8);
   put(out, kOffVersion, kBlockVersion, 4);
-  put(out, kOffDtype, static_cast<uint32_t>(f.dtype), 4);
+  put(out, kOffDtype, type_field(f), 4);
   put(out, kOffKey, id.key, 8);
   put(out, kOffParent, id.parent, 8);
   put(out, kOffNs, f.ns, 8);
@@ -165,7 +184,7 @@ DecodedBlock decode_block(const BlockFormat& f, const BlockId& id, std::string_v
                                 static_cast<uint64_t>(id.index)),
                           field("block tokens", get(v, kOffBlock, 4),
                                 static_cast<uint32_t>(f.block_tokens)),
-                          field("kv dtype", get(v, kOffDtype, 4), static_cast<uint32_t>(f.dtype)),
+                          types_differ(get(v, kOffDtype, 4), f),
                           field("cache layers", get(v, kOffLayers, 4), f.geometry.layers.size()),
                           field("payload bytes", get(v, kOffPayload, 8),
                                 static_cast<uint64_t>(f.payload_bytes()))})

@@ -78,6 +78,9 @@ Result<std::unique_ptr<Executor>> Executor::create(const engine::Model& model,
   co.capacity = *pool;
   co.initial_capacity = o.initial_capacity;
   co.kv_dtype = o.kv_dtype;
+  co.k_dtype = o.k_dtype;
+  co.v_dtype = o.v_dtype;
+  co.kv_rotate = o.kv_rotate;
   if (o.step_tokens > 0) co.max_step_tokens = o.step_tokens;
   // Sequences the layout serves at once: the sessions plus as many retained prefixes, plus the
   // prompt checkpoints. It sizes the sliding-window pools (each sequence keeps its last W - 1
@@ -97,8 +100,10 @@ Result<std::unique_ptr<Executor>> Executor::create(const engine::Model& model,
   ex->max_session_tokens_ = per_session;
   // Local and store keys are one chain: seeded with the model, geometry, dtype and block size.
   ex->index_ = PrefixIndex(o.block_tokens, block_namespace(model.fingerprint(), ex->setup_.geometry,
-                                                           ex->setup_.config.kv_dtype,
-                                                           o.block_tokens));
+                                                           ex->setup_.config.key_type(),
+                                                           ex->setup_.config.value_type(),
+                                                           o.block_tokens,
+                                                           ex->setup_.config.rotated()));
   ex->budget_ = std::max<int64_t>(ex->setup_.step_tokens, o.max_sessions);
   for (const LayerGeometry& l : ex->setup_.geometry.layers) {
     if (!l.sliding()) continue;
@@ -110,7 +115,9 @@ Result<std::unique_ptr<Executor>> Executor::create(const engine::Model& model,
     f.ns = ex->index_.seed();
     f.fingerprint = model.fingerprint();
     f.geometry = ex->setup_.geometry;
-    f.dtype = ex->setup_.config.kv_dtype;
+    f.k_dtype = ex->setup_.config.key_type();
+    f.v_dtype = ex->setup_.config.value_type();
+    f.rotated = ex->setup_.config.rotated();
     f.block_tokens = o.block_tokens;
     ex->store_ = std::make_unique<StoreWorker>(make_redis_store(*store_at), std::move(f));
   }

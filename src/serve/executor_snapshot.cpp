@@ -40,7 +40,9 @@ Result<engine::Snapshot> Executor::export_prefix(std::span<const int32_t> tokens
   if (!rows.ok()) return rows.status();
   engine::Snapshot s;
   s.fingerprint = model_.fingerprint();
-  s.kv_dtype = setup_.config.kv_dtype;
+  s.k_dtype = setup_.config.key_type();
+  s.v_dtype = setup_.config.value_type();
+  s.rotated = setup_.config.rotated();
   s.geometry = setup_.geometry;
   s.positions = best;
   s.tokens.assign(tokens.begin(), tokens.begin() + best);

@@ -7,6 +7,8 @@
 
 #include <xxhash.h>
 
+#include "core/str_cat.h"
+
 namespace kvcache::serve {
 namespace {
 
@@ -23,13 +25,17 @@ void put_str(std::vector<uint8_t>& out, std::string_view s) {
 
 }  // namespace
 
-uint64_t block_namespace(uint64_t fingerprint, const CacheGeometry& geometry, DType kv_dtype,
-                         int32_t block_tokens) {
+uint64_t block_namespace(uint64_t fingerprint, const CacheGeometry& geometry, DType k_dtype,
+                         DType v_dtype, int32_t block_tokens, bool rotated) {
   std::vector<uint8_t> rec;
   put_str(rec, "kvcache.blocks.v1");
   put_u64(rec, fingerprint);
   put_u32(rec, static_cast<uint32_t>(block_tokens));
-  put_str(rec, to_string(kv_dtype));
+  // One type: its name, as before K and V could differ (the keys of such blocks stay put).
+  const std::string types = k_dtype == v_dtype
+                                ? std::string(to_string(k_dtype))
+                                : str_cat("k=", to_string(k_dtype), ",v=", to_string(v_dtype));
+  put_str(rec, rotated ? types + ",rotated" : types);
   put_u32(rec, static_cast<uint32_t>(geometry.layers.size()));
   for (const LayerGeometry& l : geometry.layers) {
     put_u32(rec, static_cast<uint32_t>(l.kv_heads));

@@ -138,10 +138,55 @@ TEST(Geometry, StepLimitAndRingSlots) {
 }
 
 TEST(Geometry, DTypeNamesRoundTrip) {
-  for (DType d : {DType::kF32, DType::kF16, DType::kBF16})
+  for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0})
     EXPECT_EQ(parse_dtype(to_string(d)), d);
-  EXPECT_FALSE(parse_dtype("q4_0").has_value());
+  EXPECT_FALSE(parse_dtype("q4_1").has_value());
+  EXPECT_FALSE(parse_dtype("Q8_0").has_value());
   EXPECT_EQ(dtype_size(DType::kBF16), 2);
+  EXPECT_EQ(static_cast<int>(DType::kQ8_0), 3);  // serialized numbers: append only
+  EXPECT_EQ(static_cast<int>(DType::kQ4_0), 4);
+  EXPECT_FALSE(known_dtype(static_cast<DType>(5)));
+}
+
+TEST(Geometry, BlockTypesSizeRowsInBlocksOf32) {
+  // q8_0: 34 bytes per 32 values, q4_0: 18.
+  EXPECT_EQ(row_bytes(DType::kQ8_0, 128), 136);
+  EXPECT_EQ(row_bytes(DType::kQ4_0, 128), 72);
+  EXPECT_EQ(row_bytes(DType::kQ4_0, 40), std::nullopt);
+  EXPECT_EQ(row_bytes(DType::kBF16, 40), 80);
+  // 8 kv heads of 128: f16 8 x 2 x 256 = 4096 B a cell; q8_0 K + f16 V 8 x (136 + 256) = 3136;
+  // q8_0 both 8 x 272 = 2176 (0.53x f16); q4_0 both 8 x 144 = 1152 (0.28x).
+  const LayerGeometry l{8, 128, 128, 0};
+  EXPECT_EQ(bytes_per_cell(l, DType::kF16), 4096);
+  EXPECT_EQ(bytes_per_cell(l, DType::kQ8_0, DType::kF16), 3136);
+  EXPECT_EQ(bytes_per_cell(l, DType::kQ8_0), 2176);
+  EXPECT_EQ(bytes_per_cell(l, DType::kQ4_0), 1152);
+  CacheConfig c = config(10);
+  c.kv_dtype = DType::kF16;
+  c.k_dtype = DType::kQ8_0;
+  EXPECT_EQ(c.key_type(), DType::kQ8_0);
+  EXPECT_EQ(c.value_type(), DType::kF16);
+  EXPECT_EQ(bytes_per_cell(CacheGeometry{{l, l}}, c), 2 * 3136);
+}
+
+TEST(Geometry, BlockTypeNeedsWidthsThatAreWholeBlocks) {
+  CacheGeometry g{{{2, 64, 64, 0}, {2, 64, 64, 0}, {2, 64, 64, 0}, {2, 40, 64, 0}}};
+  CacheConfig c = config(10);
+  c.kv_dtype = DType::kQ8_0;
+  auto why = why_invalid(g, c);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_EQ(why->message(), "layers[3].head_dim = 40, expected a multiple of 32 for k_dtype q8_0");
+  c.k_dtype = DType::kF16;  // keys in f16 are fine at 40; values stay q8_0 at 64
+  EXPECT_FALSE(why_invalid(g, c).has_value());
+  g.layers[1].value_dim = 80;
+  c.v_dtype = DType::kQ4_0;
+  why = why_invalid(g, c);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_EQ(why->message(), "layers[1].value_dim = 80, expected a multiple of 32 for v_dtype q4_0");
+  c.v_dtype = static_cast<DType>(9);
+  why = why_invalid(c);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_EQ(why->message(), "v_dtype = 9, expected one of f32, f16, bf16, q8_0 or q4_0");
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/cache.h"
+#include "cpu/hadamard.h"
 #include "test_util.h"
 
 namespace kvcache::cpu::testing {
@@ -65,13 +66,20 @@ class CacheDriver {
       AttendArgs a{layer, T, hq, positions, q, k, v, scale, softcap, out};
       Status st = cache_.update_and_attend(a);
       EXPECT_TRUE(st.ok()) << st.to_string();
-      const DType dt = cache_.config().kv_dtype;
+      const DType kt = cache_.config().key_type(), vt = cache_.config().value_type();
+      const bool rot = cache_.config().rotated();
       for (int32_t i = 0; i < T; ++i) {
         auto& s = seqs_[ids[i]];
         if (s.k.empty()) s = Seq(n_layers());
         const size_t kw = size_t(l.kv_heads) * l.head_dim, vw = size_t(l.kv_heads) * l.value_dim;
-        s.k[layer].push_back(rounded(dt, {k.begin() + i * kw, k.begin() + (i + 1) * kw}));
-        s.v[layer].push_back(rounded(dt, {v.begin() + i * vw, v.begin() + (i + 1) * vw}));
+        std::vector<float> ki(k.begin() + i * kw, k.begin() + (i + 1) * kw);
+        std::vector<float> vi(v.begin() + i * vw, v.begin() + (i + 1) * vw);
+        if (rot) {  // the cache stores H k, H v per head (cpu/hadamard.h)
+          hadamard_rows_reference(ki.data(), l.kv_heads, l.head_dim);
+          hadamard_rows_reference(vi.data(), l.kv_heads, l.value_dim);
+        }
+        s.k[layer].push_back(rounded(kt, ki));
+        s.v[layer].push_back(rounded(vt, vi));
       }
       check(layer, ids, positions, q, out, scale, softcap);
       outs.push_back(out);
@@ -93,6 +101,9 @@ class CacheDriver {
              float softcap) {
     const LayerGeometry& l = cache_.geometry().layers[layer];
     const int32_t hq = q_heads_[layer], group = hq / l.kv_heads;
+    // Block keys are dotted against the query quantized to int8 per block (attention_quant.h):
+    // its rounding (<= 1/254 of a block's largest |q|) moves a logit by ~1e-3 here.
+    const double tol = is_block_type(cache_.config().key_type()) ? 1e-2 : 3e-5;
     for (size_t i = 0; i < ids.size(); ++i) {
       const Seq& s = seqs_.at(ids[i]);
       const int64_t lo = l.window > 0 ? std::max<int64_t>(0, pos[i] - l.window + 1) : 0;
@@ -103,11 +114,19 @@ class CacheDriver {
           ks.push_back(s.k[layer][p].data() + g * l.head_dim);
           vs.push_back(s.v[layer][p].data() + g * l.value_dim);
         }
-        auto want = brute_attend(q.data() + (i * hq + h) * l.head_dim, ks, vs, l.head_dim,
-                                 l.value_dim, scale, softcap);
+        std::vector<float> qh(q.begin() + (i * hq + h) * l.head_dim,
+                              q.begin() + (i * hq + h + 1) * l.head_dim);
+        const bool rot = cache_.config().rotated();
+        if (rot) hadamard_rows_reference(qh.data(), 1, l.head_dim);  // q . k unchanged
+        auto want = brute_attend(qh.data(), ks, vs, l.head_dim, l.value_dim, scale, softcap);
+        if (rot) {  // the output mixes rotated values: rotate it back
+          std::vector<float> w(want.begin(), want.end());
+          hadamard_rows_reference(w.data(), 1, l.value_dim);
+          want.assign(w.begin(), w.end());
+        }
         for (int32_t d = 0; d < l.value_dim; ++d) {
           const float got = out[(i * hq + h) * l.value_dim + d];
-          ASSERT_NEAR(got, want[d], 3e-5 * (1 + std::abs(want[d])))
+          ASSERT_NEAR(got, want[d], tol * (1 + std::abs(want[d])))
               << "layer " << layer << " token " << i << " seq " << ids[i] << " pos " << pos[i]
               << " head " << h << " d " << d;
         }

@@ -48,6 +48,24 @@ expect_error 2 "--capacity: Value 3000000000 not in range" --capacity 3000000000
 expect_error 2 "^--top-p: Value 2 not in range 0.000000 to 1.000000$" --top-p 2
 expect_error 2 "^--max-new-tokens: Value -1 not in range 0 to 1048576$" --max-new-tokens -1
 expect_error 2 "^--kv-dtype: q4 not in {" --kv-dtype q4
+expect_error 2 "^--k-dtype: q5 not in {" --k-dtype q5
+expect_error 2 "^--v-dtype: f8 not in {" --v-dtype f8
+
+# Quantized K/V (the embedded model: 6 kv heads over 4 cache layers, rows of 32 values): the
+# summary names both types and counts bytes exactly — q8_0 6 x 2 x 34 = 408 bytes a cell;
+# q8_0 keys with f16 values 6 x (34 + 64) = 588.
+json --kv-dtype q8_0 > "$tmp/q8.json"
+json --k-dtype q8_0 --v-dtype f16 --cache cell > "$tmp/mixed.json"
+/usr/bin/python3 - "$tmp/q8.json" "$tmp/mixed.json" <<'PY'
+import json, sys
+q8, mixed = (json.load(open(f))["cache"] for f in sys.argv[1:3])
+assert (q8["kv_dtype"], q8["k_dtype"], q8["v_dtype"]) == ("q8_0", "q8_0", "q8_0"), q8["kv_dtype"]
+assert q8["bytes_per_cell"] == 408 and q8["bytes_per_cell_f16"] == 768, q8["bytes_per_cell"]
+assert mixed["kv_dtype"] == "k=q8_0,v=f16" and mixed["bytes_per_cell"] == 588, mixed["kv_dtype"]
+assert sum(p["bytes"] for p in mixed["pools"]) == mixed["bytes_at_capacity"]
+PY
+[ "$(/usr/bin/python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["tokens"]))' "$tmp/q8.json")" = 12 ] ||
+  fail "run --kv-dtype q8_0 generated the wrong count"
 expect_error 1 "^kvcache run: gguf: cannot open '/nonexistent/model.gguf': No such file or directory$" \
   /nonexistent/model.gguf
 

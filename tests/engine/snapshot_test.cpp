@@ -125,9 +125,10 @@ TEST(Snapshot, TruncatedCorruptAndForeignFilesAreRefusedByName) {
   Model model = tiny_model(TinySpec{});
   Captured a = converse(model, options("sequence", DType::kF32));
   const std::vector<uint8_t> good = encode_snapshot(a.snapshot);
-  // Header: 16 preamble + 8 fingerprint + 4 dtype + 4 count + 3 x 16 geometry + 8 positions
-  // + 8 count + 17 x 4 tokens + 3 x 16 ranges = 212 bytes, then its 8-byte checksum.
-  const size_t header_end = 16 + 8 + 4 + 4 + 48 + 8 + 8 + 68 + 48 + 8;
+  // Header: 16 preamble + 8 fingerprint + 4 key type + 4 value type + 4 flags + 4 count +
+  // 3 x 16 geometry + 8 positions + 8 count + 17 x 4 tokens + 3 x 16 ranges = 220 bytes, then
+  // its 8-byte checksum.
+  const size_t header_end = 16 + 8 + 4 + 4 + 4 + 4 + 48 + 8 + 8 + 68 + 48 + 8;
   for (size_t n : {size_t{0}, size_t{7}})
     expect_refused({good.begin(), good.begin() + n}, StatusCode::kDataLoss, "too short");
   expect_refused({good.begin(), good.begin() + 12}, StatusCode::kDataLoss, "inside the preamble");
@@ -143,8 +144,8 @@ TEST(Snapshot, TruncatedCorruptAndForeignFilesAreRefusedByName) {
   bad[0] ^= 1;
   expect_refused(bad, StatusCode::kInvalidArgument, "not a kvcache snapshot");
   bad = good;
-  bad[8] = 2;  // version 2
-  expect_refused(bad, StatusCode::kInvalidArgument, "format version 2, this build reads 1");
+  bad[8] = 3;  // version 3
+  expect_refused(bad, StatusCode::kInvalidArgument, "format version 3, this build reads 1..2");
   bad = good;
   bad[40] ^= 0x10;  // inside the layer geometry
   expect_refused(bad, StatusCode::kDataLoss, "header checksum mismatch");

@@ -29,6 +29,42 @@ TEST(CacheSummary, ExampleGeometryGroupsAndBytes) {
   EXPECT_EQ(j["layer_cache"].size(), 26u);
 }
 
+TEST(CacheSummary, MixedKeyAndValueTypesCountBytesExactly) {
+  // A Llama-3-8B-like cache: 32 full layers of 8 kv heads x 128. f16: 8 x 2 x 256 = 4096 B a
+  // layer; q8_0 K and V 8 x 2 x 136 = 2176 (0.53x); q4_0 8 x 2 x 72 = 1152 (0.28x); q8_0 K
+  // with f16 V 8 x (136 + 256) = 3136.
+  ModelGeometry g;
+  g.cache.layers.assign(32, LayerGeometry{8, 128, 128, 0});
+  for (int32_t i = 0; i < 32; ++i) g.layer_cache.push_back(i);
+  SummaryOptions o;
+  o.config.capacity = 8192;
+  o.config.kv_dtype = DType::kQ8_0;
+  auto j = cache_summary_json(g, o);
+  ASSERT_FALSE(j.contains("error")) << j.dump();
+  EXPECT_EQ(j["bytes_per_cell"], 32 * 2176);
+  EXPECT_EQ(j["bytes_per_cell_f16"], 32 * 4096);
+  EXPECT_EQ(j["kv_dtype"], "q8_0");
+  o.config.kv_dtype = DType::kQ4_0;
+  EXPECT_EQ(cache_summary_json(g, o)["bytes_per_cell"], 32 * 1152);
+  o.config.kv_dtype = DType::kF16;
+  o.config.k_dtype = DType::kQ8_0;
+  j = cache_summary_json(g, o);
+  EXPECT_EQ(j["bytes_per_cell"], 32 * 3136);
+  EXPECT_EQ(j["kv_dtype"], "k=q8_0,v=f16");
+  EXPECT_EQ(j["k_dtype"], "q8_0");
+  EXPECT_EQ(j["v_dtype"], "f16");
+  EXPECT_EQ(j["pools"][0]["bytes"], int64_t{32} * 3136 * 8192);
+  EXPECT_NE(cache_summary_text(g, o).find("K/V bytes per cell 100352 = 0.766x f16 (131072)"),
+            std::string::npos)
+      << cache_summary_text(g, o);
+  // A block type on a 40-wide head: refused, naming layer, width and type.
+  g.cache.layers[3].head_dim = 40;
+  j = cache_summary_json(g, o);
+  ASSERT_TRUE(j.contains("error"));
+  EXPECT_EQ(j["error"], "cache config: layers[3].head_dim = 40, expected a multiple of 32 for "
+                        "k_dtype q8_0");
+}
+
 TEST(CacheSummary, SessionsSetTheCapacityWhenItIsUnset) {
   SummaryOptions o;
   o.sessions = 4;

@@ -82,7 +82,7 @@ struct Fixture {
     f.ns = 99;
     f.fingerprint = 1234;
     f.geometry = geometry();
-    f.dtype = DType::kF16;
+    f.k_dtype = f.v_dtype = DType::kF16;
     f.block_tokens = 4;
     tokens = {5, 6, 7, 8};
     id.key = 0xabc;
@@ -174,10 +174,55 @@ TEST(BlockCodec, AnIntactBlockOfAnotherKeyModelOrTokensIsAMismatch) {
 TEST(BlockCodec, AnotherVersionNamesBoth) {
   Fixture fx;
   std::string v = *encode_block(fx.f, fx.id, fx.rows);
-  v[8] = 2;
+  v[8] = 1;  // before K and V had types of their own
   const DecodedBlock d = decode_block(fx.f, fx.id, v);
   EXPECT_EQ(d.fault, BlockFault::kMismatch);
-  EXPECT_NE(d.reason.find("version 2, expected 1"), std::string::npos) << d.reason;
+  EXPECT_NE(d.reason.find("version 1, expected 2"), std::string::npos) << d.reason;
+}
+
+// A block written with q8_0 keys is never read by a reader of another type: the namespace
+// (so every key) differs, and a value found under a reader's key anyway is refused by its type
+// field, naming both pairs.
+TEST(BlockCodec, QuantizedBlocksCarryTheirTypesAndSizes) {
+  const CacheGeometry g{{LayerGeometry{2, 64, 32, 0}}};
+  EXPECT_NE(block_namespace(7, g, DType::kQ8_0, DType::kF16, 4),
+            block_namespace(7, g, DType::kF16, 4));
+  EXPECT_NE(block_namespace(7, g, DType::kQ8_0, DType::kF16, 4),
+            block_namespace(7, g, DType::kF16, DType::kQ8_0, 4));
+  EXPECT_EQ(block_namespace(7, g, DType::kQ8_0, DType::kQ8_0, 4),
+            block_namespace(7, g, DType::kQ8_0, 4));
+  BlockFormat f;
+  f.geometry = g;
+  f.k_dtype = DType::kQ8_0;
+  f.v_dtype = DType::kQ4_0;
+  f.block_tokens = 4;
+  f.ns = block_namespace(5, g, f.k_dtype, f.v_dtype, 4);
+  // Rows: 2 heads x 2 blocks of 34 bytes = 136 for K, 2 x 1 block of 18 = 36 for V.
+  EXPECT_EQ(f.k_row_bytes(0), 136);
+  EXPECT_EQ(f.v_row_bytes(0), 36);
+  std::vector<BlockLayerRows> rows(1);
+  rows[0].k.assign(4 * 136, 0x11);
+  rows[0].v.assign(4 * 36, 0x22);
+  const std::vector<int32_t> toks = {1, 2, 3, 4};
+  BlockId id;
+  id.key = 99;
+  id.tokens = toks;
+  const std::string v = *encode_block(f, id, rows);
+  const DecodedBlock ok = decode_block(f, id, v);
+  ASSERT_EQ(ok.fault, BlockFault::kNone) << ok.reason;
+  EXPECT_EQ(ok.layers[0].k, rows[0].k);
+  EXPECT_EQ(ok.layers[0].v, rows[0].v);
+  // A reader of other types whose rows happen to total the same bytes (K q4_0 32 wide, V
+  // q8_0 64 wide: 2 x (18 + 68) = 172 a position, as 2 x (68 + 18)), namespace forced equal:
+  // the type field still refuses it by name.
+  BlockFormat reader = f;
+  reader.geometry = CacheGeometry{{LayerGeometry{2, 32, 64, 0}}};
+  reader.k_dtype = DType::kQ4_0;
+  reader.v_dtype = DType::kQ8_0;
+  ASSERT_EQ(reader.payload_bytes(), f.payload_bytes());
+  const DecodedBlock d = decode_block(reader, id, v);
+  EXPECT_EQ(d.fault, BlockFault::kMismatch);
+  EXPECT_EQ(d.reason, "store block: K/V types k q8_0, v q4_0, expected k q4_0, v q8_0");
 }
 
 TEST(BlockCodec, RowsOfTheWrongSizeAreNotEncoded) {
@@ -218,9 +263,9 @@ class FakeStore final : public BlockStore {
 TEST(StoreWorker, FetchesInBoundedBatchesAndStopsAtTheFirstMiss) {
   BlockFormat f;
   f.geometry.layers = {{8, 128, 128, 0}};
-  f.dtype = DType::kF32;
+  f.k_dtype = f.v_dtype = DType::kF32;
   f.block_tokens = 256;  // 256 rows x 8 KiB: 2 MiB a block, so 3 blocks per 8 MiB batch
-  f.ns = block_namespace(5, f.geometry, f.dtype, f.block_tokens);
+  f.ns = block_namespace(5, f.geometry, f.k_dtype, f.block_tokens);
   f.fingerprint = 5;
   auto fake = std::make_unique<FakeStore>();
   FakeStore& store = *fake;

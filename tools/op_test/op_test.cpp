@@ -248,10 +248,22 @@ Status parse_header(const json& j, Case& c) {
   }
   const json& cfg = j.at("config");
   c.config.capacity = int_of<int64_t>(cfg.at("capacity"), "capacity");
-  const std::string dtype = cfg.contains("kv_dtype") ? cfg["kv_dtype"].get<std::string>() : "f32";
-  const std::optional<DType> dt = parse_dtype(dtype);
-  if (!dt) return at.bad("unknown kv_dtype '" + dtype + "', expected f32, f16 or bf16");
-  c.config.kv_dtype = *dt;
+  // kv_dtype sets K and V; k_dtype / v_dtype override one of them.
+  for (const char* field : {"kv_dtype", "k_dtype", "v_dtype"}) {
+    if (!cfg.contains(field)) continue;
+    if (!cfg[field].is_string()) return at.bad(std::string(field) + " must be a string");
+    const std::string name = cfg[field].get<std::string>();
+    const std::optional<DType> dt = parse_dtype(name);
+    if (!dt)
+      return at.bad(str_cat("unknown ", field, " '", name, "', expected ", kDTypeNames));
+    if (field[0] == 'k' && field[1] == 'v') c.config.kv_dtype = *dt;  // kv_dtype
+    else if (field[0] == 'k') c.config.k_dtype = *dt;
+    else c.config.v_dtype = *dt;
+  }
+  if (cfg.contains("kv_rotate")) {
+    if (!cfg["kv_rotate"].is_boolean()) return at.bad("kv_rotate must be true or false");
+    c.config.kv_rotate = cfg["kv_rotate"].get<bool>();
+  }
   c.config.initial_capacity =
       cfg.contains("initial_capacity") ? int_of<int64_t>(cfg["initial_capacity"], "initial_capacity") : 0;
   if (cfg.contains("max_write") && !cfg["max_write"].is_null())
@@ -373,7 +385,7 @@ Status run_op_test(const std::filesystem::path& case_dir, const std::filesystem:
   Case c;
   KVCACHE_RETURN_IF_ERROR(parse_case(case_dir, c));
   if (options.max_cache_bytes > 0) {
-    const int64_t per_cell = bytes_per_cell(c.geometry, c.config.kv_dtype).value_or(0);
+    const int64_t per_cell = bytes_per_cell(c.geometry, c.config).value_or(0);
     if (per_cell <= 0 || c.config.capacity > options.max_cache_bytes / per_cell)
       return resource_exhausted(str_cat("op-test: the cache at capacity ", c.config.capacity,
                                         " would need more than ", options.max_cache_bytes,

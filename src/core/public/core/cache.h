@@ -61,9 +61,10 @@ struct UndoPoint {
   int64_t bytes() const { return checkpoint != nullptr ? checkpoint->bytes() : 0; }
 };
 
-// K/V rows of one cache layer for positions [first, first + n), in the cache's kv_dtype exactly
-// as stored, position-major: k holds n x kv_heads x head_dim elements, v n x kv_heads x
-// value_dim (so k.size() == n * kv_heads * head_dim * dtype_size). A big buffer: move it.
+// K/V rows of one cache layer for positions [first, first + n), in the cache's key and value
+// types exactly as stored (q8_0 / q4_0 blocks as they are), position-major: k holds n x
+// kv_heads rows of head_dim values, v n x kv_heads rows of value_dim (so k.size() == n *
+// kv_heads * row_bytes(key type, head_dim)). A big buffer: move it.
 struct LayerRows {
   int32_t layer = 0;   // cache layer index
   int64_t first = 0;   // position of the first row

@@ -13,12 +13,36 @@
 
 namespace kvcache {
 
-// Storage type of K and V. Serialized by name; append only.
-enum class DType : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
+// Storage type of K and V. Serialized by name and by number; append only.
+// kQ8_0 / kQ4_0 are the GGUF block layouts (32 values per block; an f16 scale d, then 32 int8
+// (value = q * d; 34 bytes) or 16 bytes of nibbles (value = (nibble - 8) * d; 18 bytes)).
+// core knows only their sizes; the block rule itself lives in cpu/block_quant.h, shared with
+// the weights code.
+enum class DType : int { kF32 = 0, kF16 = 1, kBF16 = 2, kQ8_0 = 3, kQ4_0 = 4 };
 
-std::string_view to_string(DType dtype);                    // "f32", "f16", "bf16"
+// "f32", "f16", "bf16", "q8_0", "q4_0"
+std::string_view to_string(DType dtype);
 std::optional<DType> parse_dtype(std::string_view name);    // nullopt when unknown
-inline int64_t dtype_size(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }  // per element
+inline constexpr std::string_view kDTypeNames = "f32, f16, bf16, q8_0 or q4_0";
+// Whether `dtype` is one of the five above (a number read from disk may be anything).
+bool known_dtype(DType dtype);
+inline bool is_block_type(DType dtype) { return dtype == DType::kQ8_0 || dtype == DType::kQ4_0; }
+// Values per block (32 for block types, 1 otherwise) and bytes per block.
+inline int64_t block_elements(DType dtype) { return is_block_type(dtype) ? 32 : 1; }
+inline int64_t block_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return 4;
+    case DType::kQ8_0: return 34;
+    case DType::kQ4_0: return 18;
+    default: return 2;
+  }
+}
+// Per element, for the float types only (f32 4, f16/bf16 2). Block types have no element size:
+// use row_bytes.
+inline int64_t dtype_size(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
+// Bytes of one row of `width` values: width * element size, or width / 32 blocks. nullopt when
+// width < 0, width is not a whole number of blocks, or on overflow.
+std::optional<int64_t> row_bytes(DType dtype, int64_t width);
 
 // One cache layer: an attention layer that owns K/V storage.
 struct LayerGeometry {
@@ -38,12 +62,22 @@ struct CacheGeometry {
 
 struct CacheConfig {
   int64_t capacity = 0;                 // cells (> 0): longest length / pool size
-  DType kv_dtype = DType::kF32;
+  DType kv_dtype = DType::kF32;         // K and V storage type unless overridden below
+  std::optional<DType> k_dtype;         // key storage type; unset = kv_dtype
+  std::optional<DType> v_dtype;         // value storage type; unset = kv_dtype
+  // Orthonormal Hadamard rotation of K, V and q per head (cpu/hadamard.h): unset = on when K
+  // or V is a block type (q8_0 / q4_0 spread an outlier over the block), off otherwise.
+  std::optional<bool> kv_rotate;
   int64_t initial_capacity = 0;         // cells allocated up front (>= 0; clamped to capacity)
   std::optional<int32_t> max_write;     // > 0 when set: most tokens one step may write
   // Cell layout only: most live sequences (ids), >= 1 when set; unset = kDefaultCellSeqs.
   // With max_write it sizes the sliding-window pools (see cell_pools()).
   std::optional<int32_t> max_seqs;
+  DType key_type() const { return k_dtype.value_or(kv_dtype); }
+  DType value_type() const { return v_dtype.value_or(kv_dtype); }
+  bool rotated() const {
+    return kv_rotate.value_or(is_block_type(key_type()) || is_block_type(value_type()));
+  }
   friend bool operator==(const CacheConfig&, const CacheConfig&) = default;
 };
 
@@ -74,11 +108,24 @@ Status validate(const CacheGeometry& g, const CacheConfig& c, std::string_view w
 std::optional<int64_t> checked_mul(int64_t a, int64_t b);
 std::optional<int64_t> checked_add(int64_t a, int64_t b);
 
-// Bytes one cell takes in one layer: kv_heads * (head_dim + value_dim) * dtype_size.
-// nullopt on overflow. Geometry must be valid.
-std::optional<int64_t> bytes_per_cell(const LayerGeometry& layer, DType dtype);
+// Bytes one cell takes in one layer: kv_heads * (row_bytes(k, head_dim) + row_bytes(v,
+// value_dim)). nullopt on overflow or a width a block type cannot hold. Geometry must be valid.
+std::optional<int64_t> bytes_per_cell(const LayerGeometry& layer, DType k, DType v);
+inline std::optional<int64_t> bytes_per_cell(const LayerGeometry& layer, DType dtype) {
+  return bytes_per_cell(layer, dtype, dtype);
+}
 // Sum over layers; nullopt on overflow.
-std::optional<int64_t> bytes_per_cell(const CacheGeometry& geometry, DType dtype);
+std::optional<int64_t> bytes_per_cell(const CacheGeometry& geometry, DType k, DType v);
+inline std::optional<int64_t> bytes_per_cell(const CacheGeometry& geometry, DType dtype) {
+  return bytes_per_cell(geometry, dtype, dtype);
+}
+// With the config's key and value types.
+inline std::optional<int64_t> bytes_per_cell(const LayerGeometry& l, const CacheConfig& c) {
+  return bytes_per_cell(l, c.key_type(), c.value_type());
+}
+inline std::optional<int64_t> bytes_per_cell(const CacheGeometry& g, const CacheConfig& c) {
+  return bytes_per_cell(g, c.key_type(), c.value_type());
+}
 
 // ---- the window rule: its one home (SPEC §2) ----
 // The lowest position a query at `pos` sees on a layer of `window` (0 = Full: 0; Sliding(W):

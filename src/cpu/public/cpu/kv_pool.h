@@ -1,4 +1,6 @@
-// LayerPool: one cache layer's K and V storage in its kv_dtype. Layer: cpu.
+// LayerPool: one cache layer's K and V storage, K in its key type and V in its value type
+// (f32/f16/bf16 elements or q8_0/q4_0 blocks of 32, a row = head_dim or value_dim values).
+// Layer: cpu.
 // Head-major: per kv head a contiguous array of rows [cell][dim], so the q heads of one GQA
 // group stream one contiguous region per head. Rows grow lazily by doubling up to a maximum;
 // growth copies each head's rows to the same cell indices (cells are never renumbered).
@@ -23,24 +25,24 @@ AlignedBytes aligned_alloc_bytes(int64_t n);
 
 // Read-only view of one layer's K/V rows for the kernels.
 struct KvView {
-  DType dtype = DType::kF32;
+  DType k_dtype = DType::kF32, v_dtype = DType::kF32;
   int32_t kv_heads = 0, head_dim = 0, value_dim = 0;
   int64_t rows = 0;  // rows allocated per head
-  const std::byte* k = nullptr;  // k + (h * rows + cell) * head_dim * esize
-  const std::byte* v = nullptr;  // v + (h * rows + cell) * value_dim * esize
-  int64_t esize() const { return dtype_size(dtype); }
-  const std::byte* k_row(int32_t h, int64_t cell) const {
-    return k + ((h * rows + cell) * head_dim) * esize();
-  }
-  const std::byte* v_row(int32_t h, int64_t cell) const {
-    return v + ((h * rows + cell) * value_dim) * esize();
-  }
+  const std::byte* k = nullptr;  // k + (h * rows + cell) * k_bytes
+  const std::byte* v = nullptr;  // v + (h * rows + cell) * v_bytes
+  int64_t k_bytes = 0;  // bytes of one key row: row_bytes(k_dtype, head_dim)
+  int64_t v_bytes = 0;  // bytes of one value row: row_bytes(v_dtype, value_dim)
+  const std::byte* k_row(int32_t h, int64_t cell) const { return k + (h * rows + cell) * k_bytes; }
+  const std::byte* v_row(int32_t h, int64_t cell) const { return v + (h * rows + cell) * v_bytes; }
 };
 
 // Thread-safety: not thread-safe; kernels read through view() while nobody writes.
 class LayerPool {
  public:
-  LayerPool(const LayerGeometry& layer, DType dtype, int64_t max_rows);
+  // The layer's widths must be whole blocks of a block type (valid(geometry, config) checks).
+  LayerPool(const LayerGeometry& layer, DType k_dtype, DType v_dtype, int64_t max_rows);
+  LayerPool(const LayerGeometry& layer, DType dtype, int64_t max_rows)
+      : LayerPool(layer, dtype, dtype, max_rows) {}
   LayerPool(LayerPool&&) = default;
   LayerPool& operator=(LayerPool&&) = default;
 
@@ -50,7 +52,8 @@ class LayerPool {
   // Makes at least `needed` rows exist (doubling, clamped to max_rows). InvalidArgument when
   // needed > max_rows; ResourceExhausted when the allocation fails. Keeps every byte.
   Status reserve(int64_t needed);
-  // Converts one token's K [kv_heads, head_dim] and V [kv_heads, value_dim] into `cell`.
+  // Converts (quantizes) one token's K [kv_heads, head_dim] and V [kv_heads, value_dim] into
+  // `cell`.
   // The cell must be < rows().
   void write(int64_t cell, const float* k, const float* v);
   // Bytes of one cell in storage form (K of every head, then V of every head).
@@ -58,14 +61,17 @@ class LayerPool {
   // Copies one cell's stored bytes out to / back in from `cell_bytes()` bytes. cell < rows().
   void copy_out(int64_t cell, std::byte* dst) const;
   void copy_in(int64_t cell, const std::byte* src);
-  // The same with K (kv_heads x head_dim elements) and V (kv_heads x value_dim) apart.
+  // The same with K (kv_heads rows of k_row_bytes()) and V (kv_heads of v_row_bytes()) apart.
   void copy_out(int64_t cell, std::byte* k_dst, std::byte* v_dst) const;
   void copy_in(int64_t cell, const std::byte* k_src, const std::byte* v_src);
   KvView view() const;
+  int64_t k_row_bytes() const { return k_row_; }
+  int64_t v_row_bytes() const { return v_row_; }
 
  private:
   LayerGeometry layer_;
-  DType dtype_;
+  DType k_dtype_, v_dtype_;
+  int64_t k_row_ = 0, v_row_ = 0;  // bytes of one head's key / value row
   int64_t max_rows_ = 0;
   int64_t rows_ = 0;
   AlignedBytes k_, v_;

@@ -24,7 +24,10 @@ struct CacheOptions {
   std::string kind = std::string(kSequenceKind);  // "sequence" | "cell"
   std::optional<int64_t> capacity;          // default: min(max_context, kDefaultCapacity)
   int64_t initial_capacity = 0;
-  DType kv_dtype = DType::kF32;
+  DType kv_dtype = DType::kF32;             // K and V, unless one is overridden below
+  std::optional<DType> k_dtype;             // key storage type; unset = kv_dtype
+  std::optional<DType> v_dtype;             // value storage type; unset = kv_dtype
+  std::optional<bool> kv_rotate;            // Hadamard rotation; unset = on for block types
   std::optional<int64_t> max_step_tokens;   // default: the model's, else kDefaultStepTokens
   std::vector<int32_t> windows;             // override (program's with_windows); 0 = Full
   // Cell kind only: most live sequences (>= 1); with the step it sizes the sliding-window

@@ -18,13 +18,18 @@
 
 namespace kvcache::engine {
 
-inline constexpr uint32_t kSnapshotVersion = 1;
+// Version 2 stores the key and the value type apart (q8_0 / q4_0 blocks as they are); version 1
+// files (one kv dtype for both) are still read.
+inline constexpr uint32_t kSnapshotVersion = 2;
+inline constexpr uint32_t kSnapshotOldestVersion = 1;
 inline constexpr char kSnapshotMagic[8] = {'K', 'V', 'C', 'S', 'N', 'A', 'P', '\0'};
 
 // A decoded snapshot. Move-only in practice (the rows are big); copying is explicit.
 struct Snapshot {
   uint64_t fingerprint = 0;       // program/fingerprint.h of the model that computed the K/V
-  DType kv_dtype = DType::kF32;
+  DType k_dtype = DType::kF32;    // the cache's key storage type
+  DType v_dtype = DType::kF32;    // the cache's value storage type
+  bool rotated = false;           // K and V stored Hadamard-rotated (CacheConfig::rotated())
   CacheGeometry geometry;
   int64_t positions = 0;          // the K/V covers positions [0, positions)
   // The conversation's ids: [0, positions) are in the K/V; the rest are pending (sampled but
@@ -62,8 +67,8 @@ Result<Snapshot> decode_snapshot(std::span<const uint8_t> bytes);
 Result<Snapshot> load_snapshot(const std::string& path, const SnapshotProgress& progress = nullptr);
 
 // Whether the snapshot's K/V may be used by this model and cache: InvalidArgument naming what
-// differs — the model fingerprint, the geometry (first differing layer and field), the kv
-// dtype — or a token id outside [0, vocab).
+// differs — the model fingerprint, the geometry (first differing layer and field), the key or
+// value type (a q8_0 block is never read as anything else), the rotation — or a token id outside [0, vocab).
 Status check_snapshot(const Snapshot& snapshot, uint64_t fingerprint, const CacheControl& cache,
                       int32_t vocab);
 

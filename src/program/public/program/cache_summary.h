@@ -26,7 +26,9 @@ int64_t summary_capacity(const SummaryOptions& options);
 
 // JSON object with (stable names) "layers": [{"kv_heads","head_dim","value_dim","window",
 // "bytes_per_cell","slots","model_layers"}], "layer_cache", "kv_dtype", "capacity",
-// "bytes_per_cell", "bytes_at_capacity", plus "kind", "n_layers", "n_caches", "groups",
+// "bytes_per_cell", "bytes_at_capacity", plus "k_dtype", "v_dtype" (kv_dtype is their common
+// name, or "k=<type>,v=<type>" when they differ), "bytes_per_cell_f16" (the same cells in f16),
+// "kind", "n_layers", "n_caches", "groups",
 // "sessions", "session_tokens", "bytes_per_session", "all_positions_bytes_at_capacity",
 // "sequence_bytes_at_capacity", "sliding_saving_bytes", "checkpoint_bytes", and for the cell
 // layout "max_seqs" and "pools": [{"window","layers","cells","bytes"}] (core cell_pools()).

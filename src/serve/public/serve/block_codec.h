@@ -1,7 +1,7 @@
 // The byte format of one prefix block in a shared store (docs/executor.md, "Store blocks"): a
 // fixed header (magic, version, its own key, parent key, key namespace, model fingerprint,
-// block index and size, kv dtype, layer count, payload size), an XXH3-64 checksum, the block's
-// token ids, then per cache layer the K and V rows the block holds. Layer: serve. It encodes
+// block index and size, key and value types, layer count, payload size), an XXH3-64
+// checksum, the block's token ids, then per cache layer the K and V rows the block holds. Layer: serve. It encodes
 // and validates bytes only; it does not talk to a store or touch a cache.
 #pragma once
 
@@ -17,7 +17,10 @@
 namespace kvcache::serve {
 
 inline constexpr char kBlockMagic[8] = {'k', 'v', 'c', 'b', 'l', 'o', 'c', 'k'};
-inline constexpr uint32_t kBlockVersion = 1;
+// Version 2: the type field holds the key type (bits 0..7), the value type (8..15) and the
+// rotation (bit 16), so a q8_0 block is never read as f16 nor a rotated one as unrotated; a
+// version-1 block is refused (a miss: recompute).
+inline constexpr uint32_t kBlockVersion = 2;
 inline constexpr size_t kBlockHeaderBytes = 80;  // before the token ids
 
 // What the blocks of one executor are: the same for every block it writes or reads.
@@ -25,7 +28,9 @@ struct BlockFormat {
   uint64_t ns = 0;           // block_namespace(): seeds the keys
   uint64_t fingerprint = 0;  // engine::Model::fingerprint()
   CacheGeometry geometry;
-  DType dtype = DType::kF32;
+  DType k_dtype = DType::kF32;  // the cache's key type
+  DType v_dtype = DType::kF32;  // the cache's value type
+  bool rotated = false;         // K/V stored Hadamard-rotated
   int32_t block_tokens = 0;  // B > 0
 
   // Positions [first, end) block `index` holds for cache layer `layer`: all B of them on a
@@ -33,15 +38,15 @@ struct BlockFormat {
   // [max(index·B, (index+1)·B - (W-1)), (index+1)·B).
   int64_t rows_first(int32_t layer, int64_t index) const;
   int64_t rows(int32_t layer) const;  // that count: B, or min(B, W - 1)
-  int64_t k_row_bytes(int32_t layer) const;  // kv_heads × head_dim × dtype size
-  int64_t v_row_bytes(int32_t layer) const;  // kv_heads × value_dim × dtype size
+  int64_t k_row_bytes(int32_t layer) const;  // kv_heads × row_bytes(k_dtype, head_dim)
+  int64_t v_row_bytes(int32_t layer) const;  // kv_heads × row_bytes(v_dtype, value_dim)
   int64_t payload_bytes() const;             // sum over layers of rows × (k + v row bytes)
   int64_t layer_offset(int32_t layer) const; // where the layer's K rows start in a value
   int64_t value_bytes() const;               // header + checksum + ids + payload
 };
 
 // One cache layer's rows of a block: rows(layer) rows, oldest position first, each row
-// kv_heads × dim elements (head-major) in the format's dtype, little-endian.
+// kv_heads rows of dim values (head-major) in the format's key / value type as stored.
 struct BlockLayerRows {
   std::vector<uint8_t> k, v;
 };
@@ -69,7 +74,7 @@ struct DecodedBlock {
 };
 
 // Validates everything before returning rows: size, magic, version (a hint names both), the
-// checksum (kChecksum), then key, parent, namespace, fingerprint, index, block size, dtype,
+// checksum (kChecksum), then key, parent, namespace, fingerprint, index, block size, types,
 // layer count, payload size and token ids against `format` and `id` (kMismatch). With
 // copy_rows false an accepted block's layers stay empty (read them at layer_offset()).
 DecodedBlock decode_block(const BlockFormat& format, const BlockId& id, std::string_view value,

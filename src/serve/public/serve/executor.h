@@ -46,7 +46,10 @@ struct ExecutorOptions {
   int64_t max_session_tokens = 0;       // 0 = min(model max_context, kDefaultSessionTokens)
   std::optional<int64_t> pool_cells;    // default max_sessions * max_session_tokens; a smaller
                                         // pool (>= max_session_tokens) may preempt
-  DType kv_dtype = DType::kF32;
+  DType kv_dtype = DType::kF32;  // K and V, unless one is overridden below
+  std::optional<DType> k_dtype;  // key storage type; unset = kv_dtype
+  std::optional<DType> v_dtype;  // value storage type; unset = kv_dtype
+  std::optional<bool> kv_rotate;  // Hadamard rotation; unset = on for block types
   int64_t initial_capacity = 0;         // cells allocated up front
   int64_t step_tokens = 0;              // token budget of a step; 0 = the model's step
   bool prefix_cache = true;             // share prompt prefixes; retain finished sequences

@@ -20,8 +20,14 @@ namespace kvcache::serve {
 // count and per cache layer u32 kv_heads, head_dim, value_dim, window — all little-endian, a
 // str being a u64 byte length then the bytes. It seeds block_key(): keys of another model,
 // geometry, kv dtype or block size never meet.
-uint64_t block_namespace(uint64_t fingerprint, const CacheGeometry& geometry, DType kv_dtype,
-                         int32_t block_tokens);
+// With K and V of different types, str(dtype name) is "k=<key type>,v=<value type>"; rotated
+// K/V append ",rotated".
+uint64_t block_namespace(uint64_t fingerprint, const CacheGeometry& geometry, DType k_dtype,
+                         DType v_dtype, int32_t block_tokens, bool rotated = false);
+inline uint64_t block_namespace(uint64_t fingerprint, const CacheGeometry& geometry,
+                                DType kv_dtype, int32_t block_tokens) {
+  return block_namespace(fingerprint, geometry, kv_dtype, kv_dtype, block_tokens);
+}
 
 // Key of a block: XXH3-64 over (parent key, the block's token ids as little-endian int32),
 // seeded with `seed`; the first block's parent key is 0.
