@@ -14,24 +14,34 @@ namespace kvcache::engine {
 
 namespace {
 constexpr int64_t kBlockBytes = 34;  // Q8_0: an f16 scale, then 32 int8 values
-constexpr int64_t kRowTile = 32;     // weight rows per task (the kernel's two row vectors)
+constexpr int64_t kRowTile = 32;     // weight rows per task (two AVX-512 / four AVX2 vectors)
 constexpr int64_t kTokenTile = 16;   // activation rows quantized per task
+
+struct Q8GemmKernel {
+  quant_detail::Q8QuantizeFn quantize = nullptr;
+  quant_detail::Q8GemmRowsFn rows = nullptr;
+};
+// The kernel of `isa` (kAuto: the level matvec runs); empty when that level has none here.
+Q8GemmKernel q8_gemm_kernel(cpu::Isa isa) {
+  if (isa == cpu::Isa::kAuto) isa = matvec_best_isa();
+  if (isa == cpu::Isa::kScalar || !matvec_isa_supported(isa)) return {};
+  if (isa == cpu::Isa::kAvx512)
+    return {quant_detail::avx512_q8_quantize(), quant_detail::avx512_q8_gemm_rows()};
+  return {quant_detail::avx2_q8_quantize(), quant_detail::avx2_q8_gemm_rows()};
+}
 }  // namespace
 
 bool q8_gemm_available(const Weight& w, cpu::Isa isa) {
-  if (w.type != gguf::TensorType::kQ8_0) return false;
-  if (isa == cpu::Isa::kAuto) isa = matvec_best_isa();
-  return isa == cpu::Isa::kAvx512 && matvec_isa_supported(cpu::Isa::kAvx512) &&
-         quant_detail::avx512_q8_gemm_rows() != nullptr;
+  return w.type == gguf::TensorType::kQ8_0 && q8_gemm_kernel(isa).rows != nullptr;
 }
 
 void q8_gemm(const Weight& w, const float* x, float* y, int64_t t, bool accumulate,
              cpu::Isa isa) {
   if (w.rows == 0 || t <= 0) return;
-  assert(q8_gemm_available(w, isa));  // one kernel today: AVX-512 VNNI
-  (void)isa;
-  const quant_detail::Q8QuantizeFn quantize = quant_detail::avx512_q8_quantize();
-  const quant_detail::Q8GemmRowsFn rows = quant_detail::avx512_q8_gemm_rows();
+  assert(q8_gemm_available(w, isa));
+  const Q8GemmKernel kernel = q8_gemm_kernel(isa);
+  const quant_detail::Q8QuantizeFn quantize = kernel.quantize;
+  const quant_detail::Q8GemmRowsFn rows = kernel.rows;
   thread_local quant_detail::Q8GemmActs acts;
   quant_detail::Q8GemmActs& a = acts;  // the workers use the caller's thread_local, by reference
   a.t = t;
