@@ -14,7 +14,7 @@ namespace kvcache::engine {
 
 namespace {
 constexpr int64_t kBlockBytes = 34;  // Q8_0: an f16 scale, then 32 int8 values
-constexpr int64_t kRowTile = 32;     // weight rows per task (two AVX-512 / four AVX2 vectors)
+constexpr int64_t kRowTile = 32;     // weight rows per task (two AVX-512 / four AVX2 panels)
 constexpr int64_t kTokenTile = 16;   // activation rows quantized per task
 
 struct Q8GemmKernel {
