@@ -1,8 +1,8 @@
-// The Q8_0 integer GEMM of prefill products: the AVX-512 VNNI and AVX2 kernels against the
-// scalar reference, bitwise, over shapes that leave partial row vectors, partial token tiles
-// and odd block counts, 1 and 2 threads, and at the int16 bound of AVX2's vpmaddubsw; the
-// reference against the exact product within the activation's rounding; and matmul's dispatch
-// of T > kSmallBatch to it.
+// The integer GEMM of prefill products: the AVX-512 VNNI (Q8_0) and AVX2 (every block type)
+// kernels against the scalar reference, bitwise, over shapes that leave partial row vectors,
+// partial token tiles and odd block counts, 1 and 2 threads, and at the int16 bound of AVX2's
+// vpmaddubsw; the reference against the exact product within the activation's rounding, per
+// type; and matmul's dispatch of T > kSmallBatch to it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,12 +24,23 @@ namespace {
 
 using testing::rnd;
 
-Weight q8_weight(int64_t rows, int64_t cols, uint64_t seed) {
+using gguf::TensorType;
+
+// Every block type the integer GEMM takes at AVX2.
+constexpr TensorType kBlockTypes[] = {TensorType::kQ4_0, TensorType::kQ4_1, TensorType::kQ5_0,
+                                      TensorType::kQ5_1, TensorType::kQ8_0, TensorType::kQ4_K,
+                                      TensorType::kQ5_K, TensorType::kQ6_K};
+
+Weight block_weight(TensorType type, int64_t rows, int64_t cols, uint64_t seed) {
   const std::vector<float> dense = rnd(static_cast<size_t>(rows * cols), seed);
-  const int64_t row_bytes = *gguf::row_bytes(gguf::TensorType::kQ8_0, cols);
+  const int64_t row_bytes = *gguf::row_bytes(type, cols);
   std::vector<uint8_t> bytes(static_cast<size_t>(rows * row_bytes));
-  EXPECT_TRUE(gguf::quantize(gguf::TensorType::kQ8_0, dense, bytes));
-  return Weight::from_bytes(gguf::TensorType::kQ8_0, rows, cols, std::move(bytes));
+  EXPECT_TRUE(gguf::quantize(type, dense, bytes));
+  return Weight::from_bytes(type, rows, cols, std::move(bytes));
+}
+
+Weight q8_weight(int64_t rows, int64_t cols, uint64_t seed) {
+  return block_weight(TensorType::kQ8_0, rows, cols, seed);
 }
 
 std::string shape(int64_t rows, int64_t cols, int64_t t) {
@@ -123,34 +134,56 @@ TEST(QuantGemm, Avx2KernelReachesTheInt16BoundWithoutSaturating) {
   expect_kernel_equals_reference(w, alternating, t, cpu::Isa::kAvx2);
 }
 
+// Every other block type through the same AVX2 kernel, from its integer form (IntBlock):
+// Q6_K scales its halves apart, Q4_1/Q5_1/Q4_K/Q5_K add the offset term; K types need cols
+// in whole 256-blocks. Rows leave a partial vector, t a token tail.
+TEST(QuantGemm, Avx2KernelEqualsTheReferenceBitwiseForEveryBlockType) {
+  if (!q8_gemm_available(q8_weight(1, 32, 1), cpu::Isa::kAvx2))
+    GTEST_SKIP() << "no AVX2+FMA+F16C here (CPU or KVCACHE_ISA=scalar)";
+  for (TensorType type : kBlockTypes)
+    for (int64_t cols : {256, 768})
+      for (int64_t rows : {3, 17})
+        for (int64_t t : {5, 23}) {
+          const Weight w = block_weight(type, rows, cols, 60 + rows);
+          ASSERT_TRUE(q8_gemm_available(w, cpu::Isa::kAvx2)) << gguf::to_string(type);
+          const std::vector<float> x = rnd(static_cast<size_t>(t * cols), 70 + t);
+          SCOPED_TRACE(gguf::to_string(type));
+          expect_kernel_equals_reference(w, x, t, cpu::Isa::kAvx2);
+          if (HasFatalFailure()) return;
+        }
+}
+
 // The integer product differs from the exact one only by the activation's rounding: each x
 // moves by at most half its block's step amax_b / 127, so |y - exact| <= sum_b amax_b / 254 *
 // sum_{i in b} |w_i| (plus f32 summation noise).
 TEST(QuantGemm, ReferenceIsWithinTheActivationRoundingOfTheExactProduct) {
-  const int64_t rows = 7, cols = 320, t = 3;
-  const Weight w = q8_weight(rows, cols, 5);
-  std::vector<float> dense(static_cast<size_t>(rows * cols));
-  for (int64_t r = 0; r < rows; ++r)
-    w.row(r, std::span<float>(dense).subspan(static_cast<size_t>(r * cols), cols));
-  const std::vector<float> x = rnd(static_cast<size_t>(t * cols), 6);
-  std::vector<float> y(static_cast<size_t>(t * rows)), exact(y.size());
-  q8_gemm_reference(w, x.data(), y.data(), t, false);
-  matmul_reference(x, dense, exact, t, cols, rows, false);
-  for (int64_t j = 0; j < t; ++j)
-    for (int64_t r = 0; r < rows; ++r) {
-      double bound = 1e-5 * std::sqrt(double(cols));
-      for (int64_t b = 0; b < cols / 32; ++b) {
-        double amax = 0.0, wsum = 0.0;
-        for (int64_t i = 32 * b; i < 32 * b + 32; ++i) {
-          amax = std::max(amax, std::fabs(double{x[j * cols + i]}));
-          wsum += std::fabs(double{dense[r * cols + i]});
+  const int64_t rows = 7, cols = 512, t = 3;
+  for (TensorType type : kBlockTypes) {
+    SCOPED_TRACE(gguf::to_string(type));
+    const Weight w = block_weight(type, rows, cols, 5);
+    std::vector<float> dense(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r)
+      w.row(r, std::span<float>(dense).subspan(static_cast<size_t>(r * cols), cols));
+    const std::vector<float> x = rnd(static_cast<size_t>(t * cols), 6);
+    std::vector<float> y(static_cast<size_t>(t * rows)), exact(y.size());
+    q8_gemm_reference(w, x.data(), y.data(), t, false);
+    matmul_reference(x, dense, exact, t, cols, rows, false);
+    for (int64_t j = 0; j < t; ++j)
+      for (int64_t r = 0; r < rows; ++r) {
+        double bound = 1e-5 * std::sqrt(double(cols));
+        for (int64_t b = 0; b < cols / 32; ++b) {
+          double amax = 0.0, wsum = 0.0;
+          for (int64_t i = 32 * b; i < 32 * b + 32; ++i) {
+            amax = std::max(amax, std::fabs(double{x[j * cols + i]}));
+            wsum += std::fabs(double{dense[r * cols + i]});
+          }
+          bound += amax / 254.0 * wsum * 1.001;
         }
-        bound += amax / 254.0 * wsum * 1.001;
+        const size_t i = static_cast<size_t>(j * rows + r);
+        ASSERT_NEAR(y[i], exact[i], bound) << "token " << j << " row " << r;
+        EXPECT_NE(y[i], exact[i]);  // the activation really was quantized
       }
-      const size_t i = static_cast<size_t>(j * rows + r);
-      ASSERT_NEAR(y[i], exact[i], bound) << "token " << j << " row " << r;
-      EXPECT_NE(y[i], exact[i]);  // the activation really was quantized
-    }
+  }
 }
 
 // matmul's route for Q8_0 by row count and the ISA in force. At most kSmallBatch rows: the
@@ -188,8 +221,13 @@ TEST(QuantGemm, MatmulSendsLongQ8ProductsToTheIntegerGemmAboveScalar) {
   EXPECT_EQ(q8_gemm_available(w, cpu::Isa::kAvx512), matvec_isa_supported(cpu::Isa::kAvx512));
   const Weight f32 = Weight::from_f32(2, 32, std::vector<float>(64, 1.0f));
   EXPECT_FALSE(q8_gemm_available(f32));
-  const Weight q4 = Weight::from_bytes(gguf::TensorType::kQ4_0, 1, 32, std::vector<uint8_t>(18));
-  EXPECT_FALSE(q8_gemm_available(q4));
+  // Other block types: the AVX2 kernel only (the AVX-512 one is Q8_0's).
+  const Weight q4 = block_weight(TensorType::kQ4_K, 1, 256, 3);
+  EXPECT_EQ(q8_gemm_available(q4, cpu::Isa::kAvx2), matvec_isa_supported(cpu::Isa::kAvx2));
+  EXPECT_FALSE(q8_gemm_available(q4, cpu::Isa::kAvx512));
+  EXPECT_EQ(q8_gemm_available(q4), level == cpu::Isa::kAvx2);
+  const Weight f16 = block_weight(TensorType::kF16, 1, 32, 3);
+  EXPECT_FALSE(q8_gemm_available(f16, cpu::Isa::kAvx2));
 }
 
 }  // namespace
