@@ -114,7 +114,8 @@ TEST(QuantMatvec, ScalarKernelIsWithinTheActivationRoundingOfTheDoubleReference)
 }
 
 // T > 1 decodes tiles of rows to f32 and runs sgemm: the double reference on decoded rows.
-// (Q8_0 goes to the integer GEMM where the CPU has AVX-512 VNNI: quant_gemm_test.cpp.)
+// (A type the integer GEMM takes at the level in force — every block type at AVX2, Q8_0 at
+// AVX-512 VNNI — is tested there: quant_gemm_test.cpp; the scalar ceiling runs them all here.)
 TEST(QuantMatvec, PrefillProductsMatchTheReferenceOverTilesAndThreads) {
   for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K,
                           TensorType::kBF16, TensorType::kQ5_1})
@@ -269,8 +270,9 @@ TEST_P(QuantizedModel, LogitsMatchTheSameModelDecodedToF32) {
   testing::Built a = testing::build(kept, o);
   testing::Built b = testing::build(wide, o);
   // Chunks of 1 (decode, integer kernels), of 4 (a small batch: the same kernels), then of 20
-  // (above kSmallBatch: prefill through decoded tiles, exact but for f32 rounding; Q8_0 with
-  // AVX-512 VNNI through the integer GEMM, within the decode kernels' tolerance).
+  // (above kSmallBatch: prefill through decoded tiles, exact but for f32 rounding; through the
+  // integer GEMM where it has a kernel — block types at AVX2, Q8_0 at AVX-512 VNNI — within the
+  // decode kernels' tolerance).
   EXPECT_LE(testing::rel_diff(testing::cached_logits(a, tokens, 1), want), GetParam().tol);
   EXPECT_LE(testing::rel_diff(testing::cached_logits(b, tokens, 1), want), 1e-4);
   testing::Built c = testing::build(kept, o);
