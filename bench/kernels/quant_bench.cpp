@@ -126,8 +126,9 @@ void matvec_args(benchmark::internal::Benchmark* b) {
 
 // One product of a 512-token chunk, Y[512, 2048] = X[512, 768] W^T (the benchmark model's FFN
 // up projection), through matmul's dispatch. range(0): the weight type — Q8_0 takes the int8
-// GEMM where the CPU has AVX2 or AVX-512 VNNI (quant_gemm.h; KVCACHE_ISA picks the level), F16
-// the tiles decoded to f32 + sgemm that every other type takes; range(1): threads. Multiply-adds per second and their ratio to the
+// GEMM at AVX2 and AVX-512 VNNI, Q4_K and Q6_K at AVX2 (quant_gemm.h; KVCACHE_ISA picks the
+// level), F16 the tiles decoded to f32 + sgemm that every other case takes (the label says
+// which); range(1): threads. Multiply-adds per second and their ratio to the
 // f32 multiply-add probe of this process (the int8 GEMM may pass 1).
 void BM_PrefillProduct(benchmark::State& bs) {
   constexpr int64_t kT = 512, kIn = 768, kOut = 2048;
@@ -157,7 +158,8 @@ void BM_PrefillProduct(benchmark::State& bs) {
 }
 
 void prefill_product_args(benchmark::internal::Benchmark* b) {
-  for (TensorType type : {TensorType::kQ8_0, TensorType::kF16})
+  for (TensorType type :
+       {TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K, TensorType::kF16})
     for (int threads : {1, 2}) b->Args({static_cast<int64_t>(type), threads});
 }
 
