@@ -16,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "bench_main.h"
 #include "cpu/attention.h"
 #include "cpu/kv_pool.h"
 #include "cpu/thread_pool.h"
@@ -204,4 +205,4 @@ BENCHMARK(BM_MultiSequenceDecode)
 }  // namespace
 }  // namespace kvcache::cpu
 
-BENCHMARK_MAIN();
+KVCACHE_BENCHMARK_MAIN();

@@ -24,6 +24,7 @@
 
 #include <time.h>
 
+#include "bench_main.h"
 #include "cpu/cpu_cache.h"
 #include "cpu/thread_pool.h"
 #include "read_probe.h"
@@ -173,4 +174,4 @@ BENCHMARK(BM_CellDecodeSlidingVsFull)
 }  // namespace
 }  // namespace kvcache::cpu
 
-BENCHMARK_MAIN();
+KVCACHE_BENCHMARK_MAIN();

@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "bench_main.h"
 #include "engine/runtime.h"
 #include "program/model_geometry.h"
 #include "bench_model.h"
@@ -142,4 +143,4 @@ BENCHMARK(BM_Prefill512)->Arg(16384)->Iterations(2)->Unit(benchmark::kMillisecon
 }  // namespace
 }  // namespace kvcache::engine
 
-BENCHMARK_MAIN();
+KVCACHE_BENCHMARK_MAIN();

@@ -6,7 +6,8 @@
 // stored as F16, Q8_0 and Q4_K_M (the last two made in process by kvcache quantize's code),
 // with decode's effective bandwidth: (weight + K/V bytes read per token) * tok/s / probe.
 // (3) One prefill product per path (int8 GEMM, f32 tiles + sgemm) against the f32
-// multiply-add probe. Output: Google Benchmark (--benchmark_format=json).
+// multiply-add probe. Output: Google Benchmark (--benchmark_format=json); KVCACHE_ISA caps
+// the kernels' level (bench_main.h) and the JSON context names it (isa_ceiling).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "bench_main.h"
 #include "cpu/huge_pages.h"
 #include "cpu/kv_pool.h"
 #include "cpu/thread_pool.h"
@@ -124,8 +126,9 @@ void matvec_args(benchmark::internal::Benchmark* b) {
 
 // One product of a 512-token chunk, Y[512, 2048] = X[512, 768] W^T (the benchmark model's FFN
 // up projection), through matmul's dispatch. range(0): the weight type — Q8_0 takes the int8
-// GEMM where the CPU has AVX-512 VNNI (quant_gemm.h), F16 the tiles decoded to f32 + sgemm that
-// every other type takes; range(1): threads. Multiply-adds per second and their ratio to the
+// GEMM at AVX2 and AVX-512 VNNI, Q4_K and Q6_K at AVX2 (quant_gemm.h; KVCACHE_ISA picks the
+// level), F16 the tiles decoded to f32 + sgemm that every other case takes (the label says
+// which); range(1): threads. Multiply-adds per second and their ratio to the
 // f32 multiply-add probe of this process (the int8 GEMM may pass 1).
 void BM_PrefillProduct(benchmark::State& bs) {
   constexpr int64_t kT = 512, kIn = 768, kOut = 2048;
@@ -150,11 +153,13 @@ void BM_PrefillProduct(benchmark::State& bs) {
   bs.counters["macs_per_s"] = Counter(macs, Counter::kIsIterationInvariantRate);
   bs.counters["fma_probe_ratio"] = Counter(macs / fps, Counter::kIsIterationInvariantRate);
   bs.SetLabel(gguf::to_string(type) +
-              (q8_gemm_available(w) ? " int8 gemm" : " f32 tiles + sgemm"));
+              (q8_gemm_available(w) ? " int8 gemm " + std::string(cpu::to_string(matvec_isa()))
+                                    : std::string(" f32 tiles + sgemm")));
 }
 
 void prefill_product_args(benchmark::internal::Benchmark* b) {
-  for (TensorType type : {TensorType::kQ8_0, TensorType::kF16})
+  for (TensorType type :
+       {TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K, TensorType::kF16})
     for (int threads : {1, 2}) b->Args({static_cast<int64_t>(type), threads});
 }
 
@@ -358,4 +363,4 @@ BENCHMARK(BM_Model)->Apply(model_args)->Iterations(8)->Unit(benchmark::kMillisec
 }  // namespace
 }  // namespace kvcache::engine
 
-BENCHMARK_MAIN();
+KVCACHE_BENCHMARK_MAIN();

@@ -32,6 +32,7 @@
 
 #include <sys/resource.h>
 
+#include "bench_main.h"
 #include "bench_model.h"
 #include "cpu/attention.h"
 #include "cpu/thread_pool.h"
@@ -296,4 +297,4 @@ BENCHMARK(BM_SharedPrefixDecode)
 }  // namespace
 }  // namespace kvcache::serve
 
-BENCHMARK_MAIN();
+KVCACHE_BENCHMARK_MAIN();

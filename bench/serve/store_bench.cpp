@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_main.h"
 #include "bench_model.h"
 #include "redis_server.h"
 #include "serve/executor.h"
@@ -129,4 +130,4 @@ BENCHMARK(BM_StoreTtft)->Arg(16)->Arg(64)->Arg(256)->Iterations(2)
 }  // namespace
 }  // namespace kvcache::serve
 
-BENCHMARK_MAIN();
+KVCACHE_BENCHMARK_MAIN();

@@ -30,6 +30,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "bench_main.h"
 #include "bench_model.h"
 #include "engine/model.h"
 #include "text/tokenizer.h"
@@ -255,4 +256,4 @@ BENCHMARK(BM_HttpVsExecutor)->Arg(1)->Arg(8)->Arg(32)->Iterations(1)->Repetition
 }  // namespace
 }  // namespace kvcache::server
 
-BENCHMARK_MAIN();
+KVCACHE_BENCHMARK_MAIN();

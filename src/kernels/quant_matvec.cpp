@@ -22,16 +22,9 @@ float half_at(const uint8_t* p) {
   return f16_to_f32(h);
 }
 
-// One 32-value sub-block of a weight row in integer form: value l = s[l / 16] * w[l] + c.
-// Every block type decodes to this shape, so one integer loop serves them all.
-struct IntBlock {
-  int8_t w[32] = {};
-  float s[2] = {0.0f, 0.0f};
-  float c = 0.0f;
-};
+}  // namespace
 
-// Sub-block `sb` (32 values) of the weight block at `b`.
-void int_block(TensorType type, const uint8_t* b, int sb, IntBlock& o) {
+void quant_detail::int_block(TensorType type, const uint8_t* b, int sb, IntBlock& o) {
   o.c = 0.0f;
   switch (type) {
     case TensorType::kQ8_0:
@@ -90,6 +83,11 @@ void int_block(TensorType type, const uint8_t* b, int sb, IntBlock& o) {
     default: return;
   }
 }
+
+namespace {
+
+using quant_detail::IntBlock;
+using quant_detail::int_block;
 
 void scalar_blocks(const Weight& w, int64_t r0, int64_t r1, const Q8Activations& a,
                    const float*, float* y, bool accumulate) {

@@ -55,6 +55,17 @@ void matvec_batch(const Weight& w, const float* x, float* y, int64_t t, bool acc
 void matvec_reference(const Weight& w, const float* x, float* y, bool accumulate);
 
 namespace quant_detail {
+// One 32-value sub-block of a weight row in integer form: value l = s[l / 16] * w[l] + c.
+// Every block type decodes to this shape, so one integer loop serves them all (the scalar
+// matvec kernel, the integer GEMM's reference and its panels).
+struct IntBlock {
+  int8_t w[32] = {};
+  float s[2] = {0.0f, 0.0f};
+  float c = 0.0f;
+};
+// Sub-block `sb` (32 values) of the weight block at `b` of a block type.
+void int_block(gguf::TensorType type, const uint8_t* b, int sb, IntBlock& o);
+
 // One ISA's row kernel: y[r - r0] for rows [r0, r1) from the quantized activation (block
 // types) or from x (F16/BF16). Entered only through matvec's dispatch.
 using RowKernel = void (*)(const Weight& w, int64_t r0, int64_t r1, const Q8Activations& a,

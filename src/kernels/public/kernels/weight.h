@@ -46,9 +46,10 @@ inline constexpr int64_t kSmallBatch = 16;
 
 // y[T, w.rows] = x[T, w.cols] * W^T (+ y when accumulate), for every computable type. T == 1:
 // the type's matrix-vector kernel (quant_matvec.h; F32 via BLAS sgemv); T <= kSmallBatch: the
-// same kernel over chunks of rows shared by every row of x; larger T: Q8_0 with AVX-512 VNNI
-// the integer GEMM of quant_gemm.h, everything else tiles of rows decoded to f32 once per
-// call, then sgemm. Rows are shared over cpu::global_pool().
+// same kernel over chunks of rows shared by every row of x; larger T: the integer GEMM of
+// quant_gemm.h where it has a kernel (block types at AVX2, Q8_0 at AVX-512 VNNI), everything
+// else tiles of rows decoded to f32 once per call, then sgemm. Rows are shared over
+// cpu::global_pool().
 void matmul(std::span<const float> x, const Weight& w, std::span<float> y, int64_t t,
             bool accumulate = false);
 // Single-threaded scalar f16 gemv (reference of the dispatched kernel; exposed for tests).
