@@ -30,7 +30,7 @@ std::shared_ptr<const text::Grammar> grammar(const char* schema) {
 
 bool is_document(const std::shared_ptr<const text::Grammar>& g, const std::string& text) {
   text::GrammarMatcher m(g);
-  const engine::GrammarState s = m.advance(m.start(), text);
+  const text::GrammarState s = m.advance(m.start(), text);
   return s != text::kDeadState && m.complete(s);
 }
 
