@@ -8,7 +8,7 @@
 set -euo pipefail
 bin=$1
 . "$(dirname "$0")/lib.sh"
-skip_without_model
+require_embedded_model
 $py -c 'import jsonschema' 2>/dev/null || { echo "SKIP: python3-jsonschema is not installed (scripts/setup.sh --tests installs it)"; [ "${CI:-}" = true ] && exit 1; exit 77; }
 
 post() {  # post PATH BODY: prints the status, body in $tmp/body
