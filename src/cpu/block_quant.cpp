@@ -9,17 +9,6 @@
 namespace kvcache::cpu {
 namespace {
 
-float load_half(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return f16_to_f32(h);
-}
-// Stores f16(v) and returns the stored scale as f32 (the one decoders see).
-float store_half(uint8_t* p, float v) {
-  const uint16_t h = f32_to_f16(v);
-  std::memcpy(p, &h, 2);
-  return f16_to_f32(h);
-}
 int nearest(float v) { return static_cast<int>(std::lround(v)); }
 
 }  // namespace
@@ -27,7 +16,7 @@ int nearest(float v) { return static_cast<int>(std::lround(v)); }
 void quantize_q8_0_block(const float* x, uint8_t* b) {
   float amax = 0.0f;
   for (int j = 0; j < kBlockValues; ++j) amax = std::max(amax, std::fabs(x[j]));
-  const float d = store_half(b, amax / 127.0f);
+  const float d = store_f16(b, amax / 127.0f);
   const float inv = d != 0.0f ? 1.0f / d : 0.0f;
   for (int j = 0; j < kBlockValues; ++j)
     b[2 + j] = static_cast<uint8_t>(
@@ -35,7 +24,7 @@ void quantize_q8_0_block(const float* x, uint8_t* b) {
 }
 
 void dequantize_q8_0_block(const uint8_t* b, float* out) {
-  const float d = load_half(b);
+  const float d = load_f16(b);
   for (int j = 0; j < kBlockValues; ++j)
     out[j] = d * static_cast<float>(static_cast<int8_t>(b[2 + j]));
 }
@@ -44,7 +33,7 @@ void quantize_q4_0_block(const float* x, uint8_t* b) {
   float extreme = 0.0f;
   for (int j = 0; j < kBlockValues; ++j)
     if (std::fabs(x[j]) > std::fabs(extreme)) extreme = x[j];
-  const float d = store_half(b, extreme / -8.0f);
+  const float d = store_f16(b, extreme / -8.0f);
   const float inv = d != 0.0f ? 1.0f / d : 0.0f;
   uint8_t q[kBlockValues];
   for (int j = 0; j < kBlockValues; ++j)
@@ -53,7 +42,7 @@ void quantize_q4_0_block(const float* x, uint8_t* b) {
 }
 
 void dequantize_q4_0_block(const uint8_t* b, float* out) {
-  const float d = load_half(b);
+  const float d = load_f16(b);
   for (int j = 0; j < 16; ++j) {
     out[j] = static_cast<float>((b[2 + j] & 0x0F) - 8) * d;
     out[j + 16] = static_cast<float>((b[2 + j] >> 4) - 8) * d;

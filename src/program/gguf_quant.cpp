@@ -11,16 +11,6 @@
 namespace kvcache::gguf {
 namespace {
 
-
-float load_half(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return f16_to_f32(h);
-}
-void store_half(uint8_t* p, float v) {
-  const uint16_t h = f32_to_f16(v);
-  std::memcpy(p, &h, 2);
-}
 int nearest(float v) { return static_cast<int>(std::lround(v)); }
 uint8_t clamp_u8(int v, int hi) { return static_cast<uint8_t>(std::clamp(v, 0, hi)); }
 
@@ -29,8 +19,8 @@ uint8_t clamp_u8(int v, int hi) { return static_cast<uint8_t>(std::clamp(v, 0, h
 // Q4_0 / Q4_1 / Q5_0 / Q5_1 share one shape: scale, optional min, optional 32 high bits,
 // 16 bytes of nibbles (value j in the low nibble of byte j, value j + 16 in the high one).
 void decode_32(const uint8_t* b, bool has_min, bool five_bit, float* out) {
-  const float d = load_half(b);
-  const float m = has_min ? load_half(b + 2) : 0.0f;
+  const float d = load_f16(b);
+  const float m = has_min ? load_f16(b + 2) : 0.0f;
   const uint8_t* p = b + (has_min ? 4 : 2);
   uint32_t qh = 0;
   if (five_bit) {
@@ -54,7 +44,7 @@ void decode_32(const uint8_t* b, bool has_min, bool five_bit, float* out) {
 // bytes of high bits before the nibbles: bit s of qh[l] is the fifth bit of sub-block s's
 // value l. Sub-blocks 2c and 2c+1 share nibble bytes [32c, 32c + 32) (low, high nibble).
 void decode_k(const uint8_t* b, bool five_bit, float* out) {
-  const float d = load_half(b), dmin = load_half(b + 2);
+  const float d = load_f16(b), dmin = load_f16(b + 2);
   const uint8_t* scales = b + 4;
   const uint8_t* qh = b + 16;
   const uint8_t* qs = b + (five_bit ? 48 : 16);
@@ -78,7 +68,7 @@ void decode_q6_k(const uint8_t* b, float* out) {
   const uint8_t* ql = b;
   const uint8_t* qh = b + 128;
   const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
-  const float d = load_half(b + 208);
+  const float d = load_f16(b + 208);
   for (int h = 0; h < 2; ++h)
     for (int g = 0; g < 4; ++g)
       for (int l = 0; l < 32; ++l) {
@@ -112,8 +102,8 @@ void encode_sym_32(const float* x, bool five_bit, uint8_t* b) {
   for (int j = 0; j < 32; ++j)
     if (std::fabs(x[j]) > std::fabs(extreme)) extreme = x[j];
   const int half = five_bit ? 16 : 8;
-  store_half(b, extreme / static_cast<float>(-half));
-  const float d = load_half(b);
+  store_f16(b, extreme / static_cast<float>(-half));
+  const float d = load_f16(b);
   const float inv = d != 0.0f ? 1.0f / d : 0.0f;
   uint8_t q[32];
   for (int j = 0; j < 32; ++j) q[j] = clamp_u8(nearest(x[j] * inv) + half, 2 * half - 1);
@@ -124,9 +114,9 @@ void encode_sym_32(const float* x, bool five_bit, uint8_t* b) {
 void encode_affine_32(const float* x, bool five_bit, uint8_t* b) {
   const auto [lo, hi] = std::minmax_element(x, x + 32);
   const int top = five_bit ? 31 : 15;
-  store_half(b, (*hi - *lo) / static_cast<float>(top));
-  store_half(b + 2, *lo);
-  const float d = load_half(b), m = load_half(b + 2);
+  store_f16(b, (*hi - *lo) / static_cast<float>(top));
+  store_f16(b + 2, *lo);
+  const float d = load_f16(b), m = load_f16(b + 2);
   const float inv = d != 0.0f ? 1.0f / d : 0.0f;
   uint8_t q[32];
   for (int j = 0; j < 32; ++j) q[j] = clamp_u8(nearest((x[j] - m) * inv), top);
@@ -145,9 +135,9 @@ void encode_k(const float* x, bool five_bit, uint8_t* b) {
     max_step = std::max(max_step, step[s]);
     max_min = std::max(max_min, mins[s]);
   }
-  store_half(b, max_step / 63.0f);
-  store_half(b + 2, max_min / 63.0f);
-  const float d = load_half(b), dmin = load_half(b + 2);
+  store_f16(b, max_step / 63.0f);
+  store_f16(b + 2, max_min / 63.0f);
+  const float d = load_f16(b), dmin = load_f16(b + 2);
   uint8_t sc[8], mn[8];
   for (int s = 0; s < 8; ++s) {
     // Round the step up so the sub-block's largest value still fits in `top` steps.
@@ -181,8 +171,8 @@ void encode_q6_k(const float* x, uint8_t* b) {
     step[g] = extreme / -32.0f;
     max_abs = std::max(max_abs, std::fabs(step[g]));
   }
-  store_half(b + 208, max_abs / 127.0f);
-  const float d = load_half(b + 208);
+  store_f16(b + 208, max_abs / 127.0f);
+  const float d = load_f16(b + 208);
   auto* sc = reinterpret_cast<int8_t*>(b + 192);
   uint8_t q[256];
   for (int g = 0; g < 16; ++g) {
@@ -283,7 +273,7 @@ bool dequantize(TensorType type, std::span<const uint8_t> src, std::span<float> 
   for (int64_t i = 0; i < n / g.elements; ++i, p += g.bytes, out += g.elements) {
     switch (type) {
       case TensorType::kF32: std::memcpy(out, p, 4); break;
-      case TensorType::kF16: *out = load_half(p); break;
+      case TensorType::kF16: *out = load_f16(p); break;
       case TensorType::kBF16: {
         uint16_t h;
         std::memcpy(&h, p, 2);
@@ -314,7 +304,7 @@ bool quantize(TensorType type, std::span<const float> src, std::span<uint8_t> ds
   for (int64_t i = 0; i < n / g.elements; ++i, b += g.bytes, x += g.elements) {
     switch (type) {
       case TensorType::kF32: std::memcpy(b, x, 4); break;
-      case TensorType::kF16: store_half(b, *x); break;
+      case TensorType::kF16: store_f16(b, *x); break;
       case TensorType::kBF16: {
         const uint16_t h = f32_to_bf16(*x);
         std::memcpy(b, &h, 2);

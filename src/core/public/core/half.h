@@ -67,4 +67,17 @@ inline uint16_t f32_to_bf16(float f) {
   return static_cast<uint16_t>(rounded >> 16);
 }
 
+// An f16 stored little-endian at `p` (a block scale in a GGUF block), unaligned.
+inline float load_f16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);
+}
+// Stores f16(v) at `p` and returns the stored value as f32 (what decoders will see).
+inline float store_f16(uint8_t* p, float v) {
+  const uint16_t h = f32_to_f16(v);
+  std::memcpy(p, &h, 2);
+  return f16_to_f32(h);
+}
+
 }  // namespace kvcache
