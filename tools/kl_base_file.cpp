@@ -112,6 +112,12 @@ Status KlBaseReader::next(std::span<float> row) {
   return ok_status();
 }
 
+KlBaseWriter::~KlBaseWriter() {
+  if (!file_) return;  // finished or moved from
+  file_.reset();
+  std::remove((path_ + ".part").c_str());
+}
+
 Result<KlBaseWriter> KlBaseWriter::create(const std::string& path, const KlBaseHeader& header) {
   KlBaseWriter w;
   w.path_ = path;

@@ -55,6 +55,10 @@ class KlBaseReader {
 // run leaves no file a later run would read. Move-only.
 class KlBaseWriter {
  public:
+  KlBaseWriter() = default;
+  KlBaseWriter(KlBaseWriter&&) = default;
+  KlBaseWriter& operator=(KlBaseWriter&&) = default;
+  ~KlBaseWriter();  // unfinished: removes the .part file
   static Result<KlBaseWriter> create(const std::string& path, const KlBaseHeader& header);
   Status append(std::span<const float> row);
   // Checks that header.rows rows were written, closes and renames.
