@@ -81,7 +81,10 @@ Result<Windows> split(const std::string& text, const text::Tokenizer& tok, int64
   text::EncodeOptions plain;
   plain.add_special = false;
   plain.parse_special = false;
-  KVCACHE_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tok.encode(text, plain));
+  Result<std::vector<int32_t>> encoded = tok.encode(text, plain);
+  if (!encoded.ok())
+    return invalid_argument(str_cat("--text-file: '", path, "': ", encoded.status().message()));
+  std::vector<int32_t>& ids = *encoded;
   if (ids.empty()) return invalid_argument(str_cat("--text-file: '", path, "' holds no tokens"));
   if (static_cast<int64_t>(ids.size()) < ctx)
     return invalid_argument(str_cat("--text-file: '", path, "' is ", ids.size(),
