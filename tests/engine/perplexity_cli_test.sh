@@ -84,7 +84,8 @@ expect_error "^kvcache perplexity: --text-file: '$tmp/empty.txt' holds no tokens
 head -c 50 "$tmp/text.txt" > "$tmp/short.txt"
 expect_error "is 50 tokens, fewer than one window of --ctx 64; lower --ctx" \
   --text-file "$tmp/short.txt" --ctx 64
-# A base refuses another context, another text and a file that is not one.
+# A base refuses another context, another text, another model's vocabulary (a random
+# 300-token llama) and a file that is not one.
 expect_error "^kvcache perplexity: --kl-base $tmp/base.bin: made with --ctx 64, this run has --ctx 32$" \
   "${T[@]}" --ctx 32 --kl-base "$tmp/base.bin"
 head -c 4096 "$tmp/text.txt" > "$tmp/half.txt"
@@ -95,6 +96,9 @@ expect_error "made from other tokens (fingerprint [0-9]*, this text [0-9]*): ano
   --text-file "$tmp/other.txt" --ctx 64 --kl-base "$tmp/base.bin"
 expect_error "^kvcache perplexity: --kl-base $tmp/text.txt: not a kvcache perplexity base file (bad magic)$" \
   "${T[@]}" --ctx 64 --kl-base "$tmp/text.txt"
+/usr/bin/python3 "$src/scripts/make_arch_model.py" --arch llama-rope-freqs --out "$tmp/v300.gguf" > /dev/null
+expect_error "^kvcache perplexity: --kl-base $tmp/base.bin: vocabulary of 256 in the base, 300 in this model$" \
+  "$tmp/v300.gguf" "${T[@]}" --ctx 64 --kl-base "$tmp/base.bin"
 head -c 1000 "$tmp/base.bin" > "$tmp/cut.bin"
 expect_error "cut.bin: 1000 bytes, expected 4194352 for its header (truncated or corrupt)$" \
   "${T[@]}" --ctx 64 --kl-base "$tmp/cut.bin"
