@@ -229,7 +229,7 @@ struct Listener::Impl {
   void advance(ConnPtr& c);
   void dispatch(ConnPtr c);
   void answer(ConnPtr c, Request req);
-  bool write_response(int fd, Response& res, bool keep_alive, bool http10);
+  bool write_response(int fd, const Request& req, Response& res, bool keep_alive);
   void expire(std::vector<ConnPtr>& conns);
   void shut_down(std::vector<ConnPtr>& conns);
 };
@@ -358,7 +358,7 @@ void Listener::Impl::answer(ConnPtr c, Request req) {
   }
   const bool http10 = req.version == "HTTP/1.0";
   const bool keep = req.keep_alive && !stopping && !(http10 && res.provider);
-  const bool ok = write_response(c->fd, res, keep, http10);
+  const bool ok = write_response(c->fd, req, res, keep);
   if (hooks.on_response) hooks.on_response(req, res.status);
   {
     std::lock_guard<std::mutex> lk(mu);
@@ -374,7 +374,14 @@ void Listener::Impl::answer(ConnPtr c, Request req) {
   close_conn(std::move(c));
 }
 
-bool Listener::Impl::write_response(int fd, Response& res, bool keep_alive, bool http10) {
+// False when the connection cannot carry another request (a write failed, a provider cut its
+// answer, or an HTTP/1.0 stream that ends at close).
+bool Listener::Impl::write_response(int fd, const Request& req, Response& res, bool keep_alive) {
+  const bool http10 = req.version == "HTTP/1.0";
+  if (req.method == "HEAD") {  // the headers a GET would have, no body
+    if (res.releaser) res.releaser(false);
+    return send_all(fd, head(res, keep_alive, static_cast<int64_t>(res.body.size()), http10));
+  }
   if (!res.provider)
     return send_all(fd, head(res, keep_alive, static_cast<int64_t>(res.body.size()), http10) + res.body);
   SocketSink sink(fd, http10);

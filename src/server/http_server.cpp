@@ -358,7 +358,7 @@ http::ListenerHooks HttpServer::Impl::hooks() {
   h.handle = [this](const http::Request& req, http::Response& res) { handle(req, res); };
   // Answered from a pool of their own: never behind generation requests.
   h.is_light = [](const http::Request& req) {
-    return req.method == "GET" &&
+    return (req.method == "GET" || req.method == "HEAD") &&
            (req.path == "/health" || req.path == "/metrics" || req.path == "/v1/models" || req.path == "/");
   };
   h.error = [](int status, const std::string& message, const std::string& code, http::Response& res) {
@@ -375,7 +375,8 @@ void HttpServer::Impl::handle(const http::Request& req, http::Response& res) con
   if (!authorized(req))
     return reply_error(res, status_error(401, "missing or wrong API key (Authorization: Bearer KEY)",
                                          "invalid_request_error", "invalid_api_key"));
-  const auto it = routes_.find({req.method, req.path});
+  // HEAD is answered as GET (the listener sends the headers only).
+  const auto it = routes_.find({req.method == "HEAD" ? "GET" : req.method, req.path});
   if (it == routes_.end())
     return reply_error(res, status_error(404, "no route " + req.method + " " + req.path,
                                          "invalid_request_error", "not_found"));

@@ -33,8 +33,8 @@ def connect():
     return s
 
 
-def read_response(s, timeout):
-    """(status, headers dict, body) of one response read until EOF or its Content-Length."""
+def read_response(s, timeout, head_only=False):
+    """(status, headers dict, body) of one response (just the head for a HEAD request)."""
     s.settimeout(timeout)
     data = b""
     while b"\r\n\r\n" not in data:
@@ -45,6 +45,9 @@ def read_response(s, timeout):
     lines = head.decode().split("\r\n")
     status = int(lines[0].split()[1])
     headers = {k.lower(): v.strip() for k, v in (l.split(":", 1) for l in lines[1:])}
+    if head_only:
+        return status, headers, body
+
     def more():
         got = s.recv(65536)
         assert got, "connection closed inside the body"
@@ -168,6 +171,16 @@ def nobody():
         assert headers["connection"] == "keep-alive", headers
         s.close()
     print(f"nobody: answered in {took:.3f} s")
+    # HEAD gets a GET's headers and no body: the next request on the connection reads cleanly.
+    s = connect()
+    s.sendall(b"HEAD /health HTTP/1.1\r\nHost: t\r\n\r\nGET /health HTTP/1.1\r\nHost: t\r\n\r\n")
+    status, headers, rest = read_response(s, 2, head_only=True)
+    assert status == 200 and headers["content-length"] == "15", (status, headers)
+    data = rest  # what came after the head: the GET's answer, not a body
+    while not data.endswith(b'{"status":"ok"}'):
+        data += s.recv(65536)
+    assert data.startswith(b"HTTP/1.1 200 OK\r\n"), data
+    s.close()
 
 
 def trickle():
