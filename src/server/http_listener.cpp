@@ -65,6 +65,7 @@ const char* refusal_code(int status) {
     case 413: return "body_too_large";
     case 431: return "headers_too_large";
     case 501: return "not_implemented";
+    case 503: return "too_many_connections";  // the listener's only 503
     case 505: return "http_version_not_supported";
     default: return "invalid_request";
   }
@@ -223,7 +224,7 @@ struct Listener::Impl {
     [[maybe_unused]] ssize_t n = ::write(wake[1], &b, 1);
   }
   void close_conn(ConnPtr c);
-  void refuse(Connection& c, int status, const std::string& message, bool drain);
+  void refuse(Connection& c, int status, const std::string& message, milliseconds drain);
   void accept_all(std::vector<ConnPtr>& conns);
   bool on_readable(ConnPtr& c);
   void advance(ConnPtr& c);
@@ -242,18 +243,21 @@ void Listener::Impl::close_conn(ConnPtr c) {
   if (--per_peer[c->peer] <= 0) per_peer.erase(c->peer);
 }
 
-// Answers with a refusal made by the listener itself and stops reading requests from `c`.
-void Listener::Impl::refuse(Connection& c, int status, const std::string& message, bool drain) {
+// Answers with a refusal made by the listener itself and stops reading requests from `c`: what
+// the client still sends is read and dropped for `drain`, then the connection is closed.
+void Listener::Impl::refuse(Connection& c, int status, const std::string& message,
+                            milliseconds drain) {
   Response res;
   res.status = status;
   hooks.error(status, message, refusal_code(status), res);
+  if (status == 503) res.set_header("Retry-After", "1");
   const std::string out = head(res, false, static_cast<int64_t>(res.body.size()), false) + res.body;
   // One best-effort write: a small answer fits an idle socket's send buffer.
   [[maybe_unused]] ssize_t n = ::send(c.fd, out.data(), out.size(), MSG_NOSIGNAL);
   if (hooks.on_response) hooks.on_response(c.parser.partial(), status);
   ::shutdown(c.fd, SHUT_WR);
   c.draining = true;
-  c.drain_until = Clock::now() + (drain ? kDrainAfterRefusal : milliseconds(0));
+  c.drain_until = Clock::now() + drain;
 }
 
 void Listener::Impl::accept_all(std::vector<ConnPtr>& conns) {
@@ -281,18 +285,7 @@ void Listener::Impl::accept_all(std::vector<ConnPtr>& conns) {
         over = str_cat("too many open connections from ", c->peer,
                        " (max_connections_per_peer = ", opt.max_connections_per_peer, ")");
     }
-    if (!over.empty()) {
-      Response res;
-      res.status = 503;
-      hooks.error(503, over, "too_many_connections", res);
-      res.set_header("Retry-After", "1");
-      const std::string out = head(res, false, static_cast<int64_t>(res.body.size()), false) + res.body;
-      [[maybe_unused]] ssize_t n = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL);
-      if (hooks.on_response) hooks.on_response(Request{}, 503);
-      ::shutdown(fd, SHUT_WR);
-      c->draining = true;
-      c->drain_until = Clock::now() + milliseconds(100);
-    }
+    if (!over.empty()) refuse(*c, 503, over, kTick);
     conns.push_back(std::move(c));
   }
 }
@@ -321,7 +314,8 @@ bool Listener::Impl::on_readable(ConnPtr& c) {
 // Acts on the parser's state: refuse, hand over a complete request, or send 100 Continue.
 void Listener::Impl::advance(ConnPtr& c) {
   if (c->draining) return;
-  if (c->parser.failed()) return refuse(*c, c->parser.error_status(), c->parser.error_message(), true);
+  if (c->parser.failed())
+    return refuse(*c, c->parser.error_status(), c->parser.error_message(), kDrainAfterRefusal);
   if (c->parser.complete()) return dispatch(std::move(c));
   if (c->parser.wants_continue() && !c->continue_sent) {
     c->continue_sent = true;
@@ -404,7 +398,7 @@ void Listener::Impl::expire(std::vector<ConnPtr>& conns) {
       refuse(*c, 408,
              str_cat("the request's headers and body did not arrive within ",
                      opt.request_timeout.count(), " ms (request_timeout)"),
-             false);
+             milliseconds(0));
     } else if (!c->in_request && now - c->since > opt.idle_timeout) {
       close_conn(std::move(c));
     }

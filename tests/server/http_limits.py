@@ -8,7 +8,7 @@ on failure.
     http_limits.py trickle URL         # 70 clients at 1 header byte/s; /health meanwhile; 408s
     http_limits.py saturated URL       # /health and /metrics while the one worker is busy
     http_limits.py queue URL           # the 429 message and the waiting gauge under --max-queue 2
-    http_limits.py peer_cap URL        # --max-connections-per-peer 3
+    http_limits.py peer_cap URL        # --max-connections 5 --max-connections-per-peer 3
     http_limits.py save_budget URL     # /v1/cache/save over the session budget names its field
     http_limits.py linger URL FILE     # holds a trickling, an idle and a streaming connection
                                        # (writes FILE once they are open) until the server closes them
@@ -27,8 +27,8 @@ URL = urllib.parse.urlparse(sys.argv[2])
 HOST, PORT = URL.hostname, URL.port
 
 
-def connect():
-    s = socket.create_connection((HOST, PORT), timeout=10)
+def connect(source="127.0.0.1"):
+    s = socket.create_connection((HOST, PORT), timeout=10, source_address=(source, 0))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return s
 
@@ -291,20 +291,29 @@ def queue():
 
 
 def peer_cap():
-    # Server: --max-connections-per-peer 3.
+    # Server: --max-connections 5 --max-connections-per-peer 3 (loopback has 127.0.0.0/8, so
+    # three addresses are three peers).
+    def refused(source, limit):
+        s = connect(source)
+        status, headers, body = read_response(s, 2)
+        err = json.loads(body)["error"]
+        assert status == 503 and err["code"] == "too_many_connections", (status, err)
+        assert limit in err["message"] and headers["retry-after"] == "1", err
+        s.close()
+        time.sleep(0.3)  # a refused connection counts until the server closed it
+
     held = [connect() for _ in range(3)]
     time.sleep(0.2)
-    s = connect()
-    status, headers, body = read_response(s, 2)
-    err = json.loads(body)["error"]
-    assert status == 503 and err["code"] == "too_many_connections", (status, err)
-    assert "max_connections_per_peer = 3" in err["message"] and headers["retry-after"] == "1", err
+    refused("127.0.0.1", "max_connections_per_peer = 3")
+    held += [connect("127.0.0.2") for _ in range(2)]
+    time.sleep(0.2)
+    refused("127.0.0.3", "max_connections = 5")
     for h in held:
         h.close()
     time.sleep(0.3)
     status, _, _ = request("GET", "/health")
     assert status == 200
-    print("peer_cap: the 4th connection from one address got 503")
+    print("peer_cap: the 4th connection from one address and the 6th overall got 503")
 
 
 def save_budget():

@@ -4,7 +4,7 @@
 # soon as it passes the limit and RSS stays flat; a POST without Content-Length or
 # Transfer-Encoding is answered at once; 70 connections trickling header bytes neither delay
 # GET /health nor live past --request-timeout-ms (408); light routes answer while the
-# generation workers are busy; the per-peer connection cap; the 429 message; /v1/cache/save
+# generation workers are busy; the connection caps; the 429 message; /v1/cache/save
 # names the refused field; SIGTERM with a trickling, an idle and a streaming client exits 0
 # within 2 s. Usage: http_limits_test.sh KVCACHE_BIN
 set -euo pipefail
@@ -32,7 +32,7 @@ start_server queue --max-sessions 1 --max-queue 2
 run queue "$url"
 stop_server
 
-start_server peer --max-connections-per-peer 3
+start_server peer --max-connections 5 --max-connections-per-peer 3
 run peer_cap "$url"
 stop_server
 
