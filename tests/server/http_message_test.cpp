@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
 #include <string>
+#include <vector>
 
 namespace kvcache::server::http {
 namespace {
@@ -136,6 +139,50 @@ TEST(HttpParser, PipelinedRequestsComeOutInOrder) {
   p.feed(" HTTP/1.1\r\n\r\n", 13);
   ASSERT_TRUE(p.complete());
   EXPECT_EQ(p.take().path, "/c");
+}
+
+TEST(HttpParser, AnySplitOfAStreamGivesTheSameRequests) {
+  const std::string stream =
+      "POST /a HTTP/1.1\r\nContent-Length: 3\r\n\r\nxyz"
+      "POST /b HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n1;e\r\nc\r\n0\r\n\r\n"
+      "GET /c?q HTTP/1.0\nConnection: keep-alive\n\n";
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 300; ++trial) {
+    RequestParser p(small_limits());
+    std::vector<Request> got;
+    for (size_t at = 0; at < stream.size();) {
+      const size_t n = std::min(stream.size() - at, size_t{1} + rng() % 24);
+      p.feed(stream.data() + at, n);
+      at += n;
+      while (p.complete()) got.push_back(p.take());
+      ASSERT_FALSE(p.failed()) << p.error_message();
+    }
+    ASSERT_EQ(got.size(), 3u);
+    EXPECT_EQ(got[0].body, "xyz");
+    EXPECT_EQ(got[1].body, "abc");
+    EXPECT_EQ(got[2].path, "/c");
+    EXPECT_TRUE(got[2].keep_alive);
+  }
+}
+
+TEST(HttpParser, RandomBytesEndInARefusalOrWaitNeverACrash) {
+  std::mt19937 rng(11);
+  const std::string alphabet = "GET POST / HTTP/1.1\r\n:Content-Length: 0123456789abcdef;chunked\t ";
+  for (int trial = 0; trial < 2000; ++trial) {
+    RequestParser p(small_limits());
+    std::string bytes;
+    for (int i = 0; i < 400; ++i)
+      bytes += (rng() % 4 == 0) ? static_cast<char>(rng() % 256) : alphabet[rng() % alphabet.size()];
+    for (size_t at = 0; at < bytes.size() && !p.failed(); at += 7) {
+      p.feed(bytes.data() + at, std::min<size_t>(7, bytes.size() - at));
+      while (p.complete()) p.take();
+    }
+    if (p.failed()) {
+      const int s = p.error_status();
+      EXPECT_TRUE(s == 400 || s == 413 || s == 431 || s == 501 || s == 505) << s;
+      EXPECT_FALSE(p.error_message().empty());
+    }
+  }
 }
 
 TEST(HttpParser, BlankLinesAloneDoNotStartARequest) {
