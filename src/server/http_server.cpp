@@ -73,7 +73,7 @@ struct HttpServer::Impl {
   RequestCounters counters;
   std::atomic<int64_t> next_id{0};
   int64_t started = unix_now();
-  std::map<std::pair<std::string, std::string>, Handler> routes_;  // (method, path)
+  std::map<std::pair<std::string, std::string>, Handler> route_table;  // (method, path)
   http::Listener listener;
 
   Impl(EngineLoop& l, ServerOptions o, ServerModel m)
@@ -376,41 +376,41 @@ void HttpServer::Impl::handle(const http::Request& req, http::Response& res) con
     return reply_error(res, status_error(401, "missing or wrong API key (Authorization: Bearer KEY)",
                                          "invalid_request_error", "invalid_api_key"));
   // HEAD is answered as GET (the listener sends the headers only).
-  const auto it = routes_.find({req.method == "HEAD" ? "GET" : req.method, req.path});
-  if (it == routes_.end())
+  const auto it = route_table.find({req.method == "HEAD" ? "GET" : req.method, req.path});
+  if (it == route_table.end())
     return reply_error(res, status_error(404, "no route " + req.method + " " + req.path,
                                          "invalid_request_error", "not_found"));
   it->second(req, res);
 }
 
 void HttpServer::Impl::routes() {
-  routes_[{"GET", "/health"}] = [](const http::Request&, http::Response& res) {
+  route_table[{"GET", "/health"}] = [](const http::Request&, http::Response& res) {
     reply_json(res, 200, R"({"status":"ok"})");
   };
-  routes_[{"GET", "/v1/models"}] = [this](const http::Request&, http::Response& res) {
+  route_table[{"GET", "/v1/models"}] = [this](const http::Request&, http::Response& res) {
     json m{{"id", opt.model_name}, {"object", "model"}, {"created", started}, {"owned_by", "kvcache"}};
     reply_json(res, 200, json{{"object", "list"}, {"data", json::array({m})}}.dump());
   };
-  routes_[{"GET", "/metrics"}] = [this](const http::Request&, http::Response& res) {
+  route_table[{"GET", "/metrics"}] = [this](const http::Request&, http::Response& res) {
     res.set_content(metrics_text(loop.snapshot(), counters.counts()),
                     "text/plain; version=0.0.4; charset=utf-8");
   };
-  routes_[{"GET", "/"}] = [](const http::Request&, http::Response& res) {
+  route_table[{"GET", "/"}] = [](const http::Request&, http::Response& res) {
     res.set_content(kChatPageHtml, "text/html; charset=utf-8");
   };
-  routes_[{"POST", "/v1/completions"}] = [this](const http::Request& req, http::Response& res) {
+  route_table[{"POST", "/v1/completions"}] = [this](const http::Request& req, http::Response& res) {
     generate(req, res, /*chat=*/false);
   };
-  routes_[{"POST", "/v1/chat/completions"}] = [this](const http::Request& req, http::Response& res) {
+  route_table[{"POST", "/v1/chat/completions"}] = [this](const http::Request& req, http::Response& res) {
     generate(req, res, /*chat=*/true);
   };
-  routes_[{"POST", "/v1/cache/save"}] = [this](const http::Request& req, http::Response& res) {
+  route_table[{"POST", "/v1/cache/save"}] = [this](const http::Request& req, http::Response& res) {
     saved_prefix(req, res, /*save=*/true);
   };
-  routes_[{"POST", "/v1/cache/restore"}] = [this](const http::Request& req, http::Response& res) {
+  route_table[{"POST", "/v1/cache/restore"}] = [this](const http::Request& req, http::Response& res) {
     saved_prefix(req, res, /*save=*/false);
   };
-  routes_[{"POST", "/v1/cache/clear"}] = [this](const http::Request&, http::Response& res) {
+  route_table[{"POST", "/v1/cache/clear"}] = [this](const http::Request&, http::Response& res) {
     clear_prefix_cache(res);
   };
 }
