@@ -58,7 +58,9 @@ EngineLoop::EngineLoop(serve::Executor& executor, int64_t max_queue)
   ex_.set_on_token([this](const serve::TokenEvent& e) {
     auto it = live_.find(e.request);
     if (it == live_.end() || !it->second->stream_) return;
-    it->second->push(StreamPiece{e.completion, std::string(e.piece), e.finish});
+    StreamPiece piece{e.completion, std::string(e.piece), e.finish, std::nullopt};
+    if (e.logprob != nullptr) piece.logprob = *e.logprob;
+    it->second->push(std::move(piece));
   });
   publish();
 }

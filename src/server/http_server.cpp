@@ -59,6 +59,7 @@ struct StreamState {
   bool include_usage = false;
   std::vector<text::Utf8Stream> utf8;      // per completion
   std::vector<bool> finished;         // a finish_reason chunk was sent
+  std::vector<int64_t> bytes_out;     // per completion: token bytes so far (text_offset)
   bool started = false, done = false;
   std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
 };
@@ -162,8 +163,15 @@ void HttpServer::Impl::generate(const http::Request& req, http::Response& res, b
     return reply_error(res, status_error(400, first.refused->message(), "invalid_request_error",
                                          "invalid_value"));
   const int64_t id = next_id.fetch_add(1);
-  ResponseMeta meta{str_cat((chat ? "chatcmpl-" : "cmpl-"), started, "-", id),
-                    unix_now(), opt.model_name, chat};
+  ResponseMeta meta;
+  meta.id = str_cat((chat ? "chatcmpl-" : "cmpl-"), started, "-", id);
+  meta.created = unix_now();
+  meta.model = opt.model_name;
+  meta.chat = chat;
+  if (r.params.logprobs >= 0) {
+    meta.logprobs = true;
+    meta.token_bytes = [tok = model.tokenizer](int32_t t) { return tok->decode_one(t); };
+  }
   // `first` may already hold pieces and even the result: they are passed on, not dropped.
   if (!r.stream) return finish_whole(res, *ch, meta, std::move(first.result));
   start_stream(res, std::move(*ch), std::move(meta), n, r.include_usage, std::move(first));
@@ -260,6 +268,7 @@ void HttpServer::Impl::start_stream(http::Response& res, std::shared_ptr<Request
   st->include_usage = include_usage;
   st->utf8.resize(static_cast<size_t>(n));
   st->finished.assign(static_cast<size_t>(n), false);
+  st->bytes_out.assign(static_cast<size_t>(n), 0);
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
@@ -291,8 +300,13 @@ void HttpServer::Impl::start_stream(http::Response& res, std::shared_ptr<Request
             fin = p.finish;
             st->finished[c] = true;
           }
-          if (!text.empty() || fin)
-            out += sse(chunk_json(st->meta, p.completion, text, false, fin));
+          std::span<const engine::TokenLogprob> lps;
+          if (p.logprob) lps = std::span<const engine::TokenLogprob>(&*p.logprob, 1);
+          if (!text.empty() || fin || !lps.empty()) {
+            out += sse(chunk_json(st->meta, p.completion, text, false, fin, lps, st->bytes_out[c]));
+            if (!lps.empty())  // completions' text_offset runs on over the whole completion
+              st->bytes_out[c] += static_cast<int64_t>(st->meta.token_bytes(p.logprob->token).size());
+          }
         }
         if (news.result) {
           for (size_t c = 0; c < st->finished.size(); ++c) {
