@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/str_cat.h"
+#include "server/api_fields.h"
 #include "text/json_schema.h"
 
 namespace kvcache::server {
@@ -14,64 +15,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr size_t kMaxStops = 16;
 constexpr size_t kMaxMessages = 4096;
-
-std::string type_name(const json& v) { return v.type_name(); }
-
-// A number field in [lo, hi]; integral when T is. Absent leaves `out` as it was.
-template <class T>
-std::optional<ApiError> number_field(const json& obj, const char* key, double lo, double hi,
-                                     T& out) {
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return std::nullopt;
-  const bool integral = std::is_integral_v<T>;
-  if (!it->is_number() || (integral && it->is_number_float() &&
-                           it->get<double>() != std::floor(it->get<double>())))
-    return bad_field(key, std::string("'") + key + "' is " + type_name(*it) + ", expected " +
-                              (integral ? "an integer" : "a number"));
-  const double d = it->get<double>();
-  if (!std::isfinite(d) || d < lo || d > hi) {
-    auto num = [](double v) {
-      return v == std::floor(v) && std::fabs(v) < 1e15 ? str_cat(static_cast<int64_t>(v))
-                                                       : json(v).dump();
-    };
-    const std::string range = "[" + num(lo) + ", " + num(hi) + "]";
-    return bad_field(key, std::string("'") + key + "' = " + it->dump() + ", expected a value in " +
-                              range);
-  }
-  out = static_cast<T>(d);
-  return std::nullopt;
-}
-
-std::optional<ApiError> bool_field(const json& obj, const char* key, bool& out) {
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return std::nullopt;
-  if (!it->is_boolean())
-    return bad_field(key, std::string("'") + key + "' is " + type_name(*it) + ", expected a boolean");
-  out = it->get<bool>();
-  return std::nullopt;
-}
-
-std::optional<ApiError> parse_stop(const json& obj, std::vector<std::string>& out) {
-  auto it = obj.find("stop");
-  if (it == obj.end() || it->is_null()) return std::nullopt;
-  std::vector<json> items;
-  if (it->is_string()) {
-    items.push_back(*it);
-  } else if (it->is_array() && it->size() <= kMaxStops) {
-    items.assign(it->begin(), it->end());
-  } else {
-    return bad_field("stop", str_cat("'stop' must be a string or a list of at most ",
-                                     kMaxStops, " strings"));
-  }
-  for (const json& s : items) {
-    if (!s.is_string() || s.get<std::string>().empty())
-      return bad_field("stop", "'stop' holds " + s.dump() + ", expected non-empty strings");
-    out.push_back(s.get<std::string>());
-  }
-  return std::nullopt;
-}
 
 std::optional<ApiError> parse_prompt(const json& obj, const ApiLimits& lim, ApiRequest& r) {
   auto it = obj.find("prompt");
@@ -259,7 +203,7 @@ std::optional<ApiError> parse_sampling(const json& obj, const ApiLimits& lim, Ap
   if (auto e = number_field(obj, "n", 1, lim.max_sessions, p.n)) return e;
   if (auto e = bool_field(obj, "stream", r.stream)) return e;
   if (auto e = bool_field(obj, "ignore_eos", p.ignore_eos)) return e;
-  if (auto e = parse_stop(obj, p.stop)) return e;
+  if (auto e = stop_strings(obj, "stop", /*single=*/true, p.stop)) return e;
   auto so = obj.find("stream_options");
   if (so != obj.end() && !so->is_null()) {
     if (!so->is_object()) return bad_field("stream_options", "'stream_options' must be an object");

@@ -11,6 +11,7 @@
 
 #include "core/str_cat.h"
 #include "server/http_listener.h"
+#include "server/anthropic_api.h"
 #include "server/metrics.h"
 #include "server/saved_prefixes.h"
 #include "text/utf8.h"
@@ -34,6 +35,14 @@ void reply_json(http::Response& res, int status, const std::string& body) {
 
 void reply_error(http::Response& res, const ApiError& e) { reply_json(res, e.status, error_body(e)); }
 
+// Compared in time independent of where the strings differ.
+bool same_secret(const std::string& got, const std::string& want) {
+  unsigned diff = got.size() == want.size() ? 0u : 1u;
+  for (size_t i = 0; i < want.size(); ++i)
+    diff |= static_cast<unsigned char>(want[i]) ^ static_cast<unsigned char>(i < got.size() ? got[i] : 0);
+  return diff == 0;
+}
+
 ApiError status_error(int status, std::string message, std::string type, std::string code) {
   return ApiError{status, std::move(message), std::move(type), "", std::move(code)};
 }
@@ -45,7 +54,7 @@ std::string sse(const json& j) {
 std::string endpoint_label(const std::string& path) {
   static const char* kKnown[] = {"/", "/health", "/metrics", "/v1/models", "/v1/completions",
                                  "/v1/chat/completions", "/v1/cache/save", "/v1/cache/restore",
-                                 "/v1/cache/clear"};
+                                 "/v1/cache/clear", "/v1/messages", "/v1/messages/count_tokens"};
   for (const char* k : kKnown)
     if (path == k) return k;
   return "other";
@@ -60,6 +69,7 @@ struct StreamState {
   std::vector<text::Utf8Stream> utf8;      // per completion
   std::vector<bool> finished;         // a finish_reason chunk was sent
   std::vector<int64_t> bytes_out;     // per completion: token bytes so far (text_offset)
+  int64_t prompt_tokens = 0;          // for the Anthropic message_start
   bool started = false, done = false;
   std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
 };
@@ -89,11 +99,21 @@ struct HttpServer::Impl {
   std::optional<ApiError> encode(ApiRequest& r, std::vector<int32_t>& prompt,
                                  bool generation_prompt = true) const;
   void saved_prefix(const http::Request& req, http::Response& res, bool save);
+  using ErrorWriter = std::function<void(http::Response&, const ApiError&)>;
+  struct Accepted {
+    std::shared_ptr<RequestChannel> channel;
+    RequestChannel::News first;  // what came with the acceptance (pieces, even the result)
+    int64_t id = 0;              // the response's number
+  };
+  std::optional<Accepted> submit(const ApiRequest& r, std::vector<int32_t> prompt,
+                                 http::Response& res, const ErrorWriter& fail);
   void generate(const http::Request& req, http::Response& res, bool chat);
+  void messages(const http::Request& req, http::Response& res, bool count_only);
   void finish_whole(http::Response& res, const std::shared_ptr<RequestChannel>& ch,
                     const ResponseMeta& meta, std::optional<serve::RequestResult> result);
   void start_stream(http::Response& res, std::shared_ptr<RequestChannel> ch, ResponseMeta meta,
-                    int32_t n, bool include_usage, RequestChannel::News first);
+                    int32_t n, bool include_usage, RequestChannel::News first,
+                    int64_t prompt_tokens);
 };
 
 bool HttpServer::Impl::authorized(const http::Request& req) const {
@@ -101,12 +121,9 @@ bool HttpServer::Impl::authorized(const http::Request& req) const {
   // key typed into it guards the API calls it makes.
   if (opt.api_key.empty() || req.path == "/health" || (req.path == "/" && req.method == "GET"))
     return true;
-  // Compared in time independent of where the strings differ.
-  const std::string got = req.get_header_value("Authorization"), want = "Bearer " + opt.api_key;
-  unsigned diff = got.size() == want.size() ? 0u : 1u;
-  for (size_t i = 0; i < want.size(); ++i)
-    diff |= static_cast<unsigned char>(want[i]) ^ static_cast<unsigned char>(i < got.size() ? got[i] : 0);
-  return diff == 0;
+  // Authorization: Bearer KEY (OpenAI clients) or x-api-key: KEY (Anthropic clients).
+  return same_secret(req.get_header_value("Authorization"), "Bearer " + opt.api_key) ||
+         same_secret(req.get_header_value("x-api-key"), opt.api_key);
 }
 
 std::optional<ApiError> HttpServer::Impl::encode(ApiRequest& r, std::vector<int32_t>& prompt,
@@ -131,22 +148,19 @@ std::optional<ApiError> HttpServer::Impl::encode(ApiRequest& r, std::vector<int3
   return std::nullopt;
 }
 
-void HttpServer::Impl::generate(const http::Request& req, http::Response& res, bool chat) {
-  ApiRequest r;
-  if (auto e = parse_request(req.body, chat, model.limits, r)) return reply_error(res, *e);
-  std::vector<int32_t> prompt;
-  if (auto e = encode(r, prompt)) return reply_error(res, *e);
-  if (auto e = resolve_max_tokens(r, static_cast<int64_t>(prompt.size()), model.limits))
-    return reply_error(res, *e);
-  const int32_t n = r.params.n;
+std::optional<HttpServer::Impl::Accepted> HttpServer::Impl::submit(
+    const ApiRequest& r, std::vector<int32_t> prompt, http::Response& res,
+    const ErrorWriter& fail) {
   Result<std::shared_ptr<RequestChannel>> ch = loop.submit(std::move(prompt), r.params, r.stream);
   if (!ch.ok()) {
     if (ch.status().code() == StatusCode::kResourceExhausted) {
       res.set_header("Retry-After", "1");
-      return reply_error(res, status_error(429, "server busy: " + ch.status().message(),
-                                           "rate_limit_error", "queue_full"));
+      fail(res, status_error(429, "server busy: " + ch.status().message(), "rate_limit_error",
+                             "queue_full"));
+      return std::nullopt;
     }
-    return reply_error(res, status_error(503, ch.status().message(), "server_error", "unavailable"));
+    fail(res, status_error(503, ch.status().message(), "server_error", "unavailable"));
+    return std::nullopt;
   }
   // Wait until the executor took or refused it, so the status line is known.
   const auto deadline = std::chrono::steady_clock::now() + kAcceptTimeout;
@@ -154,17 +168,31 @@ void HttpServer::Impl::generate(const http::Request& req, http::Response& res, b
   while (!first.accepted && !first.refused) {
     if (std::chrono::steady_clock::now() > deadline) {
       loop.cancel(*ch);
-      return reply_error(res, status_error(503, "the engine did not take the request in time",
-                                           "server_error", "unavailable"));
+      fail(res, status_error(503, "the engine did not take the request in time", "server_error",
+                             "unavailable"));
+      return std::nullopt;
     }
     first = (*ch)->wait(kPoll);
   }
-  if (first.refused)
-    return reply_error(res, status_error(400, first.refused->message(), "invalid_request_error",
-                                         "invalid_value"));
-  const int64_t id = next_id.fetch_add(1);
+  if (first.refused) {
+    fail(res, status_error(400, first.refused->message(), "invalid_request_error",
+                           "invalid_value"));
+    return std::nullopt;
+  }
+  return Accepted{std::move(*ch), std::move(first), next_id.fetch_add(1)};
+}
+
+void HttpServer::Impl::generate(const http::Request& req, http::Response& res, bool chat) {
+  ApiRequest r;
+  if (auto e = parse_request(req.body, chat, model.limits, r)) return reply_error(res, *e);
+  std::vector<int32_t> prompt;
+  if (auto e = encode(r, prompt)) return reply_error(res, *e);
+  const auto prompt_tokens = static_cast<int64_t>(prompt.size());
+  if (auto e = resolve_max_tokens(r, prompt_tokens, model.limits)) return reply_error(res, *e);
+  std::optional<Accepted> a = submit(r, std::move(prompt), res, reply_error);
+  if (!a) return;
   ResponseMeta meta;
-  meta.id = str_cat((chat ? "chatcmpl-" : "cmpl-"), started, "-", id);
+  meta.id = str_cat((chat ? "chatcmpl-" : "cmpl-"), started, "-", a->id);
   meta.created = unix_now();
   meta.model = opt.model_name;
   meta.chat = chat;
@@ -173,8 +201,35 @@ void HttpServer::Impl::generate(const http::Request& req, http::Response& res, b
     meta.token_bytes = [tok = model.tokenizer](int32_t t) { return tok->decode_one(t); };
   }
   // `first` may already hold pieces and even the result: they are passed on, not dropped.
-  if (!r.stream) return finish_whole(res, *ch, meta, std::move(first.result));
-  start_stream(res, std::move(*ch), std::move(meta), n, r.include_usage, std::move(first));
+  if (!r.stream) return finish_whole(res, a->channel, meta, std::move(a->first.result));
+  start_stream(res, std::move(a->channel), std::move(meta), r.params.n, r.include_usage,
+               std::move(a->first), prompt_tokens);
+}
+
+// POST /v1/messages and /v1/messages/count_tokens (anthropic_api.h): the same generation, in
+// the Anthropic shapes, errors included.
+void HttpServer::Impl::messages(const http::Request& req, http::Response& res, bool count_only) {
+  auto fail = [](http::Response& out, const ApiError& e) {
+    reply_json(out, e.status, anthropic_error_body(e));
+  };
+  ApiRequest r;
+  if (auto e = parse_messages_body(req.body, count_only, model.limits, r)) return fail(res, *e);
+  std::vector<int32_t> prompt;
+  if (auto e = encode(r, prompt)) return fail(res, *e);
+  const auto prompt_tokens = static_cast<int64_t>(prompt.size());
+  if (count_only) return reply_json(res, 200, json{{"input_tokens", prompt_tokens}}.dump());
+  if (auto e = resolve_max_tokens(r, prompt_tokens, model.limits)) return fail(res, *e);
+  std::optional<Accepted> a = submit(r, std::move(prompt), res, fail);
+  if (!a) return;
+  ResponseMeta meta;
+  meta.id = str_cat("msg_", started, "_", a->id);
+  meta.created = unix_now();
+  meta.model = r.model;  // the API echoes the model asked for
+  meta.chat = true;
+  meta.anthropic = true;
+  if (!r.stream) return finish_whole(res, a->channel, meta, std::move(a->first.result));
+  start_stream(res, std::move(a->channel), std::move(meta), 1, false, std::move(a->first),
+               prompt_tokens);
 }
 
 // POST /v1/cache/save {"name", "prompt" | "messages"} and /v1/cache/restore {"name"}
@@ -216,6 +271,8 @@ void HttpServer::Impl::saved_prefix(const http::Request& req, http::Response& re
 static std::string whole_body(const ResponseMeta& meta, const serve::RequestResult& r) {
   std::vector<std::string> texts;
   for (const serve::Completion& c : r.completions) texts.push_back(text::utf8_sanitize(c.text));
+  if (meta.anthropic)
+    return message_json(meta, r, texts.at(0)).dump(-1, ' ', false, json::error_handler_t::replace);
   return response_json(meta, r, texts).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -258,14 +315,56 @@ void HttpServer::Impl::finish_whole(http::Response& res, const std::shared_ptr<R
       });
 }
 
+namespace {
+
+// The events of a stream in the request's wire format (OpenAI chunks or Anthropic events):
+// what opens it, what one completion's new text (and finish) sends, and what closes it.
+std::string stream_open(const StreamState& st) {
+  std::string out;
+  if (st.meta.anthropic) {
+    out += event(message_start_json(st.meta, st.prompt_tokens));
+    out += event(json{{"type", "content_block_start"}, {"index", 0},
+                      {"content_block", {{"type", "text"}, {"text", ""}}}});
+  } else if (st.meta.chat) {  // the role chunk first, as the API sends it
+    for (int32_t i = 0; i < static_cast<int32_t>(st.utf8.size()); ++i)
+      out += sse(chunk_json(st.meta, i, "", true, std::nullopt));
+  }
+  return out;
+}
+
+std::string stream_text(StreamState& st, int32_t c, const std::string& text,
+                        std::optional<serve::Finish> fin, std::span<const engine::TokenLogprob> lps) {
+  if (st.meta.anthropic) {
+    std::string out = text.empty() ? "" : event(text_delta_json(text));
+    if (fin) out += event(json{{"type", "content_block_stop"}, {"index", 0}});
+    return out;
+  }
+  if (text.empty() && !fin && lps.empty()) return "";
+  std::string out = sse(chunk_json(st.meta, c, text, false, fin, lps, st.bytes_out[c]));
+  if (!lps.empty())  // completions' text_offset runs on over the whole completion
+    st.bytes_out[c] += static_cast<int64_t>(st.meta.token_bytes(lps[0].token).size());
+  return out;
+}
+
+std::string stream_close(const StreamState& st, const serve::RequestResult& r) {
+  if (st.meta.anthropic)
+    return event(message_delta_json(r)) + event(json{{"type", "message_stop"}});
+  std::string out;
+  if (st.include_usage) out += sse(usage_chunk_json(st.meta, r));
+  return out + "data: [DONE]\n\n";
+}
+
+}  // namespace
+
 void HttpServer::Impl::start_stream(http::Response& res, std::shared_ptr<RequestChannel> ch,
                                     ResponseMeta meta, int32_t n, bool include_usage,
-                                    RequestChannel::News first) {
+                                    RequestChannel::News first, int64_t prompt_tokens) {
   auto st = std::make_shared<StreamState>();
   st->carry = std::move(first);
   st->channel = std::move(ch);
   st->meta = std::move(meta);
   st->include_usage = include_usage;
+  st->prompt_tokens = prompt_tokens;
   st->utf8.resize(static_cast<size_t>(n));
   st->finished.assign(static_cast<size_t>(n), false);
   st->bytes_out.assign(static_cast<size_t>(n), 0);
@@ -279,9 +378,7 @@ void HttpServer::Impl::start_stream(http::Response& res, std::shared_ptr<Request
         std::string out;
         if (!st->started) {
           st->started = true;
-          if (st->meta.chat)  // the role chunk first, as the API sends it
-            for (int32_t i = 0; i < static_cast<int32_t>(st->utf8.size()); ++i)
-              out += sse(chunk_json(st->meta, i, "", true, std::nullopt));
+          out += stream_open(*st);
         }
         RequestChannel::News news;
         if (st->carry) {  // what arrived with the acceptance
@@ -302,11 +399,7 @@ void HttpServer::Impl::start_stream(http::Response& res, std::shared_ptr<Request
           }
           std::span<const engine::TokenLogprob> lps;
           if (p.logprob) lps = std::span<const engine::TokenLogprob>(&*p.logprob, 1);
-          if (!text.empty() || fin || !lps.empty()) {
-            out += sse(chunk_json(st->meta, p.completion, text, false, fin, lps, st->bytes_out[c]));
-            if (!lps.empty())  // completions' text_offset runs on over the whole completion
-              st->bytes_out[c] += static_cast<int64_t>(st->meta.token_bytes(p.logprob->token).size());
-          }
+          out += stream_text(*st, p.completion, text, fin, lps);
         }
         if (news.result) {
           for (size_t c = 0; c < st->finished.size(); ++c) {
@@ -314,15 +407,15 @@ void HttpServer::Impl::start_stream(http::Response& res, std::shared_ptr<Request
             const serve::Finish f = c < news.result->completions.size()
                                         ? news.result->completions[c].finish
                                         : serve::Finish::kCancelled;
-            out += sse(chunk_json(st->meta, static_cast<int32_t>(c), st->utf8[c].finish(), false, f));
+            out += stream_text(*st, static_cast<int32_t>(c), st->utf8[c].finish(), f, {});
             st->finished[c] = true;
           }
-          if (st->include_usage) out += sse(usage_chunk_json(st->meta, *news.result));
-          out += "data: [DONE]\n\n";
+          out += stream_close(*st, *news.result);
           st->done = true;
         }
         const auto now = std::chrono::steady_clock::now();
-        if (out.empty() && now - st->last_write >= kKeepAliveEvery) out = ": keep-alive\n\n";
+        if (out.empty() && now - st->last_write >= kKeepAliveEvery)
+          out = st->meta.anthropic ? event(json{{"type", "ping"}}) : ": keep-alive\n\n";
         if (!out.empty()) {
           if (!sink.write(out.data(), out.size())) return false;  // the client is gone
           st->last_write = now;
@@ -386,14 +479,20 @@ http::ListenerHooks HttpServer::Impl::hooks() {
 }
 
 void HttpServer::Impl::handle(const http::Request& req, http::Response& res) const {
+  // The Anthropic routes answer their errors in their own shape.
+  const bool anthropic = req.path.rfind("/v1/messages", 0) == 0;
+  auto fail = [&](const ApiError& e) {
+    reply_json(res, e.status, anthropic ? anthropic_error_body(e) : error_body(e));
+  };
   if (!authorized(req))
-    return reply_error(res, status_error(401, "missing or wrong API key (Authorization: Bearer KEY)",
-                                         "invalid_request_error", "invalid_api_key"));
+    return fail(status_error(401, "missing or wrong API key (Authorization: Bearer KEY, or "
+                                  "x-api-key: KEY)",
+                             "invalid_request_error", "invalid_api_key"));
   // HEAD is answered as GET (the listener sends the headers only).
   const auto it = route_table.find({req.method == "HEAD" ? "GET" : req.method, req.path});
   if (it == route_table.end())
-    return reply_error(res, status_error(404, "no route " + req.method + " " + req.path,
-                                         "invalid_request_error", "not_found"));
+    return fail(status_error(404, "no route " + req.method + " " + req.path,
+                             "invalid_request_error", "not_found"));
   it->second(req, res);
 }
 
@@ -417,6 +516,13 @@ void HttpServer::Impl::routes() {
   };
   route_table[{"POST", "/v1/chat/completions"}] = [this](const http::Request& req, http::Response& res) {
     generate(req, res, /*chat=*/true);
+  };
+  route_table[{"POST", "/v1/messages"}] = [this](const http::Request& req, http::Response& res) {
+    messages(req, res, /*count_only=*/false);
+  };
+  route_table[{"POST", "/v1/messages/count_tokens"}] = [this](const http::Request& req,
+                                                              http::Response& res) {
+    messages(req, res, /*count_only=*/true);
   };
   route_table[{"POST", "/v1/cache/save"}] = [this](const http::Request& req, http::Response& res) {
     saved_prefix(req, res, /*save=*/true);

@@ -233,9 +233,19 @@ def trickle():
     print(f"trickle: 70 x 408 within {max(a[1] for a in answers.values()):.2f} s; 5 idle connections closed")
 
 
+def gauge(name):
+    _, body, _ = request("GET", "/metrics")
+    for line in body.decode().splitlines():
+        if line.startswith(name + " "):
+            return int(float(line.split()[1]))
+    raise AssertionError(f"/metrics has no {name}")
+
+
 def saturated():
-    # Server: --http-threads 1 --max-sessions 1. Eight generations of 250 tokens queue behind the
-    # one worker (about 0.3 s each); /health and /metrics answer meanwhile from their own pool.
+    # Server: --http-threads 1 --max-sessions 1. Sixteen generations of 250 tokens queue behind
+    # the one worker; once the first one runs, /health and /metrics must still answer at once
+    # from their own pool (the test waits for that, not for a fixed time: a fast machine
+    # drains the queue sooner).
     finished = []
 
     def generate(_):
@@ -243,18 +253,21 @@ def saturated():
                                json.dumps({"prompt": "q", "max_tokens": 250, "ignore_eos": True}), 60)
         finished.append(status)
 
-    gens = Threads(generate, [(i,) for i in range(8)])
-    time.sleep(0.3)
+    gens = Threads(generate, [(i,) for i in range(16)])
+    deadline = time.monotonic() + 10
+    while gauge("kvcache_sessions_running") < 1:
+        assert time.monotonic() < deadline, "no generation started"
+        time.sleep(0.002)
     worst = 0.0
     for path in ("/health", "/metrics") * 3:
         status, _, took = request("GET", path)
         assert status == 200, (path, status)
         worst = max(worst, took)
-    pending = 8 - len(finished)
+    pending = 16 - len(finished)
     assert worst < 0.5, f"light routes took {worst:.2f} s behind generations"
     assert pending >= 2, f"only {pending} generations were pending: the worker was not saturated"
     gens.join(60)
-    assert finished.count(200) == 8, finished
+    assert finished.count(200) == 16, finished
     print(f"saturated: /health and /metrics in <= {worst:.3f} s with {pending} generations pending")
 
 

@@ -86,6 +86,7 @@ struct ResponseMeta {
   int64_t created = 0;  // unix seconds
   std::string model;
   bool chat = false;
+  bool anthropic = false;  // /v1/messages: the Anthropic shapes (anthropic_api.h)
   // With logprobs asked for (GenerateParams::logprobs >= 0): a token id's bytes, for the
   // entries' "token" and "bytes".
   bool logprobs = false;
