@@ -2,7 +2,10 @@
 #include "cache_flags.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
+#include <limits>
+#include <utility>
 
 #include "core/str_cat.h"
 #include "cpu/thread_pool.h"
@@ -24,7 +27,91 @@ Result<std::vector<int32_t>> window_list(const std::string& text) {
   return out;
 }
 
+// "4GiB" -> ("4", "", "GiB"): the whole digits, the fraction digits and the unit.
+struct SizeParts {
+  std::string_view whole, fraction, unit;
+};
+std::optional<SizeParts> split_size(std::string_view t) {
+  const auto digits = [&](size_t from) {
+    size_t i = from;
+    while (i < t.size() && t[i] >= '0' && t[i] <= '9') ++i;
+    return i;
+  };
+  SizeParts p;
+  size_t i = digits(0);
+  p.whole = t.substr(0, i);
+  if (p.whole.empty()) return std::nullopt;
+  if (i < t.size() && t[i] == '.') {
+    const size_t j = digits(i + 1);
+    p.fraction = t.substr(i + 1, j - i - 1);
+    if (p.fraction.empty()) return std::nullopt;
+    i = j;
+  }
+  p.unit = t.substr(i);
+  return p;
+}
+
+// Bytes per unit, case-insensitive; 0 when unknown.
+uint64_t unit_bytes(std::string_view unit) {
+  std::string u(unit);
+  for (char& c : u) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  static const std::pair<const char*, uint64_t> kUnits[] = {
+      {"", 1}, {"b", 1},
+      {"kb", 1000}, {"mb", 1000 * 1000}, {"gb", 1000ull * 1000 * 1000},
+      {"tb", 1000ull * 1000 * 1000 * 1000},
+      {"kib", 1ull << 10}, {"mib", 1ull << 20}, {"gib", 1ull << 30}, {"tib", 1ull << 40}};
+  for (const auto& [name, bytes] : kUnits)
+    if (u == name) return bytes;
+  return 0;
+}
+
 }  // namespace
+
+Result<int64_t> parse_byte_size(std::string_view text) {
+  const auto bad = [&](std::string_view why) {
+    return invalid_argument(str_cat("\"", text, "\" ", why));
+  };
+  const std::optional<SizeParts> p = split_size(text);
+  if (!p) return bad("is not a size: expected a number and an optional unit, e.g. 4GiB, 1.5GB");
+  const uint64_t unit = unit_bytes(p->unit);
+  if (unit == 0)
+    return bad(str_cat("has an unknown unit \"", p->unit,
+                       "\" (expected B, KB, MB, GB, TB: powers of 1000, or KiB, MiB, GiB, TiB: "
+                       "powers of 1024)"));
+  if (unit == 1 && !p->fraction.empty()) return bad("is not a whole number of bytes");
+  if (p->fraction.size() > 18) return bad("has more than 18 digits after the point");
+  __extension__ typedef unsigned __int128 u128;  // exact: 2^63 x 2^40 fits
+  constexpr u128 kMax = static_cast<u128>(std::numeric_limits<int64_t>::max());
+  u128 whole = 0;
+  for (char c : p->whole) {
+    whole = whole * 10 + static_cast<u128>(c - '0');
+    if (whole > kMax) return bad("is more than 2^63 - 1 bytes");
+  }
+  u128 fraction = 0, scale = 1;
+  for (char c : p->fraction) {
+    fraction = fraction * 10 + static_cast<u128>(c - '0');
+    scale *= 10;
+  }
+  // whole < 2^63 and unit <= 2^40: the products stay below 2^104.
+  const u128 bytes = whole * unit + fraction * unit / scale;
+  if (bytes > kMax) return bad("is more than 2^63 - 1 bytes");
+  if (bytes == 0) return bad("is 0 bytes, expected > 0");
+  return static_cast<int64_t>(bytes);
+}
+
+void refuse_beside_kv_memory(CLI::App* cmd) {
+  CLI::Option* budget = cmd->get_option_no_throw("--kv-memory");
+  if (budget == nullptr) return;
+  for (const char* name : {"--capacity", "--max-sessions", "--pool-tokens", "--sessions"})
+    if (CLI::Option* other = cmd->get_option_no_throw(name)) budget->excludes(other);
+}
+
+int plan_exit_code(const Status& s) {
+  return s.code() == StatusCode::kResourceExhausted &&
+                 s.message().find("kv_memory = ") != std::string::npos
+             ? 2
+             : 1;
+}
 
 void add_cache_flags(CLI::App* cmd, CacheFlags& f, std::initializer_list<CacheFlag> which) {
   for (CacheFlag flag : which) {
@@ -87,6 +174,18 @@ void add_cache_flags(CLI::App* cmd, CacheFlags& f, std::initializer_list<CacheFl
                         "Prompt + generated tokens per session; 0 = min(max_context, 4096)")
             ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))->capture_default_str();
         break;
+      case CacheFlag::kKvMemory:
+        cmd->add_option_function<std::string>(
+               "--kv-memory", [&f](const std::string& text) { f.kv_memory = *parse_byte_size(text); },
+               "K/V memory budget sizing the capacity for the K/V types (4GiB, 512MiB, 1.5GB, "
+               "bytes; KiB/MiB/GiB = 1024^n, KB/MB/GB = 1000^n): the largest that fits")
+            ->check(CLI::Validator(
+                [](std::string& text) {
+                  Result<int64_t> b = parse_byte_size(text);
+                  return b.ok() ? std::string() : b.status().message();
+                },
+                "SIZE"));
+        break;
       case CacheFlag::kMapWeights:
         cmd->add_flag("--map-weights", f.map_weights,
                       "Map the model file in place instead of reading it into huge pages "
@@ -113,6 +212,7 @@ engine::CacheOptions cache_options(const CacheFlags& f) {
   o.kv_rotate = f.rotate();
   if (f.max_step_tokens > 0) o.max_step_tokens = f.max_step_tokens;
   o.windows = f.windows;
+  o.kv_memory = f.kv_memory;
   return o;
 }
 

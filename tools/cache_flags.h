@@ -37,6 +37,7 @@ struct CacheFlags {
   int32_t max_sessions = 8;         // --max-sessions decoding at once
   int64_t max_session_tokens = 0;   // --max-session-tokens; 0 = min(max_context, 4096)
   bool map_weights = false;         // --map-weights: map the model file instead of huge pages
+  std::optional<int64_t> kv_memory;  // --kv-memory, bytes (parse_byte_size); sizes the capacity
 
   DType dtype() const { return parse_dtype(kv_dtype).value_or(DType::kF32); }
   std::optional<DType> key_dtype() const { return parse_dtype(k_dtype); }    // unset: nullopt
@@ -57,6 +58,7 @@ enum class CacheFlag {
   kMaxSessions,
   kMaxSessionTokens,
   kMapWeights,
+  kKvMemory,  // --kv-memory SIZE; call refuse_beside_kv_memory once every flag is declared
 };
 
 // Declares the chosen flags on `cmd`, bound to `f` (defaults: f's current values).
@@ -64,6 +66,23 @@ void add_cache_flags(CLI::App* cmd, CacheFlags& f, std::initializer_list<CacheFl
 
 // The engine's cache options from the flags (run): 0 means "the default" for capacity and step.
 engine::CacheOptions cache_options(const CacheFlags& f);
+
+// --kv-memory excludes the flags that set a capacity directly (--capacity, --max-sessions,
+// --pool-tokens, --sessions), those of them `cmd` has: CLI11 refuses the pair naming both
+// (exit 2). Call after every flag of `cmd` is declared.
+void refuse_beside_kv_memory(CLI::App* cmd);
+
+// The exit code for a cache plan's refusal: 2 (usage) when the --kv-memory budget holds no
+// cache (ResourceExhausted naming kv_memory), else 1.
+int plan_exit_code(const Status& s);
+
+// A byte size, parsed whole: a decimal number (digits, optionally '.' and up to 18 more) and an
+// optional unit, case-insensitive: B or none (bytes), KB MB GB TB (powers of 1000), KiB MiB
+// GiB TiB (powers of 1024). "4GiB" = 4294967296, "1.5GB" = 1500000000, "512MiB", "4096".
+// Fractions of a byte round down; in bytes (B or none) the number must be whole.
+// InvalidArgument quoting the text for anything else: a sign, spaces, an unknown unit, 0
+// (expected > 0), more than 2^63 - 1 bytes. (--kv-memory's validator puts the flag first.)
+Result<int64_t> parse_byte_size(std::string_view text);
 
 // The engine's load options from the flags (--map-weights).
 engine::LoadOptions load_options(const CacheFlags& f);

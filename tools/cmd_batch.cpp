@@ -75,7 +75,8 @@ void add_flags(CLI::App* cmd, BatchFlags& f) {
       ->required();
   add_cache_flags(cmd, f.cache,
                   {CacheFlag::kMaxSessions, CacheFlag::kMaxSessionTokens, CacheFlag::kKvDtype,
-                   CacheFlag::kInitialCapacity, CacheFlag::kThreads, CacheFlag::kMapWeights});
+                   CacheFlag::kInitialCapacity, CacheFlag::kThreads, CacheFlag::kMapWeights,
+                   CacheFlag::kKvMemory});
   cmd->add_option("--pool-tokens", f.pool_tokens,
                   "Cells in the pool; 0 = max-sessions * max-session-tokens (smaller may "
                   "preempt)")
@@ -109,6 +110,7 @@ void add_flags(CLI::App* cmd, BatchFlags& f) {
       ->check(CLI::Range(0, 128))->capture_default_str();
   cmd->add_flag("--ignore-eos", f.ignore_eos, "Do not stop at end-of-generation tokens");
   cmd->add_flag("--json", f.json, "Print one JSON object on stdout");
+  refuse_beside_kv_memory(cmd);
 }
 
 // Reads the whole prompts file after checking it is a regular file of bounded size.
@@ -279,6 +281,7 @@ int run_batch(const BatchFlags& f) {
   o.max_sessions = f.cache.max_sessions;
   o.max_session_tokens = f.cache.max_session_tokens;
   if (f.pool_tokens > 0) o.pool_cells = f.pool_tokens;
+  o.kv_memory = f.cache.kv_memory;
   o.kv_dtype = f.cache.dtype();
   o.k_dtype = f.cache.key_dtype();
   o.v_dtype = f.cache.value_dtype();
@@ -292,14 +295,18 @@ int run_batch(const BatchFlags& f) {
   o.store_wait_ms = f.kv_store_wait_ms;
   o.eog_ids = m->eog_ids;
   Result<std::unique_ptr<serve::Executor>> ex = serve::Executor::create(*m->model, &*m->tokenizer, o);
-  if (!ex.ok()) return fail(flag_message(ex.status(), {kExecutorFieldFlags}));
+  if (!ex.ok()) {
+    fail(flag_message(ex.status(), {kExecutorFieldFlags}));
+    return plan_exit_code(ex.status());
+  }
   serve::Executor& e = **ex;
   ModelGeometry g = m->model->geometry();
   g.cache = e.setup().geometry;
   SummaryOptions so;
   so.config = e.setup().config;
-  so.sessions = f.cache.max_sessions;
+  so.sessions = e.max_sessions();
   so.session_tokens = e.max_session_tokens();
+  so.kv_memory = e.setup().kv_memory;
   std::fprintf(stderr, "%s", cache_summary_text(g, so).c_str());
   std::vector<int64_t> ids;  // request id per input
   for (size_t i = 0; i < inputs->size(); ++i) {
@@ -348,6 +355,8 @@ int run_batch(const BatchFlags& f) {
     j["checkpoints_taken"] = s.checkpoints_taken;
     j["checkpoints"] = s.checkpoints;
     j["preemptions"] = s.preemptions;
+    j["max_sessions"] = e.max_sessions();
+    j["peak_running"] = s.peak_running;
     j["steps"] = s.steps;
     j["decode_tokens"] = s.decode_tokens;
     j["prefill_tokens"] = s.prefill_tokens;

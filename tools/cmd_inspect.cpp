@@ -15,6 +15,7 @@
 #include "program/gguf.h"
 #include "program/gguf_keys.h"
 #include "program/model_geometry.h"
+#include "serve/executor.h"
 
 namespace kvcache::tools {
 namespace {
@@ -22,7 +23,7 @@ namespace {
 struct InspectArgs {
   std::string file;
   bool example = false;
-  CacheFlags cache;         // --cache (default cell), --capacity, --kv-dtype, --windows
+  CacheFlags cache;  // --cache (default cell), --capacity, --kv-dtype, --windows, --kv-memory
   int64_t sessions = 0;        // 0 = not given (one session)
   int64_t session_tokens = 0;  // 0 = not given
   int64_t max_write = 0;       // 0 = not given
@@ -33,6 +34,19 @@ int fail(const Status& s) {
   std::fprintf(stderr, "kvcache inspect: %s\n", s.message().c_str());
   return 1;
 }
+
+int usage(const std::string& message) {
+  std::fprintf(stderr, "kvcache inspect: %s\n", message.c_str());
+  return 2;
+}
+
+// engine::SessionPool's fields as inspect names them.
+constexpr FieldFlag kInspectFieldFlags[] = {
+    {"kv_memory", "--kv-memory"},
+    {"max_sessions", "--sessions"},
+    {"max_session_tokens", "--session-tokens"},
+    {"pool_cells", "--capacity"},
+};
 
 int run_inspect(const InspectArgs& a) {
   if (a.example == !a.file.empty())
@@ -52,39 +66,46 @@ int run_inspect(const InspectArgs& a) {
         name.ok())
       arch = *name;
   }
-  if (!a.cache.windows.empty()) {
-    Result<ModelGeometry> w = with_windows(g, a.cache.windows);
-    if (!w.ok()) return fail(invalid_argument(flag_message(w.status(), {kCacheFieldFlags})));
-    g = std::move(*w);
-  }
+  // The cache the options ask for, planned as run, batch and serve plan theirs.
+  engine::CacheOptions co = cache_options(a.cache);
+  if (a.max_write > 0) co.max_step_tokens = a.max_write;
+  const bool sessions = a.sessions > 0 || a.session_tokens > 0;
   SummaryOptions o;
-  o.kind = a.cache.layout;
-  o.config.kv_dtype = a.cache.dtype();
-  o.config.k_dtype = a.cache.key_dtype();
-  o.config.v_dtype = a.cache.value_dtype();
-  o.config.kv_rotate = a.cache.rotate();
-  if (a.sessions > 0) {
-    o.sessions = a.sessions;
-    // The cell layout serves this many sequences at once: it sizes the sliding pools.
-    if (o.kind == kCellKind) o.config.max_seqs = static_cast<int32_t>(a.sessions);
-  }
-  if (a.session_tokens > 0) {
-    o.session_tokens = a.session_tokens;
-    if (a.session_tokens > kMaxCellsFlag / o.sessions)
-      return fail(invalid_argument(str_cat("--sessions * --session-tokens = ", o.sessions, " * ",
-                                           a.session_tokens, ", expected <= ", kMaxCellsFlag,
-                                           " cells")));
-    o.config.capacity = o.sessions * a.session_tokens;
-  } else if (a.cache.capacity > 0) {
-    o.config.capacity = a.cache.capacity;
+  Result<engine::CacheSetup> setup = invalid_argument("not planned");
+  if (sessions) {
+    // The pool batch and serve build for --max-sessions / --max-session-tokens (default prefix
+    // checkpoints): one sizing rule, engine::plan_session_pool.
+    if (co.kind != kCellKind)
+      return usage("--sessions / --session-tokens size the cell pool of batch and serve; not "
+                   "with --cache " + co.kind);
+    engine::SessionPool sp;
+    sp.max_sessions = static_cast<int32_t>(std::max<int64_t>(a.sessions, 1));
+    sp.max_session_tokens = a.session_tokens;
+    if (a.cache.capacity > 0) sp.pool_cells = a.cache.capacity;
+    sp.retained_seqs = serve::ExecutorOptions{}.prefix_checkpoints;
+    sp.kv_memory = a.cache.kv_memory;
+    Result<engine::SessionPlan> plan = engine::plan_session_pool(g, g.max_context, co, sp);
+    if (plan.ok()) {
+      o.sessions = plan->max_sessions;
+      o.session_tokens = plan->max_session_tokens;
+      setup = std::move(plan->setup);
+    } else {
+      setup = plan.status();
+    }
   } else {
-    o.config.capacity = g.max_context > 0 ? std::min(g.max_context, kMaxCellsFlag) : 4096;
+    // inspect's default capacity is the model's whole context (run's is capped at 4096).
+    if (!co.capacity && !co.kv_memory)
+      co.capacity = g.max_context > 0 ? std::min(g.max_context, kMaxCellsFlag) : 4096;
+    setup = engine::plan_cache(g, g.max_context, co);
   }
-  if (a.max_write > 0) {
-    o.config.max_write = static_cast<int32_t>(a.max_write);
-  } else if (g.max_step_tokens > 0) {
-    o.config.max_write = static_cast<int32_t>(g.max_step_tokens);
+  if (!setup.ok()) {
+    fail(invalid_argument(flag_message(setup.status(), {kInspectFieldFlags, kCacheFieldFlags})));
+    return plan_exit_code(setup.status());
   }
+  g.cache = setup->geometry;
+  o.kind = setup->kind;
+  o.config = setup->config;
+  o.kv_memory = setup->kv_memory;
   nlohmann::json j = cache_summary_json(g, o);
   if (j.contains("error")) return fail(invalid_argument(j["error"].get<std::string>()));
   if (a.json) {
@@ -110,20 +131,23 @@ Runner add_inspect(CLI::App& app) {
   args->cache.layout = std::string(kCellKind);  // bytes_at_capacity of per-window pools
   add_cache_flags(sub, args->cache,
                   {CacheFlag::kLayout, CacheFlag::kCapacity, CacheFlag::kKvDtype,
-                   CacheFlag::kWindows});
+                   CacheFlag::kWindows, CacheFlag::kKvMemory});
   // inspect sizes a pool: 0 cells is no default here (the default is max_context, or 4096).
   CLI::Option* capacity =
       sub->get_option("--capacity")->check(CLI::Range(int64_t{1}, kMaxCellsFlag));
   sub->add_option("--sessions", args->sessions,
-                  "Sessions sharing the pool (default 1); the cell layout's sequence bound")
-      ->check(CLI::Range(int64_t{1}, kMaxCellsFlag));
+                  "Sessions sharing the cell pool, sized as batch/serve --max-sessions (default 1)")
+      ->check(CLI::Range(int64_t{1}, int64_t{engine::kMaxPoolSessions}));
   sub->add_option("--session-tokens", args->session_tokens,
-                  "Tokens per session; capacity = sessions * session-tokens")
+                  "Tokens per session (batch/serve --max-session-tokens); capacity = sessions * "
+                  "session-tokens")
       ->check(CLI::Range(int64_t{1}, kMaxCellsFlag))->excludes(capacity);
   sub->add_option("--max-write", args->max_write,
-                  "Most tokens per step (default: the file's max_step_tokens, else the window)")
+                  "Most tokens per step (default: the file's max_step_tokens, else 512; lowered "
+                  "to the narrowest window)")
       ->check(CLI::Range(int64_t{1}, kMaxCellsFlag));
   sub->add_flag("--json", args->json, "Print one JSON object");
+  refuse_beside_kv_memory(sub);
   return [args] { return run_inspect(*args); };
 }
 

@@ -94,7 +94,8 @@ void add_flags(CLI::App* cmd, RunFlags& f) {
   add_cache_flags(cmd, f.cache,
                   {CacheFlag::kLayout, CacheFlag::kCapacity, CacheFlag::kInitialCapacity,
                    CacheFlag::kKvDtype, CacheFlag::kMaxStepTokens, CacheFlag::kWindows,
-                   CacheFlag::kThreads, CacheFlag::kMapWeights});
+                   CacheFlag::kThreads, CacheFlag::kMapWeights, CacheFlag::kKvMemory});
+  refuse_beside_kv_memory(cmd);
   cmd->add_flag("--interactive", f.interactive,
                 "Read prompts from stdin line by line (/undo [N], /reset, /quit)");
   cmd->add_option("--undo-turns", f.undo_turns,
@@ -154,22 +155,26 @@ Result<std::vector<int32_t>> prompt_tokens(const RunFlags& f, const Loaded& l,
   return out;
 }
 
-json summary_json(const Loaded& l) {
+// The model's geometry with the planned cache's policies, and the summary options of the plan.
+ModelGeometry planned_geometry(const Loaded& l) {
   ModelGeometry g = l.model->geometry();
   g.cache = l.setup.geometry;
+  return g;
+}
+SummaryOptions summary_options(const Loaded& l) {
   SummaryOptions o;
   o.config = l.setup.config;
   o.kind = l.setup.kind;
-  return cache_summary_json(g, o);
+  o.kv_memory = l.setup.kv_memory;
+  return o;
+}
+
+json summary_json(const Loaded& l) {
+  return cache_summary_json(planned_geometry(l), summary_options(l));
 }
 
 std::string summary_text(const Loaded& l) {
-  ModelGeometry g = l.model->geometry();
-  g.cache = l.setup.geometry;
-  SummaryOptions o;
-  o.config = l.setup.config;
-  o.kind = l.setup.kind;
-  return cache_summary_text(g, o);
+  return cache_summary_text(planned_geometry(l), summary_options(l));
 }
 
 // The prompt's logits for every token, through the cache in chunks (or the reference).
@@ -396,7 +401,10 @@ int run(const RunFlags& f) {
     return fail(flag_message(bad, {kSamplerFieldFlags}));
   Loaded l;
   Status s = load(f, l);
-  if (!s.ok()) return fail(flag_message(s, {kCacheFieldFlags}));
+  if (!s.ok()) {
+    fail(flag_message(s, {kCacheFieldFlags}));
+    return plan_exit_code(s);
+  }
   std::fprintf(stderr, "%s", summary_text(l).c_str());
   std::fprintf(stderr, "model: %s, %d layers, d=%d, vocab %d, %.2fM params; prefill chunk %lld\n",
                l.model->hparams().arch.c_str(), l.model->hparams().n_layers,

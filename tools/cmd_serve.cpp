@@ -61,7 +61,8 @@ void add_flags(CLI::App* cmd, ServeFlags& f) {
       ->check(CLI::Range(0, 65535))->capture_default_str();
   add_cache_flags(cmd, f.cache,
                   {CacheFlag::kMaxSessions, CacheFlag::kMaxSessionTokens, CacheFlag::kKvDtype,
-                   CacheFlag::kThreads, CacheFlag::kMapWeights});
+                   CacheFlag::kThreads, CacheFlag::kMapWeights, CacheFlag::kKvMemory});
+  refuse_beside_kv_memory(cmd);
   cmd->add_option("--api-key", f.api_key,
                   "Require 'Authorization: Bearer KEY' on every endpoint but /health and the page /");
   cmd->add_option("--chat-template", f.chat_template,
@@ -165,6 +166,7 @@ int run_serve(const ServeFlags& f) {
   serve::ExecutorOptions eo;
   eo.max_sessions = f.cache.max_sessions;
   eo.max_session_tokens = f.cache.max_session_tokens;
+  eo.kv_memory = f.cache.kv_memory;
   eo.kv_dtype = f.cache.dtype();
   eo.k_dtype = f.cache.key_dtype();
   eo.v_dtype = f.cache.value_dtype();
@@ -176,13 +178,17 @@ int run_serve(const ServeFlags& f) {
   eo.store_wait_ms = f.kv_store_wait_ms;
   eo.eog_ids = m->eog_ids;
   Result<std::unique_ptr<serve::Executor>> ex = serve::Executor::create(*m->model, &*m->tokenizer, eo);
-  if (!ex.ok()) return fail(flag_message(ex.status(), {kExecutorFieldFlags}));
+  if (!ex.ok()) {
+    fail(flag_message(ex.status(), {kExecutorFieldFlags}));
+    return plan_exit_code(ex.status());
+  }
   ModelGeometry g = m->model->geometry();
   g.cache = (*ex)->setup().geometry;
   SummaryOptions so;
   so.config = (*ex)->setup().config;
-  so.sessions = f.cache.max_sessions;
+  so.sessions = (*ex)->max_sessions();
   so.session_tokens = (*ex)->max_session_tokens();
+  so.kv_memory = (*ex)->setup().kv_memory;
   std::fprintf(stderr, "%s", cache_summary_text(g, so).c_str());
 
   server::ServerOptions o;
@@ -200,7 +206,7 @@ int run_serve(const ServeFlags& f) {
   pick_template(f, *m, o);
   server::ServerModel sm;
   sm.tokenizer = &*m->tokenizer;
-  sm.limits = {m->model->hparams().vocab, f.cache.max_sessions, (*ex)->max_session_tokens()};
+  sm.limits = {m->model->hparams().vocab, (*ex)->max_sessions(), (*ex)->max_session_tokens()};
 
   server::EngineLoop loop(**ex, f.max_queue);
   server::HttpServer http(loop, o, std::move(sm));

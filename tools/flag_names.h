@@ -19,6 +19,7 @@ struct FieldFlag {
 
 // engine::CacheOptions (run, inspect).
 inline constexpr FieldFlag kCacheFieldFlags[] = {
+    {"kv_memory", "--kv-memory"},
     {"kind", "--cache"},
     {"capacity", "--capacity"},
     {"initial_capacity", "--initial-capacity"},
@@ -30,6 +31,7 @@ inline constexpr FieldFlag kSamplerFieldFlags[] = {
     {"temperature", "--temperature"}, {"top_k", "--top-k"}, {"top_p", "--top-p"}};
 // serve::ExecutorOptions (batch, serve).
 inline constexpr FieldFlag kExecutorFieldFlags[] = {
+    {"kv_memory", "--kv-memory"},
     {"max_sessions", "--max-sessions"},
     {"max_session_tokens", "--max-session-tokens"},
     {"pool_cells", "--pool-tokens"},

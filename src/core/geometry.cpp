@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/cache.h"
 #include "core/str_cat.h"
 
 namespace kvcache {
@@ -206,6 +207,25 @@ int64_t sequence_slots(const LayerGeometry& l, const CacheConfig& c) {
   if (!l.sliding()) return c.capacity;
   const int64_t m = step_rows(l.window, c);
   return std::min<int64_t>(static_cast<int64_t>(l.window) + m - 1, c.capacity);
+}
+
+std::optional<int64_t> sequence_bytes_at_capacity(const CacheGeometry& g, const CacheConfig& c) {
+  int64_t total = 0;
+  for (const LayerGeometry& l : g.layers) {
+    auto per_cell = bytes_per_cell(l, c);
+    auto bytes = per_cell ? checked_mul(*per_cell, sequence_slots(l, c)) : std::nullopt;
+    auto t = bytes ? checked_add(total, *bytes) : std::nullopt;
+    if (!t) return std::nullopt;
+    total = *t;
+  }
+  return total;
+}
+
+std::optional<int64_t> kv_bytes_at_capacity(std::string_view kind, const CacheGeometry& g,
+                                            const CacheConfig& c) {
+  if (kind == kCellKind) return cell_bytes_at_capacity(g, c);
+  if (kind == kSequenceKind) return sequence_bytes_at_capacity(g, c);
+  return std::nullopt;
 }
 
 }  // namespace kvcache

@@ -86,12 +86,10 @@ nlohmann::json cache_summary_json(const ModelGeometry& geometry, const SummaryOp
   std::vector<std::vector<int32_t>> readers(g.cache.layers.size());
   for (size_t i = 0; i < g.layer_cache.size(); ++i)
     readers[static_cast<size_t>(g.layer_cache[i])].push_back(static_cast<int32_t>(i));
-  int64_t sequence_bytes = 0;
   for (size_t c = 0; c < g.cache.layers.size(); ++c) {
     const LayerGeometry& l = g.cache.layers[c];
     const int64_t per_cell = *bytes_per_cell(l, kt, vt);  // validated above: no overflow
     const int64_t slots = sequence_slots(l, config);
-    sequence_bytes += per_cell * slots;  // <= bytes_at_capacity, which fits (validated)
     layers.push_back({{"kv_heads", l.kv_heads},
                       {"head_dim", l.head_dim},
                       {"value_dim", l.value_dim},
@@ -105,8 +103,10 @@ nlohmann::json cache_summary_json(const ModelGeometry& geometry, const SummaryOp
   int64_t checkpoint = 0;
   for (const LayerGeometry& l : g.cache.layers)
     if (l.window > 1) checkpoint += (l.window - 1) * *bytes_per_cell(l, kt, vt);
+  // Both fit: at most all_positions, which fits (validated).
+  const int64_t sequence_bytes = *sequence_bytes_at_capacity(g.cache, config);
+  const int64_t at_capacity = *kv_bytes_at_capacity(options.kind, g.cache, config);
   json pools = json::array();
-  int64_t at_capacity = sequence_bytes;
   if (options.kind == "cell") {
     for (const CellPool& p : cell_pools(g.cache, config)) {
       int64_t bytes = 0;
@@ -114,7 +114,6 @@ nlohmann::json cache_summary_json(const ModelGeometry& geometry, const SummaryOp
       pools.push_back({{"window", p.window}, {"layers", p.layers}, {"cells", p.cells},
                        {"bytes", bytes}});  // <= all_positions: no overflow
     }
-    at_capacity = *cell_bytes_at_capacity(g.cache, config);
   }
   const int64_t session_tokens =
       options.session_tokens > 0 ? options.session_tokens : config.capacity / options.sessions;
@@ -146,6 +145,11 @@ nlohmann::json cache_summary_json(const ModelGeometry& geometry, const SummaryOp
     out["pools"] = pools;
     out["max_seqs"] = cell_max_seqs(config);
   }
+  if (options.kv_memory)
+    out["kv_memory"] = {{"budget", *options.kv_memory},
+                        {"bytes", at_capacity},
+                        {"capacity", config.capacity},
+                        {"sessions", options.sessions}};
   if (g.max_context > 0) out["max_context"] = g.max_context;
   if (g.max_step_tokens > 0) out["max_step_tokens"] = g.max_step_tokens;
   if (config.max_write) out["max_write"] = *config.max_write;
@@ -194,6 +198,12 @@ std::string cache_summary_text(const ModelGeometry& geometry, const SummaryOptio
   if (!j["bytes_per_session"].is_null()) s += "bytes per session: " + b("bytes_per_session") + "\n";
   s += "bytes at capacity, " + j["kind"].get<std::string>() + " layout: " +
        b("bytes_at_capacity") + "\n";
+  if (j.contains("kv_memory")) {
+    const auto& m = j["kv_memory"];
+    s += str_cat("K/V memory budget ", human_bytes(m["budget"].get<int64_t>()), " bought ",
+                 m["capacity"].get<int64_t>(), " cells (", m["sessions"].get<int64_t>(),
+                 " session(s)) taking ", human_bytes(m["bytes"].get<int64_t>()), "\n");
+  }
   if (j.contains("pools"))
     for (const auto& p : j["pools"]) {
       const int32_t w = p["window"].get<int32_t>();

@@ -32,9 +32,6 @@ Executor::~Executor() = default;
 Result<std::unique_ptr<Executor>> Executor::create(const engine::Model& model,
                                                    const text::Tokenizer* tokenizer,
                                                    const ExecutorOptions& o) {
-  if (o.max_sessions < 1 || o.max_sessions > kDefaultMaxSeqs / 2)
-    return invalid_argument(str_cat("executor: max_sessions = ", o.max_sessions,
-                                    ", expected 1..", kDefaultMaxSeqs / 2));
   if (o.block_tokens < 1)
     return invalid_argument(str_cat("executor: block_tokens = ", o.block_tokens, ", expected > 0"));
   if (o.step_tokens < 0)
@@ -53,58 +50,43 @@ Result<std::unique_ptr<Executor>> Executor::create(const engine::Model& model,
     if (!a.ok()) return a.status();
     store_at = *a;
   }
-  const int64_t max_context = engine::model_context(model);
-  int64_t per_session = o.max_session_tokens;
-  if (per_session == 0) per_session = engine::default_capacity(model);
-  if (per_session < 1)
-    return invalid_argument(str_cat("executor: max_session_tokens = ", per_session,
-                                    ", expected > 0"));
-  if (max_context > 0 && per_session > max_context)
-    return invalid_argument(str_cat("executor: max_session_tokens = ", per_session,
-                                    " is above the model's max_context ", max_context));
-  std::optional<int64_t> pool = o.pool_cells;
-  if (!pool) {
-    pool = checked_mul(o.max_sessions, per_session);
-    if (!pool || *pool > (int64_t{1} << 31) - 1)
-      return invalid_argument(str_cat("executor: max_sessions * max_session_tokens = ",
-                                      o.max_sessions, " * ", per_session,
-                                      " overflows the pool's cell count (at most 2^31 - 1)"));
-  }
-  if (*pool < per_session || *pool > (int64_t{1} << 31) - 1)
-    return invalid_argument(str_cat("executor: pool_cells = ", *pool, ", expected in [",
-                                    per_session, " (max_session_tokens), 2^31 - 1]"));
   engine::CacheOptions co;
-  co.kind = std::string(kCellKind);
-  co.capacity = *pool;
   co.initial_capacity = o.initial_capacity;
   co.kv_dtype = o.kv_dtype;
   co.k_dtype = o.k_dtype;
   co.v_dtype = o.v_dtype;
   co.kv_rotate = o.kv_rotate;
   if (o.step_tokens > 0) co.max_step_tokens = o.step_tokens;
-  // Sequences the layout serves at once: the sessions plus as many retained prefixes, plus the
-  // prompt checkpoints. It sizes the sliding-window pools (each sequence keeps its last W - 1
-  // positions there).
-  co.max_seqs = static_cast<int32_t>(std::min<int64_t>(
-      2 * int64_t{o.max_sessions} + (o.prefix_cache ? o.prefix_checkpoints : 0), kDefaultMaxSeqs));
-  Result<engine::CacheSetup> setup = engine::plan_cache(model, co);
-  if (!setup.ok()) return setup.status();
+  // The pool's one sizing rule (engine::plan_session_pool): the sessions plus as many retained
+  // prefixes, plus the prompt checkpoints, size the sliding-window pools (each sequence keeps
+  // its last W - 1 positions there); a K/V budget chooses how many sessions.
+  engine::SessionPool sp;
+  sp.max_sessions = o.max_sessions;
+  sp.max_session_tokens = o.max_session_tokens;
+  sp.pool_cells = o.pool_cells;
+  sp.retained_seqs = o.prefix_cache ? o.prefix_checkpoints : 0;
+  sp.kv_memory = o.kv_memory;
+  Result<engine::SessionPlan> plan = engine::plan_session_pool(model, co, sp);
+  if (!plan.ok()) return plan.status();
+  Result<engine::CacheSetup> setup = std::move(plan->setup);
   Result<std::shared_ptr<Cache>> cache = engine::build_cache(*setup);
   if (!cache.ok()) return cache.status();
   Result<std::unique_ptr<engine::Engine>> eng = engine::Engine::create(model, *cache);
   if (!eng.ok()) return eng.status();
-  std::unique_ptr<Executor> ex(new Executor(model, tokenizer, o));
+  ExecutorOptions resolved = o;
+  resolved.max_sessions = plan->max_sessions;  // what a budget bought, else as given
+  std::unique_ptr<Executor> ex(new Executor(model, tokenizer, resolved));
   ex->setup_ = std::move(*setup);
   ex->cache_ = std::move(*cache);
   ex->engine_ = std::move(*eng);
-  ex->max_session_tokens_ = per_session;
+  ex->max_session_tokens_ = plan->max_session_tokens;
   // Local and store keys are one chain: seeded with the model, geometry, dtype and block size.
   ex->index_ = PrefixIndex(o.block_tokens, block_namespace(model.fingerprint(), ex->setup_.geometry,
                                                            ex->setup_.config.key_type(),
                                                            ex->setup_.config.value_type(),
                                                            o.block_tokens,
                                                            ex->setup_.config.rotated()));
-  ex->budget_ = std::max<int64_t>(ex->setup_.step_tokens, o.max_sessions);
+  ex->budget_ = std::max<int64_t>(ex->setup_.step_tokens, resolved.max_sessions);
   for (const LayerGeometry& l : ex->setup_.geometry.layers) {
     if (!l.sliding()) continue;
     ex->sliding_ = true;

@@ -103,6 +103,7 @@ Status Executor::step() {
     return ok_status();
   }
   if (!fit_step(plan)) return ok_status();
+  stats_.peak_running = std::max(stats_.peak_running, static_cast<int32_t>(running_.size()));
   batch_tokens_.clear();
   batch_seqs_.clear();
   batch_pos_.clear();

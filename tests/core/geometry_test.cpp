@@ -1,4 +1,5 @@
 #include "core/geometry.h"
+#include "core/cache.h"
 
 #include <gtest/gtest.h>
 
@@ -135,6 +136,21 @@ TEST(Geometry, StepLimitAndRingSlots) {
   EXPECT_EQ(step_limit(g, c), 1);
   EXPECT_EQ(sequence_slots(g.layers[1], c), 4);  // W + 1 - 1
   EXPECT_EQ(sequence_slots(g.layers[1], config(3)), 3);  // clamped to capacity
+}
+
+TEST(Geometry, KvBytesAtCapacityCountsWhatEachLayoutAllocates) {
+  // 1 head x 4 wide, f32: 32 B per cell per layer. Capacity 100, max_write unset (M = W = 4).
+  CacheGeometry g{{{1, 4, 4, 0}, {1, 4, 4, 4}}};
+  CacheConfig c = config(100);
+  // Sequence: 100 slots + a ring of 7.
+  EXPECT_EQ(sequence_bytes_at_capacity(g, c), (100 + 7) * 32);
+  EXPECT_EQ(kv_bytes_at_capacity(kSequenceKind, g, c), (100 + 7) * 32);
+  // Cell, 256 sequences by default: the sliding pool min(100, 256 x 3 + 4) = 100.
+  EXPECT_EQ(kv_bytes_at_capacity(kCellKind, g, c), 200 * 32);
+  c.max_seqs = 2;  // 2 x 3 + 4 = 10
+  EXPECT_EQ(kv_bytes_at_capacity(kCellKind, g, c), (100 + 10) * 32);
+  EXPECT_EQ(kv_bytes_at_capacity(kCellKind, g, c), cell_bytes_at_capacity(g, c));
+  EXPECT_FALSE(kv_bytes_at_capacity("paged", g, c).has_value());
 }
 
 TEST(Geometry, DTypeNamesRoundTrip) {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `kvcache run` end to end on the embedded model: --json fields, greedy output identical
 # across layouts / chunk sizes / threads, --windows handling, interactive /undo and /reset
-# (bounded by --undo-turns, its cost in the summary and in --json),
-# and flag errors that name the flag. Usage: run_cli_test.sh KVCACHE_BIN
+# (bounded by --undo-turns, its cost in the summary and in --json), the capacity a --kv-memory
+# budget buys, and flag errors that name the flag. Usage: run_cli_test.sh KVCACHE_BIN
 set -euo pipefail
 bin=$1
 tmp=$(mktemp -d)
@@ -114,4 +114,16 @@ printf 'ab\n%s\n%s\n/quit\n' "$long" "$long" | "$bin" run --interactive --json -
 u = [json.loads(l)["undo"] for l in sys.stdin]
 assert [x["turns"] for x in u] == [1, 2, 3] and all(x["turns_kept"] == 1 for x in u), u
 assert u[2]["checkpoint_bytes"] > 0 and u[2]["forks"] == 0, u' || fail "run --json undo cost"
+# --kv-memory: the largest capacity whose K/V fits. The embedded model at f32: 2 full caches of
+# 2 heads x 32 (512 B per cell each) and 2 Sliding(32) caches of 1 x 32 (256 B) holding a ring
+# of 32 + 16 - 1 = 47 slots: 1024 C + 512 x 47 <= 102400 -> C = 76.
+json --kv-memory 100KiB > "$tmp/budget.json"
+/usr/bin/python3 -c 'import sys, json
+c = json.load(open(sys.argv[1]))["cache"]
+assert c["capacity"] == 76 and c["bytes_at_capacity"] == 1024 * 76 + 512 * 47, c
+assert c["kv_memory"] == {"budget": 102400, "bytes": 101888, "capacity": 76, "sessions": 1}, c
+' "$tmp/budget.json" || fail "run --kv-memory 100KiB"
+expect_error 2 "^kvcache run: --kv-memory: cache options: kv_memory = 1000 bytes holds no cache: capacity 1 (sequence layout, k_dtype f32, v_dtype f32) needs 1536 bytes of K/V$" --kv-memory 1000
+expect_error 2 "^--capacity excludes --kv-memory$" --kv-memory 1MiB --capacity 8
+expect_error 2 "^--kv-memory: \"1.5\" is not a whole number of bytes$" --kv-memory 1.5
 echo "run CLI: all checks passed"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `kvcache batch` end to end on the embedded model: the --json shape, greedy results equal to
 # `kvcache run` alone, prefix hits on and off, n > 1, preemption with a small pool, 8 sessions
-# each under its own JSON Schema (validated), and input errors that name the file, line and field. Usage: batch_cli_test.sh KVCACHE_BIN SOURCE_DIR
+# each under its own JSON Schema (validated), --kv-memory buying sessions per K/V type, and
+# input errors that name the file, line and field. Usage: batch_cli_test.sh KVCACHE_BIN SOURCE_DIR
 set -euo pipefail
 bin=$1
 src=$2
@@ -114,4 +115,41 @@ expect_error 1 "no such file" --prompts-file "$tmp/missing.jsonl"
 expect_error 1 "not a regular file" --prompts-file "$tmp"
 expect_error 1 "above the model's max_context 256" --prompts-file "$prompts" --max-session-tokens 300
 expect_error 2 "prompts-file is required" --max-sessions 2
+# --kv-memory: the same budget buys more sessions of q8_0 K/V than of f16, and the executor
+# admits that many at once ("max_sessions", "peak_running").
+# 48 short requests: every one can run at once when the pool has the sessions.
+for i in $(seq 1 48); do echo "{\"prompt\": \"And God said $i\", \"max_new_tokens\": 3}"; done \
+  > "$tmp/p.jsonl"
+for t in f16 q8_0; do
+  "$bin" batch --prompts-file "$tmp/p.jsonl" --kv-dtype "$t" --kv-memory 1MiB \
+    --max-session-tokens 64 --json 2>"$tmp/$t.err" > "$tmp/$t.json" \
+    || { cat "$tmp/$t.err" >&2; fail "batch --kv-dtype $t --kv-memory 1MiB"; }
+done
+/usr/bin/python3 - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+# The embedded model's cache per cell: 2 full layers of 2 heads x 32 and 2 Sliding(32) layers
+# of 1 head x 32: f16 4 x 128 + 2 x 128 = 768 B, q8_0 4 x 68 + 2 x 68 = 408 B. A session of 64
+# tokens: its full pool 64 cells; the sliding pool min(64 N, (2 N + 8) x 31 + 16) = 64 N for
+# N <= 128. So N sessions take 64 N x 768 (f16) or 64 N x 408 (q8_0) bytes:
+# 1 MiB buys floor(1048576 / 49152) = 21 and floor(1048576 / 26112) = 40 sessions.
+want = {"f16": (21, 768), "q8_0": (40, 408)}
+for t, (sessions, per_cell) in want.items():
+    j = json.load(open(f"{d}/{t}.json"))
+    c = j["cache"]
+    assert c["bytes_per_cell"] == per_cell, (t, c["bytes_per_cell"])
+    assert j["max_sessions"] == sessions, (t, j["max_sessions"])
+    assert c["capacity"] == 64 * sessions, (t, c["capacity"])
+    assert c["kv_memory"] == {"budget": 1048576, "bytes": 64 * sessions * per_cell,
+                              "capacity": 64 * sessions, "sessions": sessions}, (t, c["kv_memory"])
+    assert j["peak_running"] == sessions, (t, j["peak_running"])
+    assert len(j["results"]) == 48 and j["preemptions"] == 0, (t, j["preemptions"])
+print("1 MiB of K/V: 21 sessions at f16, 40 at q8_0, each admitted at once")
+PY
+
+expect_error 2 "^kvcache batch: --kv-memory: session pool: kv_memory = 49151 bytes holds no session: one session of 64 tokens (k_dtype f16, v_dtype f16) needs 49152 bytes of K/V$" \
+  --prompts-file "$tmp/p.jsonl" --kv-dtype f16 --kv-memory 49151 --max-session-tokens 64
+expect_error 2 "^--max-sessions excludes --kv-memory$" --prompts-file "$tmp/p.jsonl" --kv-memory 1MiB --max-sessions 4
+expect_error 2 "^--kv-memory excludes --pool-tokens$" --prompts-file "$tmp/p.jsonl" --kv-memory 1MiB --pool-tokens 512
+expect_error 2 "^--kv-memory: \"4XB\" has an unknown unit" --prompts-file "$tmp/p.jsonl" --kv-memory 4XB
 echo "batch CLI: all checks passed"

@@ -220,6 +220,36 @@ TEST(Executor, CachePlanCarriesTheSequenceBound) {
   EXPECT_EQ((*b)->setup().config.max_seqs, kDefaultMaxSeqs);
 }
 
+// A K/V memory budget buys sessions through the same rule (engine::plan_session_pool): the
+// budget of exactly five sessions' pool gives five, and admission takes five, not the default 8.
+TEST(Executor, AKvMemoryBudgetSetsTheSessionsAdmitted) {
+  engine::SessionPool five;
+  five.max_sessions = 5;
+  five.max_session_tokens = 16;
+  engine::CacheOptions co;
+  co.kv_dtype = DType::kF16;
+  Result<engine::SessionPlan> plan = engine::plan_session_pool(testing::tiny(), co, five);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  ExecutorOptions o;
+  o.max_session_tokens = 16;
+  o.prefix_cache = false;
+  o.kv_dtype = DType::kF16;
+  o.kv_memory = engine::kv_bytes(plan->setup);
+  auto ex = make(o);
+  EXPECT_EQ(ex->max_sessions(), 5);
+  EXPECT_EQ(ex->setup().config, plan->setup.config);
+  EXPECT_EQ(ex->setup().kv_memory, o.kv_memory);
+  GenerateParams p;
+  p.max_new_tokens = 2;
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(ex->open(ids("In the"), p).ok()) << i;
+  EXPECT_EQ(ex->open(ids("In the"), p).status().code(), StatusCode::kResourceExhausted);
+  o.kv_memory = *o.kv_memory / 5 - 1;  // less than one session
+  Result<std::unique_ptr<Executor>> none = Executor::create(testing::tiny(), nullptr, o);
+  EXPECT_EQ(none.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(none.status().message().find("session pool: kv_memory = "), std::string::npos)
+      << none.status().message();
+}
+
 TEST(Executor, OpenRefusesAtMaxSessionsAndIdsAreNeverReused) {
   ExecutorOptions o;
   o.max_sessions = 2;

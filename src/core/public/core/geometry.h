@@ -176,5 +176,15 @@ std::optional<int64_t> cell_bytes_at_capacity(const CacheGeometry& geometry,
 // Ring slots a sliding layer keeps in the sequence layout: min(W + M - 1, capacity) where
 // M = max_write or W. Full layers: capacity.
 int64_t sequence_slots(const LayerGeometry& layer, const CacheConfig& config);
+// K/V bytes of the sequence layout at capacity: every layer's bytes per cell times its slots.
+// nullopt on overflow.
+std::optional<int64_t> sequence_bytes_at_capacity(const CacheGeometry& geometry,
+                                                  const CacheConfig& config);
+
+// ---- K/V bytes of a cache: the one count the summary reports and a memory budget fills ----
+// The most K/V bytes a cache of `kind` ("cell": cell_bytes_at_capacity; "sequence":
+// sequence_bytes_at_capacity) allocates. nullopt on overflow or an unknown kind.
+std::optional<int64_t> kv_bytes_at_capacity(std::string_view kind, const CacheGeometry& geometry,
+                                            const CacheConfig& config);
 
 }  // namespace kvcache

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -19,6 +20,9 @@ struct SummaryOptions {
   int64_t sessions = 1;        // sessions sharing the pool (reporting; see config.max_seqs)
   int64_t session_tokens = 0;  // tokens per session; 0 = capacity / sessions
   std::string kind = "cell";   // the layout bytes_at_capacity is for: "cell" or "sequence"
+  // The K/V memory budget (bytes) the capacity was sized from, when one was: reported as
+  // "kv_memory": {"budget", "bytes" (= bytes_at_capacity), "capacity", "sessions"}.
+  std::optional<int64_t> kv_memory;
 };
 
 // The pool size the summary reports: config.capacity when > 0, else sessions*session_tokens.
@@ -32,7 +36,8 @@ int64_t summary_capacity(const SummaryOptions& options);
 // "sessions", "session_tokens", "bytes_per_session", "all_positions_bytes_at_capacity",
 // "sequence_bytes_at_capacity", "sliding_saving_bytes", "checkpoint_bytes", and for the cell
 // layout "max_seqs" and "pools": [{"window","layers","cells","bytes"}] (core cell_pools()).
-//   bytes_at_capacity: the most K/V the layout asked for allocates — the cell layout: the sum
+//   bytes_at_capacity: the most K/V the layout asked for allocates (core kv_bytes_at_capacity,
+//     also what a K/V memory budget is filled with) — the cell layout: the sum
 //     of its pools (a Sliding(W) pool holds min(capacity, max_seqs * (W - 1) + M) cells);
 //     the sequence layout: sequence_bytes_at_capacity.
 //   all_positions_bytes_at_capacity: capacity cells in every cache layer (no window savings).

@@ -46,6 +46,10 @@ struct ExecutorOptions {
   int64_t max_session_tokens = 0;       // 0 = min(model max_context, kDefaultSessionTokens)
   std::optional<int64_t> pool_cells;    // default max_sessions * max_session_tokens; a smaller
                                         // pool (>= max_session_tokens) may preempt
+  // A K/V memory budget in bytes (not with pool_cells): max_sessions becomes the most sessions
+  // of max_session_tokens whose pool fits (engine::plan_session_pool; the given value is
+  // ignored); max_sessions() reports it.
+  std::optional<int64_t> kv_memory;
   DType kv_dtype = DType::kF32;  // K and V, unless one is overridden below
   std::optional<DType> k_dtype;  // key storage type; unset = kv_dtype
   std::optional<DType> v_dtype;  // value storage type; unset = kv_dtype
@@ -136,6 +140,7 @@ struct ExecutorStats {
   double prefill_seconds = 0.0;         // step time shared out by token counts
   double decode_seconds = 0.0;
   int32_t running = 0;                  // admitted sessions
+  int32_t peak_running = 0;             // most sessions running in one step so far
   int32_t waiting = 0;                  // queued sessions
   int32_t retained = 0;                 // finished sequences kept for their prefix
   int32_t checkpoints = 0;              // of which prompt checkpoints
@@ -153,7 +158,8 @@ class Executor {
  public:
   // InvalidArgument naming the option: max_sessions < 1, max_session_tokens above the model's
   // max_context, a pool size that overflows or is smaller than max_session_tokens, a geometry
-  // or config the core validation refuses. `tokenizer` (optional, borrowed) gives text and
+  // or config the core validation refuses; ResourceExhausted naming kv_memory when the budget
+  // holds no session (engine::plan_session_pool). `tokenizer` (optional, borrowed) gives text and
   // stop strings.
   static Result<std::unique_ptr<Executor>> create(const engine::Model& model,
                                                   const text::Tokenizer* tokenizer,
@@ -217,6 +223,7 @@ class Executor {
   const engine::CacheSetup& setup() const { return setup_; }
   const CacheControl& cache() const { return *cache_; }
   int64_t max_session_tokens() const { return max_session_tokens_; }
+  int32_t max_sessions() const { return opt_.max_sessions; }  // as given, or as a budget bought
   int64_t step_budget() const { return budget_; }
 
   ~Executor();
