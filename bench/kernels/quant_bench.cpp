@@ -147,7 +147,8 @@ void BM_MatvecShape(benchmark::State& bs) {
   for (float& v : dense) v = d(g);
   std::vector<uint8_t> seed(static_cast<size_t>(one));
   (void)gguf::quantize(type, dense, seed);
-  const int64_t n = std::max<int64_t>(1, (mib << 20) / one), passes = std::max<int64_t>(1, 64 / mib);
+  const int64_t n = std::max<int64_t>(1, (mib << 20) / one);
+  const int64_t passes = std::max<int64_t>(1, 64 / mib);
   std::vector<uint8_t> all = huge_page_bytes(n * one);
   for (int64_t m = 0; m < n; ++m) std::memcpy(all.data() + m * one, seed.data(), seed.size());
   std::vector<Weight> ws;

@@ -192,7 +192,8 @@ TEST(QuantMatvec, ExtremeBlocksKeepEveryIsasIntegerSumsExact) {
           w.row(r, dense);
           double exact = 0.0;
           for (float v : dense) exact += double{v} * sign;
-          ASSERT_NEAR(want[r], exact, 1e-5 * std::fabs(exact)) << gguf::to_string(type) << " row " << r;
+          ASSERT_NEAR(want[r], exact, 1e-5 * std::fabs(exact))
+              << gguf::to_string(type) << " row " << r;
         }
         for (cpu::Isa isa : isas())
           for (int threads : {1, 2}) {
@@ -216,9 +217,11 @@ TEST(QuantMatvec, ExtremeBlocksKeepEveryIsasIntegerSumsExact) {
 TEST(QuantMatvec, BatchedDecodeRowsEqualTheirSingleRowProducts) {
   for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K,
                           TensorType::kBF16, TensorType::kQ5_1, TensorType::kF16})
-    for (int64_t cols : gguf::block_geometry(type)->elements == 1    ? std::vector<int64_t>{256, 100, 17}
-                        : gguf::block_geometry(type)->elements == 32 ? std::vector<int64_t>{256, 320}
-                                                                     : std::vector<int64_t>{256, 768})
+    for (int64_t cols : gguf::block_geometry(type)->elements == 1
+                            ? std::vector<int64_t>{256, 100, 17}
+                            : std::vector<int64_t>{256, gguf::block_geometry(type)->elements == 32
+                                                            ? int64_t{320}
+                                                            : int64_t{768}})
       for (int threads : {1, 2})
         for (cpu::Isa isa : isas()) {
           cpu::set_global_threads(threads);
