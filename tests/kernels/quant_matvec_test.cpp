@@ -209,6 +209,35 @@ TEST(QuantMatvec, ExtremeBlocksKeepEveryIsasIntegerSumsExact) {
   cpu::set_global_threads(2);
 }
 
+// The AVX2 activation quantizer (what matvec runs above the scalar ceiling) gives the scalar
+// one's q, d and sums bit for bit: blocks of mixed scales, an all-zero block, values on the
+// rounding ties of x / d, and a NaN (skipped by the maximum, its q the int's low byte: 0).
+TEST(QuantMatvec, Avx2ActivationQuantizationEqualsTheScalarOneBitwise) {
+  const quant_detail::QuantizeFn simd = quant_detail::avx2_quantize();
+  if (simd == nullptr || !matvec_isa_supported(cpu::Isa::kAvx2))
+    GTEST_SKIP() << "no AVX2+FMA+F16C here (CPU or KVCACHE_ISA)";
+  std::vector<float> x = rnd(32 * 12, 71);
+  for (int64_t i = 0; i < 32; ++i) x[static_cast<size_t>(32 + i)] *= 1e4f;   // block 1: large
+  for (int64_t i = 0; i < 32; ++i) x[static_cast<size_t>(64 + i)] = 0.0f;    // block 2: zero
+  for (int64_t i = 0; i < 32; ++i)  // block 3: amax 127, so x / d = x: ties at k + 0.5
+    x[static_cast<size_t>(96 + i)] = i == 0 ? 127.0f : static_cast<float>(i) - 16.5f;
+  x[static_cast<size_t>(130)] = std::nanf("");  // block 4
+  Q8Activations want, got;
+  quant_detail::quantize_activations_scalar(x.data(), static_cast<int64_t>(x.size()), want);
+  simd(x.data(), static_cast<int64_t>(x.size()), got);
+  EXPECT_EQ(got.blocks, want.blocks);
+  EXPECT_EQ(got.q, want.q);
+  EXPECT_EQ(got.sum16, want.sum16);
+  EXPECT_EQ(got.sum4, want.sum4);
+  ASSERT_EQ(got.d.size(), want.d.size());
+  EXPECT_EQ(std::memcmp(got.d.data(), want.d.data(), 4 * want.d.size()), 0);
+  EXPECT_EQ(std::memcmp(got.dsum16.data(), want.dsum16.data(), 4 * want.dsum16.size()), 0);
+  EXPECT_EQ(std::memcmp(got.dsum.data(), want.dsum.data(), 4 * want.dsum.size()), 0);
+  EXPECT_EQ(want.q[96 + 1], -16);  // -15.5 rounds to the even -16
+  EXPECT_EQ(want.q[96 + 2], -14);  // -14.5 to -14
+  EXPECT_EQ(want.q[130], 0);
+}
+
 // A batched decode step (2..kSmallBatch rows) gives every row bitwise what its product alone
 // gives, on every ISA: the same row sums over chunks of weight rows shared by the batch. F16 /
 // BF16 also run column counts with a tail after the last 16 (100, 17) and a row count that is
