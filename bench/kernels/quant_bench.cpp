@@ -120,6 +120,66 @@ void matvec_args(benchmark::internal::Benchmark* b) {
         b->Args({static_cast<int64_t>(t), static_cast<int64_t>(isa), threads});
 }
 
+// n zero bytes whose whole 2 MiB pages are advised as huge pages before they are first touched,
+// as the engine's weights are (FileBytes::read_huge).
+std::vector<uint8_t> huge_page_bytes(int64_t n) {
+  std::vector<uint8_t> v;
+  v.reserve(static_cast<size_t>(n));
+  cpu::advise_huge_pages(v.data(), n);
+  v.resize(static_cast<size_t>(n));
+  return v;
+}
+
+// Decode-shaped products (matvec, T = 1): copies of one rows x cols matrix of the type
+// range(0) holding range(3) MiB of weight bytes on huge pages (as the engine's are), each
+// multiplied in turn, 64 / range(3) passes per iteration, on range(4) threads. 64 MiB is past
+// the last-level cache, as a decode step's weights are (bytes per second and the ratio to
+// the read probe as BM_Matvec); 1 MiB stays in L2 and times the kernel's arithmetic alone.
+// Shapes: the benchmark model's up (2048 x 768) and down (768 x 2048) projections.
+void BM_MatvecShape(benchmark::State& bs) {
+  const auto type = static_cast<TensorType>(bs.range(0));
+  const int64_t rows = bs.range(1), cols = bs.range(2), mib = bs.range(3);
+  cpu::set_global_threads(static_cast<int>(bs.range(4)));
+  const int64_t rb = *gguf::row_bytes(type, cols), one = rows * rb;
+  std::vector<float> dense(static_cast<size_t>(rows * cols));
+  std::mt19937_64 g(9);
+  std::normal_distribution<float> d(0.0f, 0.02f);
+  for (float& v : dense) v = d(g);
+  std::vector<uint8_t> seed(static_cast<size_t>(one));
+  (void)gguf::quantize(type, dense, seed);
+  const int64_t n = std::max<int64_t>(1, (mib << 20) / one);
+  const int64_t passes = std::max<int64_t>(1, 64 / mib);
+  std::vector<uint8_t> all = huge_page_bytes(n * one);
+  for (int64_t m = 0; m < n; ++m) std::memcpy(all.data() + m * one, seed.data(), seed.size());
+  std::vector<Weight> ws;
+  for (int64_t m = 0; m < n; ++m) {
+    Weight w;
+    w.type = type;
+    w.rows = rows;
+    w.cols = cols;
+    w.bytes = std::span<const uint8_t>(all.data() + m * one, static_cast<size_t>(one));
+    ws.push_back(w);
+  }
+  std::vector<float> x(static_cast<size_t>(cols), 0.5f), y(static_cast<size_t>(rows));
+  const double probe = measure_probe(3);
+  for (auto _ : bs) {
+    for (int64_t p = 0; p < passes; ++p)
+      for (const Weight& w : ws) matvec(w, x.data(), y.data(), false);
+    benchmark::DoNotOptimize(y.data());
+  }
+  report(bs, double(passes * n * one), probe);
+  bs.SetLabel(gguf::to_string(type) + "/" + std::string(cpu::to_string(matvec_isa())));
+}
+
+void matvec_shape_args(benchmark::internal::Benchmark* b) {
+  for (TensorType t : {TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K})
+    for (int64_t mib : {64, 1})
+      for (int threads : {1, 2}) {
+        b->Args({static_cast<int64_t>(t), 2048, 768, mib, threads});
+        b->Args({static_cast<int64_t>(t), 768, 2048, mib, threads});
+      }
+}
+
 // ---- the 100M model as F16, Q8_0 and Q4_K_M ---------------------------------------------
 
 // ---- prefill products ---------------------------------------------------------------------
@@ -163,15 +223,6 @@ void prefill_product_args(benchmark::internal::Benchmark* b) {
     for (int threads : {1, 2}) b->Args({static_cast<int64_t>(type), threads});
 }
 
-// n zero bytes whose whole 2 MiB pages are advised as huge pages before they are first touched,
-// as the engine's weights are (FileBytes::read_huge).
-std::vector<uint8_t> huge_page_bytes(int64_t n) {
-  std::vector<uint8_t> v;
-  v.reserve(static_cast<size_t>(n));
-  cpu::advise_huge_pages(v.data(), n);
-  v.resize(static_cast<size_t>(n));
-  return v;
-}
 
 // A random F16 matrix (normal entries) whose bytes lie on huge pages.
 Weight random_half_weight(int64_t rows, int64_t cols, std::mt19937_64& g) {
@@ -351,6 +402,8 @@ BENCHMARK(BM_ReadProbe)->Arg(1)->Arg(2)->UseManualTime()->Iterations(3)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Matvec)->Apply(matvec_args)->Iterations(8)->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+BENCHMARK(BM_MatvecShape)->Apply(matvec_shape_args)->Iterations(10)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_PrefillProduct)->Apply(prefill_product_args)->Iterations(10)
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_BatchedHalfProduct)->ArgsProduct({{8, 16}, {1, 2}, {768, 2048}})->Iterations(20)

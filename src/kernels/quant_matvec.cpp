@@ -146,7 +146,8 @@ void share_rows(int64_t rows, bool small, const std::function<void(int64_t, int6
 
 }  // namespace
 
-void quantize_activations(const float* x, int64_t cols, Q8Activations& out) {
+void quant_detail::quantize_activations_scalar(const float* x, int64_t cols,
+                                               Q8Activations& out) {
   out.blocks = cols / 32;
   out.q.resize(static_cast<size_t>(cols));
   out.d.resize(static_cast<size_t>(out.blocks));
@@ -174,6 +175,12 @@ void quantize_activations(const float* x, int64_t cols, Q8Activations& out) {
     out.dsum16[2 * b + 1] = d * static_cast<float>(s[1]);
     out.dsum[b] = d * static_cast<float>(s[0] + s[1]);
   }
+}
+
+void quantize_activations(const float* x, int64_t cols, Q8Activations& out) {
+  const quant_detail::QuantizeFn simd =
+      matvec_isa() != cpu::Isa::kScalar ? quant_detail::avx2_quantize() : nullptr;
+  (simd != nullptr ? simd : quant_detail::quantize_activations_scalar)(x, cols, out);
 }
 
 namespace quant_detail {

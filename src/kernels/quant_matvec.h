@@ -25,7 +25,8 @@ struct Q8Activations {
   std::vector<int32_t> sum16, sum4;
   std::vector<float> dsum16, dsum;
 };
-// cols must be a multiple of 32.
+// cols must be a multiple of 32. Vectorized (AVX2) when the ISA ceiling allows it, with the
+// same result bit for bit (quant_detail::quantize_activations_scalar is the readable form).
 void quantize_activations(const float* x, int64_t cols, Q8Activations& out);
 
 // The matvec kernels are cpu/isa.h's KernelFamily::kInt8Dot (their AVX-512 level needs VNNI);
@@ -78,6 +79,10 @@ using HalfBatchKernel = void (*)(const Weight& w, int64_t r0, int64_t r1, const 
 HalfBatchKernel avx2_half_batch(gguf::TensorType type);
 HalfBatchKernel avx512_half_batch(gguf::TensorType type);
 RowKernel avx2_kernel(gguf::TensorType type);
+// quantize_activations one value at a time, and the AVX2 form (nullptr without it).
+void quantize_activations_scalar(const float* x, int64_t cols, Q8Activations& out);
+using QuantizeFn = void (*)(const float* x, int64_t cols, Q8Activations& out);
+QuantizeFn avx2_quantize();
 RowKernel avx512_kernel(gguf::TensorType type);
 }  // namespace quant_detail
 

@@ -1,6 +1,7 @@
 // The AVX2+FMA+F16C build of the matrix-vector row kernels (quant_matvec_simd.inc): integer dot
-// products by maddubs/madd. Entered only through matvec's run-time dispatch. All headers are
-// included before the target pragma so nothing shared is compiled for AVX2.
+// products by maddubs/madd; and the activation quantizer every SIMD level uses (quantize_simd).
+// Entered only through matvec's run-time dispatch. All headers are included before the target
+// pragma so nothing shared is compiled for AVX2.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -25,7 +26,58 @@ inline __m256i dot4(__m256i u8, __m256i s8) {
 
 #include "kernels/quant_matvec_simd.inc"
 
+// quantize_activations_scalar 32 values a step, bit for bit: amax over |x| (a NaN skipped, as
+// std::max does), d = amax / 127, q = round-to-even(x * (1 / d)) kept as the int's low byte
+// (what the scalar cast keeps), then the sums from those bytes.
+void quantize_simd(const float* x, int64_t cols, Q8Activations& out) {
+  out.blocks = cols / 32;
+  out.q.resize(static_cast<size_t>(cols));
+  out.d.resize(static_cast<size_t>(out.blocks));
+  out.sum16.resize(static_cast<size_t>(2 * out.blocks));
+  out.dsum16.resize(static_cast<size_t>(2 * out.blocks));
+  out.dsum.resize(static_cast<size_t>(out.blocks));
+  out.sum4.resize(static_cast<size_t>(8 * out.blocks));
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256i low = _mm256_set1_epi32(0xff), ones8 = _mm256_set1_epi8(1);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t b = 0; b < out.blocks; ++b) {
+    const float* xb = x + 32 * b;
+    __m256 v[4];
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm256_loadu_ps(xb + 8 * i);
+      m = _mm256_max_ps(_mm256_andnot_ps(sign, v[i]), m);
+    }
+    m = _mm256_max_ps(m, _mm256_permute2f128_ps(m, m, 1));
+    m = _mm256_max_ps(m, _mm256_shuffle_ps(m, m, _MM_SHUFFLE(1, 0, 3, 2)));
+    m = _mm256_max_ps(m, _mm256_shuffle_ps(m, m, _MM_SHUFFLE(2, 3, 0, 1)));
+    const float d = _mm256_cvtss_f32(m) / 127.0f;
+    const __m256 inv = _mm256_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
+    __m256i q[4];
+    for (int i = 0; i < 4; ++i)
+      q[i] = _mm256_and_si256(_mm256_cvtps_epi32(_mm256_mul_ps(v[i], inv)), low);
+    // The packs interleave 128-bit lanes; the permute puts the bytes back in column order.
+    const __m256i bytes = _mm256_permutevar8x32_epi32(
+        _mm256_packus_epi16(_mm256_packus_epi32(q[0], q[1]), _mm256_packus_epi32(q[2], q[3])),
+        order);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.q.data() + 32 * b), bytes);
+    // int32 lane k: the signed sum of bytes 4k..4k+3 (ones as the unsigned operand).
+    const __m256i s4 = dot4(ones8, bytes);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.sum4.data() + 8 * b), s4);
+    const int32_t* k = out.sum4.data() + 8 * b;
+    const int32_t s0 = k[0] + k[1] + k[2] + k[3], s1 = k[4] + k[5] + k[6] + k[7];
+    out.d[b] = d;
+    out.sum16[2 * b] = s0;
+    out.sum16[2 * b + 1] = s1;
+    out.dsum16[2 * b] = d * static_cast<float>(s0);
+    out.dsum16[2 * b + 1] = d * static_cast<float>(s1);
+    out.dsum[b] = d * static_cast<float>(s0 + s1);
+  }
+}
+
 }  // namespace
+
+quant_detail::QuantizeFn quant_detail::avx2_quantize() { return quantize_simd; }
 
 quant_detail::RowKernel quant_detail::avx2_kernel(gguf::TensorType type) { return pick(type); }
 quant_detail::HalfBatchKernel quant_detail::avx2_half_batch(gguf::TensorType type) {
@@ -41,6 +93,7 @@ KVCACHE_SIMD_END()
 #else
 namespace kvcache::engine {
 quant_detail::RowKernel quant_detail::avx2_kernel(gguf::TensorType) { return nullptr; }
+quant_detail::QuantizeFn quant_detail::avx2_quantize() { return nullptr; }
 quant_detail::HalfBatchKernel quant_detail::avx2_half_batch(gguf::TensorType) { return nullptr; }
 }  // namespace kvcache::engine
 #endif

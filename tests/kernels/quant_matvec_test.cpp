@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/half.h"
 #include "cpu/thread_pool.h"
 #include "kernels/kernels.h"
 #include "kernels/quant_gemm.h"
@@ -139,15 +140,117 @@ TEST(QuantMatvec, PrefillProductsMatchTheReferenceOverTilesAndThreads) {
   cpu::set_global_threads(2);
 }
 
+// Rows whose every product sits at the largest magnitude the type holds, against activations
+// that all quantize to +127 or -127: the SIMD kernels sum each block's products in 16-bit
+// lanes before widening (up to 8 x 2 x 15 x 127 = 30480 for Q4_K nibbles, 2 x 63 x 127 =
+// 16002 for Q6_K, 2 x 128 x 127 = 32512 for Q8_0's -128), where a wrap would move a row's sum
+// by 65536 (more than the sub-block's whole sum). The scalar kernel (int32 sums) gives the
+// exact dot product of the decoded row with x (within the f32 rounding of the activation's
+// block scale 1/127); every ISA must give the scalar kernel's result (summation order aside).
+std::vector<uint8_t> extreme_row(TensorType type, int64_t cols, int variant) {
+  std::vector<uint8_t> row(static_cast<size_t>(*gguf::row_bytes(type, cols)));
+  const int64_t bytes = gguf::block_geometry(type)->bytes;
+  for (size_t b = 0; b < row.size(); b += static_cast<size_t>(bytes)) {
+    uint8_t* p = row.data() + b;
+    switch (type) {
+      case TensorType::kQ8_0:  // scale 1, then 32 values of 127 or -128
+        store_f16(p, 1.0f);
+        std::memset(p + 2, variant == 0 ? 0x7F : 0x80, 32);
+        break;
+      case TensorType::kQ4_K:  // d 1, dmin 1 / 2 (variant 1: 0); scales, mins, nibbles at max
+        store_f16(p, 1.0f);
+        store_f16(p + 2, variant == 0 ? 0.5f : 0.0f);
+        std::memset(p + 4, 0xFF, 140);
+        break;
+      case TensorType::kQ6_K:  // every value 63 - 32 = 31; scales 127 (variant 1: -128); d 1
+        std::memset(p, 0xFF, 192);
+        std::memset(p + 192, variant == 0 ? 0x7F : 0x80, 16);
+        store_f16(p + 208, 1.0f);
+        break;
+      default: ADD_FAILURE() << "no extreme row for " << gguf::to_string(type);
+    }
+  }
+  return row;
+}
+
+TEST(QuantMatvec, ExtremeBlocksKeepEveryIsasIntegerSumsExact) {
+  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K})
+    for (int64_t cols : {int64_t{256}, int64_t{768}})
+      for (float sign : {1.0f, -1.0f}) {
+        const int64_t rows = 3;  // two extreme rows and a random one between them
+        std::vector<uint8_t> bytes = extreme_row(type, cols, 0);
+        const std::vector<uint8_t> other = extreme_row(type, cols, 1);
+        const Weight rnd_row = quantized(type, 1, cols, 61);
+        bytes.insert(bytes.end(), rnd_row.bytes.begin(), rnd_row.bytes.end());
+        bytes.insert(bytes.end(), other.begin(), other.end());
+        const Weight w = Weight::from_bytes(type, rows, cols, std::move(bytes));
+        const std::vector<float> x(static_cast<size_t>(cols), sign);  // each q = sign * 127
+        std::vector<float> want(rows), dense(static_cast<size_t>(cols));
+        cpu::set_global_threads(1);
+        matvec(w, x.data(), want.data(), false, cpu::Isa::kScalar);
+        for (int64_t r : {int64_t{0}, int64_t{2}}) {  // the exact value of the extreme rows
+          w.row(r, dense);
+          double exact = 0.0;
+          for (float v : dense) exact += double{v} * sign;
+          ASSERT_NEAR(want[r], exact, 1e-5 * std::fabs(exact))
+              << gguf::to_string(type) << " row " << r;
+        }
+        for (cpu::Isa isa : isas())
+          for (int threads : {1, 2}) {
+            cpu::set_global_threads(threads);
+            std::vector<float> y(rows);
+            matvec(w, x.data(), y.data(), false, isa);
+            for (int64_t r = 0; r < rows; ++r)
+              ASSERT_NEAR(y[r], want[r], 2e-5 * (std::sqrt(double(cols)) + std::fabs(want[r])))
+                  << gguf::to_string(type) << " cols " << cols << " sign " << sign << " row "
+                  << r << " isa " << cpu::to_string(isa) << " threads " << threads;
+          }
+      }
+  cpu::set_global_threads(2);
+}
+
+// The AVX2 activation quantizer (what matvec runs above the scalar ceiling) gives the scalar
+// one's q, d and sums bit for bit: blocks of mixed scales, an all-zero block, values on the
+// rounding ties of x / d, and a NaN (skipped by the maximum, its q the int's low byte: 0).
+TEST(QuantMatvec, Avx2ActivationQuantizationEqualsTheScalarOneBitwise) {
+  const quant_detail::QuantizeFn simd = quant_detail::avx2_quantize();
+  if (simd == nullptr || !matvec_isa_supported(cpu::Isa::kAvx2))
+    GTEST_SKIP() << "no AVX2+FMA+F16C here (CPU or KVCACHE_ISA)";
+  std::vector<float> x = rnd(32 * 12, 71);
+  for (int64_t i = 0; i < 32; ++i) x[static_cast<size_t>(32 + i)] *= 1e4f;   // block 1: large
+  for (int64_t i = 0; i < 32; ++i) x[static_cast<size_t>(64 + i)] = 0.0f;    // block 2: zero
+  for (int64_t i = 0; i < 32; ++i)  // block 3: amax 127, so x / d = x: ties at k + 0.5
+    x[static_cast<size_t>(96 + i)] = i == 0 ? 127.0f : static_cast<float>(i) - 16.5f;
+  x[static_cast<size_t>(130)] = std::nanf("");  // block 4
+  Q8Activations want, got;
+  quant_detail::quantize_activations_scalar(x.data(), static_cast<int64_t>(x.size()), want);
+  simd(x.data(), static_cast<int64_t>(x.size()), got);
+  EXPECT_EQ(got.blocks, want.blocks);
+  EXPECT_EQ(got.q, want.q);
+  EXPECT_EQ(got.sum16, want.sum16);
+  EXPECT_EQ(got.sum4, want.sum4);
+  ASSERT_EQ(got.d.size(), want.d.size());
+  EXPECT_EQ(std::memcmp(got.d.data(), want.d.data(), 4 * want.d.size()), 0);
+  EXPECT_EQ(std::memcmp(got.dsum16.data(), want.dsum16.data(), 4 * want.dsum16.size()), 0);
+  EXPECT_EQ(std::memcmp(got.dsum.data(), want.dsum.data(), 4 * want.dsum.size()), 0);
+  EXPECT_EQ(want.q[96 + 1], -16);  // -15.5 rounds to the even -16
+  EXPECT_EQ(want.q[96 + 2], -14);  // -14.5 to -14
+  EXPECT_EQ(want.q[130], 0);
+}
+
 // A batched decode step (2..kSmallBatch rows) gives every row bitwise what its product alone
 // gives, on every ISA: the same row sums over chunks of weight rows shared by the batch. F16 /
 // BF16 also run column counts with a tail after the last 16 (100, 17) and a row count that is
-// not a multiple of the 4-row tiles (301).
+// not a multiple of the 4-row tiles (301); 32-value block types a row of 10 blocks (the SIMD
+// kernels take 8 at a time, then the last 2), K types one and three super-blocks.
 TEST(QuantMatvec, BatchedDecodeRowsEqualTheirSingleRowProducts) {
   for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K,
                           TensorType::kBF16, TensorType::kQ5_1, TensorType::kF16})
-    for (int64_t cols : gguf::block_geometry(type)->elements == 1 ? std::vector<int64_t>{256, 100, 17}
-                                                                  : std::vector<int64_t>{256})
+    for (int64_t cols : gguf::block_geometry(type)->elements == 1
+                            ? std::vector<int64_t>{256, 100, 17}
+                            : std::vector<int64_t>{256, gguf::block_geometry(type)->elements == 32
+                                                            ? int64_t{320}
+                                                            : int64_t{768}})
       for (int threads : {1, 2})
         for (cpu::Isa isa : isas()) {
           cpu::set_global_threads(threads);
