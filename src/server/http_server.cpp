@@ -61,9 +61,32 @@ struct StreamState {
   bool include_usage = false;
   std::vector<text::Utf8Stream> utf8;      // per completion
   std::vector<bool> finished;         // a finish_reason chunk was sent
+  std::vector<ToolCallStream> tools;  // per completion, when answers are parsed for calls
   bool started = false, done = false;
   std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
 };
+
+// The SSE chunks for a completion's next text (and its end when `fin`): plain deltas, or with
+// tools, the content that cannot be a call yet and, at the end, the calls.
+std::string stream_text(StreamState& st, int32_t c, const std::string& text,
+                        std::optional<serve::Finish> fin) {
+  if (st.tools.empty()) {
+    if (text.empty() && !fin) return "";
+    return sse(chunk_json(st.meta, c, text, false, fin));
+  }
+  ToolCallStream& ts = st.tools[static_cast<size_t>(c)];
+  std::string out;
+  if (const std::string shown = ts.push(text); !shown.empty())
+    out += sse(chunk_json(st.meta, c, shown, false, std::nullopt));
+  if (!fin) return out;
+  const ChoiceOutput o = ts.finish();
+  if (o.calls.empty() && !o.content.empty())
+    out += sse(chunk_json(st.meta, c, o.content, false, std::nullopt));
+  for (size_t k = 0; k < o.calls.size(); ++k)
+    for (const json& j : tool_call_chunks(st.meta, c, static_cast<int32_t>(k), o.calls[k]))
+      out += sse(j);
+  return out + sse(chunk_json(st.meta, c, "", false, fin, !o.calls.empty()));
+}
 
 }  // namespace
 
@@ -119,9 +142,15 @@ std::optional<ApiError> HttpServer::Impl::encode(ApiRequest& r, std::vector<int3
     return std::nullopt;
   }
   if (!opt.chat_template) return bad_field("messages", opt.chat_template_problem);
+  const std::span<const std::string> tools =
+      r.tools.active() ? std::span<const std::string>(r.tools.json) : std::span<const std::string>();
   Result<text::RenderedChat> rendered = text::render_chat_spans(*opt.chat_template, r.messages, generation_prompt,
-                                                default_chat_tokens(*opt.chat_template));
+                                                default_chat_tokens(*opt.chat_template), tools);
   if (!rendered.ok()) return bad_field("messages", rendered.status().message());
+  if (generation_prompt) {
+    if (auto e = plan_tools(r, *opt.chat_template, *model.tokenizer)) return e;
+    rendered->text += r.forced_prefix;  // the model goes on from inside the call
+  }
   Result<std::vector<int32_t>> ids = model.tokenizer->encode(rendered->text, text::chat_prompt_options(rendered->content));
   if (!ids.ok()) return bad_field("messages", "'messages' cannot be tokenized: " + ids.status().message());
   prompt = std::move(*ids);
@@ -162,6 +191,11 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
   const int64_t id = next_id.fetch_add(1);
   ResponseMeta meta{str_cat((chat ? "chatcmpl-" : "cmpl-"), started, "-", id),
                     unix_now(), opt.model_name, chat};
+  if (chat && r.tools.active()) {
+    meta.tools = true;
+    meta.syntax = text::tool_syntax(*opt.chat_template);
+    meta.forced_prefix = r.forced_prefix;
+  }
   // `first` may already hold pieces and even the result: they are passed on, not dropped.
   if (!r.stream) return finish_whole(res, *ch, meta, std::move(first.result));
   start_stream(res, std::move(*ch), std::move(meta), n, r.include_usage, std::move(first));
@@ -201,8 +235,15 @@ void HttpServer::Impl::saved_prefix(const httplib::Request& req, httplib::Respon
 
 static std::string whole_body(const ResponseMeta& meta, const serve::RequestResult& r) {
   std::vector<std::string> texts;
-  for (const serve::Completion& c : r.completions) texts.push_back(text::utf8_sanitize(c.text));
-  return response_json(meta, r, texts).dump(-1, ' ', false, json::error_handler_t::replace);
+  std::vector<std::vector<ApiToolCall>> calls;
+  for (const serve::Completion& c : r.completions) {
+    texts.push_back(text::utf8_sanitize(c.text));
+    if (!meta.tools) continue;
+    ChoiceOutput o = tool_output(meta.syntax, meta.forced_prefix, texts.back());
+    texts.back() = std::move(o.content);
+    calls.push_back(std::move(o.calls));
+  }
+  return response_json(meta, r, texts, calls).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 // Unstreamed: the JSON once the result is in. While waiting, a space (JSON allows leading
@@ -254,6 +295,8 @@ void HttpServer::Impl::start_stream(httplib::Response& res, std::shared_ptr<Requ
   st->include_usage = include_usage;
   st->utf8.resize(static_cast<size_t>(n));
   st->finished.assign(static_cast<size_t>(n), false);
+  if (st->meta.tools)
+    st->tools.assign(static_cast<size_t>(n), ToolCallStream(st->meta.syntax, st->meta.forced_prefix));
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
@@ -285,8 +328,7 @@ void HttpServer::Impl::start_stream(httplib::Response& res, std::shared_ptr<Requ
             fin = p.finish;
             st->finished[c] = true;
           }
-          if (!text.empty() || fin)
-            out += sse(chunk_json(st->meta, p.completion, text, false, fin));
+          out += stream_text(*st, p.completion, text, fin);
         }
         if (news.result) {
           for (size_t c = 0; c < st->finished.size(); ++c) {
@@ -294,7 +336,7 @@ void HttpServer::Impl::start_stream(httplib::Response& res, std::shared_ptr<Requ
             const serve::Finish f = c < news.result->completions.size()
                                         ? news.result->completions[c].finish
                                         : serve::Finish::kCancelled;
-            out += sse(chunk_json(st->meta, static_cast<int32_t>(c), st->utf8[c].finish(), false, f));
+            out += stream_text(*st, static_cast<int32_t>(c), st->utf8[c].finish(), f);
             st->finished[c] = true;
           }
           if (st->include_usage) out += sse(usage_chunk_json(st->meta, *news.result));

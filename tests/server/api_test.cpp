@@ -114,9 +114,10 @@ TEST(ApiParse, NoFieldIsSilentlyIgnored) {
   EXPECT_EQ(expect_error(R"({"prompt":"a","echo":true})", false).message,
             "'echo' = true is not supported by this server (docs/server.md lists the request "
             "fields)");
-  // Message fields too: role and content are read, name is accepted and ignored.
+  // Message fields too: role and content are read, name is accepted and ignored, tool_calls
+  // belong to assistant messages and tool_call_id to tool messages.
   const ApiError tc = expect_error(R"({"messages":[{"role":"user","content":"x"},
-      {"role":"assistant","content":"y","tool_calls":[]}]})", true);
+      {"role":"user","content":"y","tool_calls":[]}]})", true);
   EXPECT_EQ(tc.param, "messages[1].tool_calls");
   EXPECT_EQ(tc.code, "unsupported_parameter");
   ApiRequest named;
