@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Tool calls through `kvcache serve` on a random llama with a 2048-token context
+# Tool calls through `kvcache serve` on a random llama with a 4096-token context
 # (scripts/make_arch_model.py; raw-byte ids; its text is noise, so only structure is checked),
-# for the ChatML (Qwen2.5), Mistral and generic (plain) families: tool_choice required and a
+# for the ChatML (Qwen2.5), Llama 3.1, Mistral and generic (plain) families: tool_choice required and a
 # named function give message.tool_calls whose arguments validate against the tool's schema
 # (python3-jsonschema), content null and finish_reason "tool_calls", for every completion of
 # a sampled n = 3; streamed, the delta.tool_calls chunks (index, then id/type/name first, then
@@ -14,7 +14,7 @@ src=$2
 . "$(dirname "$0")/lib.sh"
 $py -c 'import jsonschema, numpy' 2>/dev/null || { echo "SKIP: python3-jsonschema and python3-numpy are needed (scripts/setup.sh --tests)"; [ "${CI:-}" = true ] && exit 1; exit 77; }
 model="$tmp/tools.gguf"
-"$py" "$src/scripts/make_arch_model.py" --arch llama-rope-freqs --context 2048 --out "$model" > /dev/null
+"$py" "$src/scripts/make_arch_model.py" --arch llama-rope-freqs --context 4096 --out "$model" > /dev/null
 
 tools='[{"type":"function","function":{"name":"get_weather","description":"Weather in a city",
   "parameters":{"type":"object","properties":{"city":{"enum":["Oslo","Rome","Lima"]},
@@ -61,7 +61,7 @@ PY
 }
 msg='"messages":[{"role":"system","content":"Use the tools."},{"role":"user","content":"Weather in Rome?"}]'
 
-for family in chatml mistral plain; do
+for family in chatml llama3 mistral plain; do
   start_server "$family" --max-sessions 3 --chat-template "$family" "$model"
   expect 200 "{$msg,\"tools\":$tools,\"tool_choice\":\"required\",\"parallel_tool_calls\":false,
     \"n\":3,\"temperature\":1.0,\"seed\":5,\"max_tokens\":120}"
