@@ -110,6 +110,35 @@ std::string random_alnum(size_t n) {
   return s;
 }
 
+// The grammar of a tool set, choice and family: the same ones (the last 16) give the same
+// object, so the executor's matcher and its cached masks are shared by an agent's turns.
+Result<std::shared_ptr<const text::Grammar>> tool_grammar(text::ToolSyntax s,
+                                                          const ToolsRequest& t,
+                                                          bool forced) {
+  constexpr size_t kKept = 16;
+  static std::mutex mu;
+  static std::vector<std::pair<std::string, std::shared_ptr<const text::Grammar>>> kept;
+  const bool parallel = t.parallel && t.choice != ToolChoice::kNamed;
+  std::string key = str_cat(static_cast<int>(s), "|", static_cast<int>(t.choice), "|", t.named,
+                            "|", parallel, "|", forced);
+  for (const std::string& j : t.json) key += "\n" + j;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    for (const auto& [k, g] : kept)
+      if (k == key) return g;
+  }
+  std::vector<text::ToolGrammarSpec> specs;
+  for (const text::ToolGrammarSpec& spec : t.specs)
+    if (t.choice != ToolChoice::kNamed || spec.name == t.named) specs.push_back(spec);
+  Result<std::shared_ptr<const text::Grammar>> g =
+      text::tool_call_grammar(s, specs, parallel, /*with_marker=*/!forced);
+  if (!g.ok()) return g;
+  std::lock_guard<std::mutex> lk(mu);
+  kept.insert(kept.begin(), {std::move(key), *g});
+  if (kept.size() > kKept) kept.pop_back();
+  return g;
+}
+
 std::vector<ApiToolCall> with_ids(text::ToolSyntax s, std::vector<text::ParsedToolCall> calls) {
   std::vector<ApiToolCall> out;
   for (text::ParsedToolCall& c : calls)
@@ -167,13 +196,8 @@ std::optional<ApiError> plan_tools(ApiRequest& r, text::ChatTemplate t,
     return bad_field("response_format", "'response_format' asks for JSON and 'tools' for calls: "
                                         "use one, or tool_choice \"none\"");
   const text::ToolSyntax s = text::tool_syntax(t);
-  std::vector<text::ToolGrammarSpec> specs;
-  for (const text::ToolGrammarSpec& spec : r.tools.specs)
-    if (r.tools.choice != ToolChoice::kNamed || spec.name == r.tools.named) specs.push_back(spec);
   const bool forced = r.tools.choice != ToolChoice::kAuto;
-  const bool parallel = r.tools.parallel && r.tools.choice != ToolChoice::kNamed;
-  Result<std::shared_ptr<const text::Grammar>> g =
-      text::tool_call_grammar(s, specs, parallel, /*with_marker=*/!forced);
+  Result<std::shared_ptr<const text::Grammar>> g = tool_grammar(s, r.tools, forced);
   if (!g.ok()) return bad_field("tools", g.status().message());
   r.params.grammar = std::move(*g);
   if (forced) {

@@ -119,9 +119,14 @@ TEST(ApiTools, PlanSetsTheFamilysGrammarAndRefusesResponseFormatToo) {
   EXPECT_NE(r.params.grammar, nullptr);
   EXPECT_EQ(r.params.grammar_trigger, "<tool_call>");
   EXPECT_TRUE(r.forced_prefix.empty());
+  const std::shared_ptr<const text::Grammar> first = r.params.grammar;
+  ASSERT_FALSE(parse_request(chat_body(kTools), true, kLimits, r));
+  ASSERT_FALSE(plan_tools(r, text::ChatTemplate::kChatml, bytes));
+  EXPECT_EQ(r.params.grammar, first);  // the same tools again: the same grammar (warm masks)
   ASSERT_FALSE(parse_request(chat_body(std::string(kTools) + R"(,"tool_choice":"required")"), true,
                              kLimits, r));
   ASSERT_FALSE(plan_tools(r, text::ChatTemplate::kMistral, bytes));
+  EXPECT_NE(r.params.grammar, first);
   EXPECT_EQ(r.forced_prefix, "[TOOL_CALLS]");
   EXPECT_TRUE(r.params.grammar_trigger.empty());
   text::GrammarMatcher m(r.params.grammar);

@@ -99,7 +99,9 @@ std::optional<ApiError> parse_tools(const nlohmann::ordered_json& body, ToolsReq
 // family's marker, for auto; from the first token, after r.forced_prefix, for required and
 // named) into r.params, and r.forced_prefix. The marker's token when it is one control token
 // that prints nothing (Mistral's [TOOL_CALLS]) becomes a trigger token. 400 naming
-// response_format when it asks for JSON too (one grammar per completion).
+// response_format when it asks for JSON too (one grammar per completion). The same tools,
+// choice and family (one of the last 16) give the same grammar object, so requests share its
+// matcher and masks.
 std::optional<ApiError> plan_tools(ApiRequest& r, text::ChatTemplate t,
                                    const text::Tokenizer& tokenizer);
 
