@@ -32,7 +32,7 @@ CONFIGS = {
 }
 
 
-def build(name, seed, arch=None, rope_scaling=None, f16=False):
+def build(name, seed, arch=None, rope_scaling=None, f16=False, context=256):
     """arch / rope_scaling override general.architecture (keys follow it) and write
     rope.scaling.type: files the engine must refuse by name. f16: matrices stored as F16."""
     c = dict(CONFIGS[name])
@@ -46,7 +46,7 @@ def build(name, seed, arch=None, rope_scaling=None, f16=False):
     w.add_string("general.architecture", c["arch"])
     w.add_string("general.name", f"random {name}")
     w.add_uint32(a + "block_count", c["layers"])
-    w.add_uint32(a + "context_length", 256)
+    w.add_uint32(a + "context_length", context)
     w.add_uint32(a + "embedding_length", c["d"])
     w.add_uint32(a + "feed_forward_length", c["ff"])
     w.add_uint32(a + "attention.head_count", c["heads"])
@@ -115,8 +115,10 @@ def main():
     ap.add_argument("--set-arch", help="write this general.architecture instead (refusal tests)")
     ap.add_argument("--rope-scaling", help="write this rope.scaling.type (refusal tests)")
     ap.add_argument("--f16", action="store_true", help="store the matrices as F16")
+    ap.add_argument("--context", type=int, default=256, help="context_length (tool prompts)")
     args = ap.parse_args()
-    build(args.arch, args.seed, args.set_arch, args.rope_scaling, args.f16).write(args.out)
+    build(args.arch, args.seed, args.set_arch, args.rope_scaling, args.f16,
+          args.context).write(args.out)
     print(f"wrote {args.out} ({args.arch})")
 
 

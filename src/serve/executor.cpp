@@ -145,6 +145,12 @@ Status Executor::check_request(std::span<const int32_t> prompt, const GeneratePa
   if (p.grammar && tokenizer_ == nullptr)
     return invalid_argument("request: a grammar needs the executor's tokenizer (token bytes)");
   if (p.grammar) KVCACHE_RETURN_IF_ERROR_CTX(p.grammar->check(), "request: grammar");
+  if (!p.grammar_trigger.empty() && !p.grammar)
+    return invalid_argument("request: grammar_trigger without a grammar");
+  for (int32_t id : p.grammar_trigger_tokens)
+    if (id < 0 || id >= vocab)
+      return invalid_argument(str_cat("request: grammar_trigger_tokens holds ", id,
+                                      ", expected a token id in [0, ", vocab, ")"));
   const int64_t need = static_cast<int64_t>(prompt.size()) + p.max_new_tokens;
   if (need > max_session_tokens_)
     return invalid_argument(str_cat("request: prompt (", static_cast<int64_t>(prompt.size()),
@@ -208,7 +214,7 @@ Executor::Session& Executor::new_session(Request& r, int32_t completion,
   s->completion = completion;
   s->prompt_len = static_cast<int64_t>(tokens.size());
   s->tokens = std::move(tokens);
-  if (r.masker) s->grammar.emplace(r.masker);
+  if (r.masker && r.params.grammar_trigger.empty()) s->grammar.emplace(r.masker);
   Session& ref = *s;
   r.sessions.push_back(ref.id);
   sessions_.emplace(ref.id, std::move(s));

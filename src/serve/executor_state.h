@@ -27,6 +27,8 @@ struct Executor::Session {
   int32_t forks_pending = 0;     // completion 0 of an n > 1 request before its first sample
   engine::Sampler sampler;
   std::optional<text::GrammarCursor> grammar;  // with GenerateParams::grammar: its place
+  bool trigger_off = false;      // a lazy grammar whose trigger can no longer appear
+  size_t trigger_scan = 0;       // text before this offset was searched for the trigger
   std::unordered_map<int32_t, int32_t> counts;   // generated token -> times (for penalties)
   std::vector<float> adjusted;                   // logits after bias and penalties
   engine::TokenLogprob drawn_logprob;            // of the token draw_one last drew

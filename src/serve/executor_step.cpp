@@ -239,6 +239,34 @@ void Executor::fork_children(Session& parent, std::span<const float> logits) {
   }
 }
 
+// A lazy grammar's trigger (GenerateParams::grammar_trigger): looks for it in the completion's
+// text after token `tok` and, once there, starts the grammar from the text that follows it.
+void Executor::switch_grammar_on(Session& s, int32_t tok) {
+  Request& r = *requests_.at(s.request);
+  const GenerateParams& p = r.params;
+  std::string& text = r.result.completions[static_cast<size_t>(s.completion)].text;
+  const std::string& trigger = p.grammar_trigger;
+  const auto& marks = p.grammar_trigger_tokens;
+  if (std::find(marks.begin(), marks.end(), tok) != marks.end()) text += trigger;
+  size_t at = std::string::npos;
+  if (p.grammar_trigger_at_start) {
+    if (text.compare(0, trigger.size(), trigger) == 0) at = 0;
+    else if (text.size() >= trigger.size() || trigger.compare(0, text.size(), text) != 0)
+      s.trigger_off = true;  // the text no longer starts as the trigger does
+  } else {
+    at = text.find(trigger, std::min(s.trigger_scan, text.size()));
+    s.trigger_scan = text.size() >= trigger.size() ? text.size() - trigger.size() + 1 : 0;
+  }
+  if (at == std::string::npos) return;
+  text::GrammarMatcher& m = r.masker->matcher();
+  const text::GrammarState st = m.advance(m.start(), std::string_view(text).substr(at));
+  if (st == text::kDeadState) {
+    s.trigger_off = true;  // the token ran past the trigger into what no document has
+    return;
+  }
+  s.grammar.emplace(r.masker, st);
+}
+
 void Executor::sample(Session& s, std::span<const float> logits, int32_t drawn) {
   Request& r = *requests_.at(s.request);
   const GenerateParams& p = r.params;
@@ -280,6 +308,7 @@ void Executor::sample(Session& s, std::span<const float> logits, int32_t drawn) 
       why = Finish::kStop;
     }
   }
+  if (why == Finish::kNone && !s.grammar && r.masker && !s.trigger_off) switch_grammar_on(s, tok);
   if (why == Finish::kNone && s.grammar && s.grammar->finished()) why = Finish::kStop;
   if (why == Finish::kNone && s.generated() >= p.max_new_tokens) why = Finish::kLength;
   // Stream what can no longer turn into a stop string; everything once finished.

@@ -63,6 +63,33 @@ std::optional<ApiError> parse_content(const json& c, const std::string& at, std:
   return bad_field(at, "'" + at + "' is " + type_name(c) + ", expected a string");
 }
 
+// An assistant's tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}];
+// arguments is a JSON string (an object is taken too). [] is no calls.
+std::optional<ApiError> parse_tool_calls(const json& v, const std::string& at,
+                                         std::vector<text::ToolCall>& out) {
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_array()) return bad_field(at, "'" + at + "' must be a list of tool calls");
+  for (size_t k = 0; k < v.size(); ++k) {
+    const json& c = v[k];
+    const std::string cat = str_cat(at, "[", k, "]");
+    const json* f = c.is_object() && c.contains("function") ? &c["function"] : nullptr;
+    if (f == nullptr || !f->is_object() || !c.contains("id") || !c["id"].is_string() ||
+        c.value("type", "function") != "function" || !f->contains("name") ||
+        !(*f)["name"].is_string())
+      return bad_field(cat, "'" + cat + "' must be {\"id\", \"type\": \"function\", "
+                                        "\"function\": {\"name\", \"arguments\"}}");
+    text::ToolCall call{c["id"].get<std::string>(), (*f)["name"].get<std::string>(), "{}"};
+    auto args = f->find("arguments");
+    if (args != f->end() && args->is_string()) call.arguments = args->get<std::string>();
+    else if (args != f->end() && args->is_object()) call.arguments = args->dump();
+    else if (args != f->end() && !args->is_null())
+      return bad_field(cat + ".function.arguments",
+                       "'" + cat + ".function.arguments' must be a JSON string");
+    out.push_back(std::move(call));
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> parse_messages(const json& obj, ApiRequest& r) {
   auto it = obj.find("messages");
   if (it == obj.end()) return bad_field("messages", "'messages' is required");
@@ -74,23 +101,37 @@ std::optional<ApiError> parse_messages(const json& obj, ApiRequest& r) {
     const json& m = (*it)[i];
     const std::string at = str_cat("messages[", i, "]");
     if (!m.is_object()) return bad_field(at, "'" + at + "' is " + type_name(m) + ", expected an object");
-    for (const auto& [key, v] : m.items())
-      if (key != "role" && key != "content" && key != "name")  // name: accepted, ignored
-        return ApiError{400, "'" + at + "." + key + "' is not supported by this server",
-                        "invalid_request_error", at + "." + key, "unsupported_parameter"};
     auto role = m.find("role");
     if (role == m.end() || !role->is_string())
       return bad_field(at + ".role", "'" + at + ".role' is required and must be a string");
     text::ChatMessage msg;
     msg.role = role->get<std::string>();
     if (msg.role == "developer") msg.role = "system";  // the newer name of the system role
-    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant")
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool")
       return bad_field(at + ".role", "'" + at + ".role' = \"" + msg.role +
-                                         "\", expected system, user or assistant");
+                                         "\", expected system, user, assistant or tool");
+    for (const auto& [key, v] : m.items())
+      if (key != "role" && key != "content" && key != "name" &&  // name: accepted, ignored
+          !(key == "tool_calls" && msg.role == "assistant") &&
+          !(key == "tool_call_id" && msg.role == "tool"))
+        return ApiError{400, "'" + at + "." + key + "' is not supported by this server",
+                        "invalid_request_error", at + "." + key, "unsupported_parameter"};
+    if (auto tc = m.find("tool_calls"); tc != m.end())
+      if (auto e = parse_tool_calls(*tc, at + ".tool_calls", msg.tool_calls)) return e;
+    if (msg.role == "tool") {
+      auto id = m.find("tool_call_id");
+      if (id == m.end() || !id->is_string())
+        return bad_field(at + ".tool_call_id", "'" + at + ".tool_call_id' is required: the id "
+                                                          "of the call this result answers");
+      msg.tool_call_id = id->get<std::string>();
+    }
     auto content = m.find("content");
-    if (content == m.end() || content->is_null())
-      return bad_field(at + ".content", "'" + at + ".content' is required");
-    if (auto e = parse_content(*content, at + ".content", msg.content)) return e;
+    if (content == m.end() || content->is_null()) {
+      if (msg.tool_calls.empty())
+        return bad_field(at + ".content", "'" + at + ".content' is required");
+    } else if (auto e = parse_content(*content, at + ".content", msg.content)) {
+      return e;
+    }
     r.messages.push_back(std::move(msg));
   }
   return std::nullopt;
@@ -116,7 +157,9 @@ std::optional<ApiError> check_fields(const json& obj, bool chat,
       {"best_of", 1},       {"tools", json::array()},   {"tool_choice", "none"},
       {"store", false},     {"suffix", ""},             {"parallel_tool_calls", true}};
   for (const auto& [key, value] : obj.items()) {
-    if (kActed.count(key) != 0 || (chat ? key == "messages" || key == "max_completion_tokens"
+    if (kActed.count(key) != 0 || (chat ? key == "messages" || key == "max_completion_tokens" ||
+                                              key == "tools" || key == "tool_choice" ||
+                                              key == "parallel_tool_calls"
                                         : key == "prompt"))
       continue;
     if (std::find(also.begin(), also.end(), key) != also.end()) continue;
@@ -303,9 +346,18 @@ std::optional<ApiError> parse_request(std::string_view body, bool chat, const Ap
   if (auto e = parse_sampling(obj, lim, r)) return e;
   if (auto e = parse_logprobs(obj, r)) return e;
   auto rf = obj.find("response_format");
-  if (rf == obj.end() || rf->is_null()) return std::nullopt;
-  // Again in the order the client wrote it: a schema's properties are generated in order.
+  const bool tools = chat && (obj.contains("tools") || obj.contains("tool_choice") ||
+                              obj.contains("parallel_tool_calls"));
+  if ((rf == obj.end() || rf->is_null()) && !tools) return std::nullopt;
+  // Again in the order the client wrote it: a schema's properties are generated in order, and
+  // a tool's keys are rendered in order.
   const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body, nullptr, false);
+  if (tools) {
+    if (auto e = parse_tools(ordered, r.tools)) return e;
+    if (r.tools.active() && r.params.logprobs >= 0)  // a call's tokens are not streamed as text
+      return unsupported("logprobs", "together with tools is not supported by this server");
+  }
+  if (rf == obj.end() || rf->is_null()) return std::nullopt;
   return parse_response_format(ordered.at("response_format"), r.params);
 }
 
@@ -395,16 +447,28 @@ json logprobs_json(const ResponseMeta& m, std::span<const engine::TokenLogprob> 
 }
 
 json response_json(const ResponseMeta& m, const serve::RequestResult& r,
-                   const std::vector<std::string>& texts) {
+                   const std::vector<std::string>& texts,
+                   const std::vector<std::vector<ApiToolCall>>& calls) {
   json choices = json::array();
   for (size_t i = 0; i < r.completions.size(); ++i) {
+    const bool with_calls = i < calls.size() && !calls[i].empty();
     json c{{"index", i},
            {"logprobs", m.logprobs ? logprobs_json(m, r.completions[i].logprobs) : json(nullptr)},
-           {"finish_reason", finish_reason(r.completions[i].finish)}};
-    if (m.chat)
+           {"finish_reason",
+            with_calls ? "tool_calls" : finish_reason(r.completions[i].finish)}};
+    if (m.chat) {
       c["message"] = {{"role", "assistant"}, {"content", texts.at(i)}};
-    else
+      if (with_calls) {
+        if (texts.at(i).empty()) c["message"]["content"] = nullptr;
+        json tc = json::array();
+        for (const ApiToolCall& call : calls[i])
+          tc.push_back({{"id", call.id}, {"type", "function"},
+                        {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+        c["message"]["tool_calls"] = std::move(tc);
+      }
+    } else {
       c["text"] = texts.at(i);
+    }
     choices.push_back(std::move(c));
   }
   return json{{"id", m.id},
@@ -416,11 +480,13 @@ json response_json(const ResponseMeta& m, const serve::RequestResult& r,
 }
 
 json chunk_json(const ResponseMeta& m, int32_t index, std::string_view text, bool first,
-                std::optional<serve::Finish> finish, std::span<const engine::TokenLogprob> lps,
-                int64_t offset) {
+                std::optional<serve::Finish> finish, bool tool_calls,
+                std::span<const engine::TokenLogprob> lps, int64_t offset) {
   json c{{"index", index},
          {"logprobs", m.logprobs && !first ? logprobs_json(m, lps, offset) : json(nullptr)},
-         {"finish_reason", finish ? json(finish_reason(*finish)) : json(nullptr)}};
+         {"finish_reason", !finish     ? json(nullptr)
+                           : tool_calls ? json("tool_calls")
+                                        : json(finish_reason(*finish))}};
   if (m.chat) {
     json delta = json::object();
     if (first) delta["role"] = "assistant";

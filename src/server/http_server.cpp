@@ -70,9 +70,43 @@ struct StreamState {
   std::vector<bool> finished;         // a finish_reason chunk was sent
   std::vector<int64_t> bytes_out;     // per completion: token bytes so far (text_offset)
   int64_t prompt_tokens = 0;          // for the Anthropic message_start
+  std::vector<ToolCallStream> tools;  // per completion, when answers are parsed for calls
   bool started = false, done = false;
   std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
 };
+
+// The events for a completion's next text (and its end when `fin`): Anthropic text deltas;
+// plain OpenAI deltas (with the tokens' logprobs); or with tools, the content that cannot be a
+// call yet and, at the end, the calls.
+std::string stream_text(StreamState& st, int32_t c, const std::string& text,
+                        std::optional<serve::Finish> fin,
+                        std::span<const engine::TokenLogprob> lps = {}) {
+  if (st.meta.anthropic) {
+    std::string out = text.empty() ? "" : event(text_delta_json(text));
+    if (fin) out += event(json{{"type", "content_block_stop"}, {"index", 0}});
+    return out;
+  }
+  if (st.tools.empty()) {
+    if (text.empty() && !fin && lps.empty()) return "";
+    const size_t i = static_cast<size_t>(c);
+    std::string out = sse(chunk_json(st.meta, c, text, false, fin, false, lps, st.bytes_out[i]));
+    if (!lps.empty())  // completions' text_offset runs on over the whole completion
+      st.bytes_out[i] += static_cast<int64_t>(st.meta.token_bytes(lps[0].token).size());
+    return out;
+  }
+  ToolCallStream& ts = st.tools[static_cast<size_t>(c)];
+  std::string out;
+  if (const std::string shown = ts.push(text); !shown.empty())
+    out += sse(chunk_json(st.meta, c, shown, false, std::nullopt));
+  if (!fin) return out;
+  const ChoiceOutput o = ts.finish();
+  if (o.calls.empty() && !o.content.empty())
+    out += sse(chunk_json(st.meta, c, o.content, false, std::nullopt));
+  for (size_t k = 0; k < o.calls.size(); ++k)
+    for (const json& j : tool_call_chunks(st.meta, c, static_cast<int32_t>(k), o.calls[k]))
+      out += sse(j);
+  return out + sse(chunk_json(st.meta, c, "", false, fin, !o.calls.empty()));
+}
 
 }  // namespace
 
@@ -139,9 +173,15 @@ std::optional<ApiError> HttpServer::Impl::encode(ApiRequest& r, std::vector<int3
     return std::nullopt;
   }
   if (!opt.chat_template) return bad_field("messages", opt.chat_template_problem);
+  const std::span<const std::string> tools =
+      r.tools.active() ? std::span<const std::string>(r.tools.json) : std::span<const std::string>();
   Result<text::RenderedChat> rendered = text::render_chat_spans(*opt.chat_template, r.messages, generation_prompt,
-                                                default_chat_tokens(*opt.chat_template));
+                                                default_chat_tokens(*opt.chat_template), tools);
   if (!rendered.ok()) return bad_field("messages", rendered.status().message());
+  if (generation_prompt) {
+    if (auto e = plan_tools(r, *opt.chat_template, *model.tokenizer)) return e;
+    rendered->text += r.forced_prefix;  // the model goes on from inside the call
+  }
   Result<std::vector<int32_t>> ids = model.tokenizer->encode(rendered->text, text::chat_prompt_options(rendered->content));
   if (!ids.ok()) return bad_field("messages", "'messages' cannot be tokenized: " + ids.status().message());
   prompt = std::move(*ids);
@@ -199,6 +239,11 @@ void HttpServer::Impl::generate(const http::Request& req, http::Response& res, b
   if (r.params.logprobs >= 0) {
     meta.logprobs = true;
     meta.token_bytes = [tok = model.tokenizer](int32_t t) { return tok->decode_one(t); };
+  }
+  if (chat && r.tools.active()) {
+    meta.tools = true;
+    meta.syntax = text::tool_syntax(*opt.chat_template);
+    meta.forced_prefix = r.forced_prefix;
   }
   // `first` may already hold pieces and even the result: they are passed on, not dropped.
   if (!r.stream) return finish_whole(res, a->channel, meta, std::move(a->first.result));
@@ -270,10 +315,17 @@ void HttpServer::Impl::saved_prefix(const http::Request& req, http::Response& re
 
 static std::string whole_body(const ResponseMeta& meta, const serve::RequestResult& r) {
   std::vector<std::string> texts;
-  for (const serve::Completion& c : r.completions) texts.push_back(text::utf8_sanitize(c.text));
+  std::vector<std::vector<ApiToolCall>> calls;
+  for (const serve::Completion& c : r.completions) {
+    texts.push_back(text::utf8_sanitize(c.text));
+    if (!meta.tools) continue;
+    ChoiceOutput o = tool_output(meta.syntax, meta.forced_prefix, texts.back());
+    texts.back() = std::move(o.content);
+    calls.push_back(std::move(o.calls));
+  }
   if (meta.anthropic)
     return message_json(meta, r, texts.at(0)).dump(-1, ' ', false, json::error_handler_t::replace);
-  return response_json(meta, r, texts).dump(-1, ' ', false, json::error_handler_t::replace);
+  return response_json(meta, r, texts, calls).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 // Unstreamed: the JSON once the result is in. While waiting, a space (JSON allows leading
@@ -332,20 +384,6 @@ std::string stream_open(const StreamState& st) {
   return out;
 }
 
-std::string stream_text(StreamState& st, int32_t c, const std::string& text,
-                        std::optional<serve::Finish> fin, std::span<const engine::TokenLogprob> lps) {
-  if (st.meta.anthropic) {
-    std::string out = text.empty() ? "" : event(text_delta_json(text));
-    if (fin) out += event(json{{"type", "content_block_stop"}, {"index", 0}});
-    return out;
-  }
-  if (text.empty() && !fin && lps.empty()) return "";
-  std::string out = sse(chunk_json(st.meta, c, text, false, fin, lps, st.bytes_out[c]));
-  if (!lps.empty())  // completions' text_offset runs on over the whole completion
-    st.bytes_out[c] += static_cast<int64_t>(st.meta.token_bytes(lps[0].token).size());
-  return out;
-}
-
 std::string stream_close(const StreamState& st, const serve::RequestResult& r) {
   if (st.meta.anthropic)
     return event(message_delta_json(r)) + event(json{{"type", "message_stop"}});
@@ -368,6 +406,8 @@ void HttpServer::Impl::start_stream(http::Response& res, std::shared_ptr<Request
   st->utf8.resize(static_cast<size_t>(n));
   st->finished.assign(static_cast<size_t>(n), false);
   st->bytes_out.assign(static_cast<size_t>(n), 0);
+  if (st->meta.tools)
+    st->tools.assign(static_cast<size_t>(n), ToolCallStream(st->meta.syntax, st->meta.forced_prefix));
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/str_cat.h"
+#include "text/chat_writer.h"
 
 namespace kvcache::text {
 namespace {
@@ -17,29 +18,16 @@ constexpr std::array<std::pair<ChatTemplate, std::string_view>, 6> kNames = {{
     {ChatTemplate::kPhi3, "phi3"},
 }};
 
-// Jinja's trim: Python str.strip() (ASCII whitespace here; other Unicode spaces are kept).
-std::string_view trim(std::string_view s) {
-  constexpr std::string_view kSpace = " \t\n\r\v\f";
-  const size_t b = s.find_first_not_of(kSpace);
-  if (b == std::string_view::npos) return {};
-  return s.substr(b, s.find_last_not_of(kSpace) - b + 1);
-}
-
-Status bad(std::string what) { return invalid_argument("messages" + std::move(what)); }
-
-// "[i]".
-std::string at(size_t i) { return str_cat("[", i, "]"); }
-
 // Checks the roles every template shares: known roles, system only first.
 Status check_roles(std::span<const ChatMessage> m) {
-  if (m.empty()) return bad(": expected at least one message");
+  if (m.empty()) return chat_bad(": expected at least one message");
   for (size_t i = 0; i < m.size(); ++i) {
     const std::string& r = m[i].role;
-    if (r != "system" && r != "user" && r != "assistant")
-      return bad(at(i) + ".role = \"" + r +
-                 "\", expected system, user or assistant");
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool")
+      return chat_bad(chat_at(i) + ".role = \"" + r +
+                      "\", expected system, user, assistant or tool");
     if (r == "system" && i != 0)
-      return bad(at(i) + " is a system message; only the first may be");
+      return chat_bad(chat_at(i) + " is a system message; only the first may be");
   }
   return ok_status();
 }
@@ -49,76 +37,21 @@ Status check_alternating(std::span<const ChatMessage> m, size_t from) {
   for (size_t i = from; i < m.size(); ++i) {
     const bool want_user = (i - from) % 2 == 0;
     if ((m[i].role == "user") != want_user)
-      return bad(at(i) + ".role = \"" + m[i].role +
-                 "\"; this template needs user and assistant turns to alternate");
+      return chat_bad(chat_at(i) + ".role = \"" + m[i].role +
+                      "\"; this template needs user and assistant turns to alternate");
   }
   return ok_status();
 }
 
-// Appends template text and message content, remembering where content went.
-struct Writer {
-  RenderedChat r;
-  Writer& raw(std::string_view s) {
-    r.text += s;
-    return *this;
-  }
-  Writer& content(std::string_view s) {
-    if (!s.empty()) r.content.emplace_back(r.text.size(), r.text.size() + s.size());
-    r.text += s;
-    return *this;
-  }
-};
-
-void render_chatml(Writer& w, std::span<const ChatMessage> m, bool gen) {
-  if (m[0].role != "system")
-    w.raw("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
-          "assistant.<|im_end|>\n");
-  for (const ChatMessage& msg : m)
-    w.raw("<|im_start|>").raw(msg.role).raw("\n").content(msg.content).raw("<|im_end|>\n");
-  if (gen) w.raw("<|im_start|>assistant\n");
-}
-
-void render_llama3(Writer& w, std::span<const ChatMessage> m, bool gen, const ChatTokens& t) {
-  size_t first = 0;
-  std::string_view system;
-  if (m[0].role == "system") {
-    system = trim(m[0].content);
-    first = 1;
-  }
-  w.raw(t.bos).raw("<|start_header_id|>system<|end_header_id|>\n\n"
-                   "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n");
-  w.content(system).raw("<|eot_id|>");
-  for (size_t i = first; i < m.size(); ++i)
-    w.raw("<|start_header_id|>").raw(m[i].role).raw("<|end_header_id|>\n\n")
-        .content(trim(m[i].content)).raw("<|eot_id|>");
-  if (gen) w.raw("<|start_header_id|>assistant<|end_header_id|>\n\n");
-}
-
-void render_gemma(Writer& w, std::span<const ChatMessage> m, bool gen, const ChatTokens& t) {
+void render_gemma(ChatWriter& w, std::span<const ChatMessage> m, bool gen, const ChatTokens& t) {
   w.raw(t.bos);
   for (const ChatMessage& msg : m)
     w.raw("<start_of_turn>").raw(msg.role == "assistant" ? "model" : msg.role).raw("\n")
-        .content(trim(msg.content)).raw("<end_of_turn>\n");
+        .content(chat_trim(msg.content)).raw("<end_of_turn>\n");
   if (gen) w.raw("<start_of_turn>model\n");
 }
 
-// The system message goes into the last message when that is a user turn (else it is
-// dropped, as the model's template does); there is no generation prompt.
-void render_mistral(Writer& w, std::span<const ChatMessage> m, const ChatTokens& t) {
-  const bool has_system = m[0].role == "system";
-  w.raw(t.bos);
-  for (size_t i = has_system ? 1 : 0; i < m.size(); ++i) {
-    if (m[i].role == "user") {
-      w.raw("[INST]");
-      if (has_system && i + 1 == m.size()) w.content(m[0].content).raw("\n\n");
-      w.content(m[i].content).raw("[/INST]");
-    } else {
-      w.content(m[i].content).raw(t.eos);
-    }
-  }
-}
-
-void render_phi3(Writer& w, std::span<const ChatMessage> m, bool gen, const ChatTokens& t) {
+void render_phi3(ChatWriter& w, std::span<const ChatMessage> m, bool gen, const ChatTokens& t) {
   for (const ChatMessage& msg : m) {
     if (msg.role == "system" && msg.content.empty()) continue;
     w.raw("<|").raw(msg.role).raw("|>\n").content(msg.content).raw("<|end|>\n");
@@ -127,7 +60,7 @@ void render_phi3(Writer& w, std::span<const ChatMessage> m, bool gen, const Chat
 }
 
 // No template: one "role: content" line per message, then "assistant: " to generate.
-void render_plain(Writer& w, std::span<const ChatMessage> m, bool gen) {
+void render_plain(ChatWriter& w, std::span<const ChatMessage> m, bool gen) {
   for (const ChatMessage& msg : m) w.raw(msg.role).raw(": ").content(msg.content).raw("\n");
   if (gen) w.raw("assistant: ");  // so a reply continues the line as its message renders
 }
@@ -193,30 +126,45 @@ ChatTokens default_chat_tokens(ChatTemplate t) {
 }
 
 Result<RenderedChat> render_chat_spans(ChatTemplate t, std::span<const ChatMessage> m, bool gen,
-                                       const ChatTokens& tokens) {
+                                       const ChatTokens& tokens,
+                                       std::span<const std::string> tools) {
   KVCACHE_RETURN_IF_ERROR(check_roles(m));
-  Writer w;
+  ChatWriter w;
   switch (t) {
-    case ChatTemplate::kChatml: render_chatml(w, m, gen); break;
-    case ChatTemplate::kLlama3: render_llama3(w, m, gen, tokens); break;
-    case ChatTemplate::kGemma:
-      if (m[0].role == "system") return bad("[0]: this model's template has no system role");
-      KVCACHE_RETURN_IF_ERROR(check_alternating(m, 0));
-      render_gemma(w, m, gen, tokens);
+    case ChatTemplate::kChatml: KVCACHE_RETURN_IF_ERROR(render_chatml(w, m, gen, tools)); break;
+    case ChatTemplate::kLlama3:
+      KVCACHE_RETURN_IF_ERROR(render_llama3(w, m, gen, tokens, tools));
       break;
     case ChatTemplate::kMistral:
-      KVCACHE_RETURN_IF_ERROR(check_alternating(m, m[0].role == "system" ? 1 : 0));
-      render_mistral(w, m, tokens);
+      KVCACHE_RETURN_IF_ERROR(render_mistral(w, m, tokens, tools));
       break;
-    case ChatTemplate::kPhi3: render_phi3(w, m, gen, tokens); break;
-    case ChatTemplate::kPlain: render_plain(w, m, gen); break;
+    case ChatTemplate::kGemma:
+    case ChatTemplate::kPhi3:
+    case ChatTemplate::kPlain: {
+      // No tool syntax in these templates: the generic form, then the family's turns.
+      Result<std::vector<ChatMessage>> folded =
+          fold_tools_generic(m, tools, t != ChatTemplate::kGemma);
+      if (!folded.ok()) return folded.status();
+      const std::span<const ChatMessage> f = *folded;
+      if (t == ChatTemplate::kGemma) {
+        if (f[0].role == "system")
+          return chat_bad("[0]: this model's template has no system role");
+        KVCACHE_RETURN_IF_ERROR(check_alternating(f, 0));
+        render_gemma(w, f, gen, tokens);
+      } else if (t == ChatTemplate::kPhi3) {
+        render_phi3(w, f, gen, tokens);
+      } else {
+        render_plain(w, f, gen);
+      }
+      break;
+    }
   }
   return std::move(w.r);
 }
 
 Result<std::string> render_chat(ChatTemplate t, std::span<const ChatMessage> m, bool gen,
-                                const ChatTokens& tokens) {
-  Result<RenderedChat> r = render_chat_spans(t, m, gen, tokens);
+                                const ChatTokens& tokens, std::span<const std::string> tools) {
+  Result<RenderedChat> r = render_chat_spans(t, m, gen, tokens, tools);
   if (!r.ok()) return r.status();
   return std::move(r->text);
 }

@@ -126,6 +126,9 @@ int64_t TokenMasker::cached_masks() const {
 GrammarCursor::GrammarCursor(std::shared_ptr<TokenMasker> masker)
     : masker_(std::move(masker)), states_{masker_->matcher().start()} {}
 
+GrammarCursor::GrammarCursor(std::shared_ptr<TokenMasker> masker, GrammarState start)
+    : masker_(std::move(masker)), states_{start} {}
+
 bool GrammarCursor::accept(int32_t id) {
   const GrammarState next = masker_->advance(state(), id);
   if (next == kDeadState) return false;

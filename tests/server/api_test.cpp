@@ -116,9 +116,10 @@ TEST(ApiParse, NoFieldIsSilentlyIgnored) {
   EXPECT_EQ(expect_error(R"({"prompt":"a","echo":true})", false).message,
             "'echo' = true is not supported by this server (docs/server.md lists the request "
             "fields)");
-  // Message fields too: role and content are read, name is accepted and ignored.
+  // Message fields too: role and content are read, name is accepted and ignored, tool_calls
+  // belong to assistant messages and tool_call_id to tool messages.
   const ApiError tc = expect_error(R"({"messages":[{"role":"user","content":"x"},
-      {"role":"assistant","content":"y","tool_calls":[]}]})", true);
+      {"role":"user","content":"y","tool_calls":[]}]})", true);
   EXPECT_EQ(tc.param, "messages[1].tool_calls");
   EXPECT_EQ(tc.code, "unsupported_parameter");
   ApiRequest named;
@@ -189,7 +190,7 @@ TEST(ApiResponse, LogprobsTakeTheOpenAiShapes) {
             R"("tokens":["A","\n"],"top_logprobs":[{"A":-0.5,"B":-1.25},{}]})");
   // Without logprobs asked for, a chunk's logprobs is null; with them, the chunk's tokens.
   m.chat = true;
-  EXPECT_TRUE(chunk_json(m, 0, "A", false, std::nullopt, std::span(lps).first(1))["choices"][0]
+  EXPECT_TRUE(chunk_json(m, 0, "A", false, std::nullopt, false, std::span(lps).first(1))["choices"][0]
                   ["logprobs"]["content"].size() == 1);
   m.logprobs = false;
   EXPECT_TRUE(chunk_json(m, 0, "A", false, std::nullopt)["choices"][0]["logprobs"].is_null());

@@ -2,14 +2,77 @@
 // (role first, content deltas, one finish_reason, the usage chunk), the same answer unstreamed,
 // a text completion with usage, logprobs (chat, streamed chat, completions), a json_schema response_format (n = 2, each answer parsed and
 // checked), and the client's typed errors for 400 (max_tokens, an unsupported schema keyword,
-// tools) and 401.
-// Usage: node openai_client_test.cjs NPM_DIR BASE_URL API_KEY
+// tool_choice) and 401. On TOOLS_URL (a random llama served with ChatML: its text is noise):
+// tools with tool_choice required, named and auto, and streamed tool calls (the client's
+// accumulated deltas), each call's arguments validated by ajv against the tool's parameters.
+// Usage: node openai_client_test.cjs NPM_DIR BASE_URL API_KEY TOOLS_URL
 "use strict";
 const { createRequire } = require("node:module");
 const assert = require("node:assert/strict");
-const [npmDir, baseURL, apiKey] = process.argv.slice(2);
+const [npmDir, baseURL, apiKey, toolsURL] = process.argv.slice(2);
 const requireNpm = createRequire(npmDir + "/package.json");
 const { OpenAI } = requireNpm("openai");
+const Ajv = requireNpm("ajv");
+
+const weather = { type: "object", additionalProperties: false, required: ["city", "days"],
+                  properties: { city: { enum: ["Oslo", "Rome"] },
+                                days: { type: "integer", minimum: 1, maximum: 7 } } };
+const note = { type: "object", additionalProperties: false, required: ["text"],
+               properties: { text: { type: "string", maxLength: 10 } } };
+const tools = [
+  { type: "function", function: { name: "get_weather", description: "Weather", parameters: weather } },
+  { type: "function", function: { name: "note", parameters: note } },
+];
+
+// Each call names a tool and its arguments validate (ajv); returns the names.
+function checkCalls(calls, validators) {
+  assert.ok(calls && calls.length >= 1);
+  return calls.map((c) => {
+    assert.equal(c.type, "function");
+    assert.ok(c.id.startsWith("call_"));
+    const validate = validators[c.function.name];
+    assert.ok(validate, c.function.name);
+    assert.ok(validate(JSON.parse(c.function.arguments)), JSON.stringify(validate.errors));
+    return c.function.name;
+  });
+}
+
+async function toolCalls() {
+  const ajv = new Ajv();
+  const validators = { get_weather: ajv.compile(weather), note: ajv.compile(note) };
+  const client = new OpenAI({ baseURL: toolsURL + "/v1", apiKey, maxRetries: 0, timeout: 30000 });
+  const messages = [{ role: "user", content: "Weather in Rome?" }];
+  const required = await client.chat.completions.create({
+    model: "tools", messages, tools, tool_choice: "required", parallel_tool_calls: false,
+    n: 2, temperature: 1.0, seed: 3, max_tokens: 100 });
+  for (const c of required.choices) {
+    assert.equal(c.finish_reason, "tool_calls");
+    assert.equal(c.message.content, null);
+    checkCalls(c.message.tool_calls, validators);
+  }
+  const named = await client.chat.completions.create({
+    model: "tools", messages, tools, max_tokens: 100,
+    tool_choice: { type: "function", function: { name: "note" } } });
+  assert.deepEqual(checkCalls(named.choices[0].message.tool_calls, validators), ["note"]);
+  const auto = await client.chat.completions.create({ model: "tools", messages, tools,
+                                                      tool_choice: "auto", max_tokens: 16 });
+  const m = auto.choices[0].message;
+  if (m.tool_calls && m.tool_calls.length) checkCalls(m.tool_calls, validators);
+  else assert.equal(typeof m.content, "string");
+  // Streamed: the client's own accumulation of delta.tool_calls.
+  const stream = client.beta.chat.completions.stream({
+    model: "tools", messages, tools, tool_choice: "required", parallel_tool_calls: false,
+    max_tokens: 100 });
+  const final = await stream.finalChatCompletion();
+  assert.equal(final.choices[0].finish_reason, "tool_calls");
+  checkCalls(final.choices[0].message.tool_calls, validators);
+  // The call goes back into the conversation with its result.
+  const call = final.choices[0].message.tool_calls[0];
+  const next = await client.chat.completions.create({ model: "tools", max_tokens: 4, tools,
+    tool_choice: "none", messages: [...messages, { role: "assistant", content: null, tool_calls: [call] },
+                                    { role: "tool", tool_call_id: call.id, content: "sunny" }] });
+  assert.equal(typeof next.choices[0].message.content, "string");
+}
 
 async function main() {
   const client = new OpenAI({ baseURL: baseURL + "/v1", apiKey, maxRetries: 0, timeout: 30000 });
@@ -104,9 +167,9 @@ async function main() {
     (e) => e instanceof OpenAI.BadRequestError && e.status === 400 &&
            e.message.includes("unsupported JSON Schema keyword 'uniqueItems' at the root"));
   await assert.rejects(
-    client.chat.completions.create({ model: "tiny", messages, tools: [{ type: "function",
-      function: { name: "f", parameters: { type: "object" } } }] }),
-    (e) => e instanceof OpenAI.BadRequestError && e.param === "tools");
+    client.chat.completions.create({ model: "tiny", messages, tools: [], tool_choice: 5 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === "tool_choice");
+  await toolCalls();
   const wrong = new OpenAI({ baseURL: baseURL + "/v1", apiKey: "wrong", maxRetries: 0 });
   await assert.rejects(wrong.models.list(),
     (e) => e instanceof OpenAI.AuthenticationError && e.status === 401);

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Real clients against `kvcache serve` on a loopback port: the official `openai` npm package
 # (openai_client_test.cjs), the official `@anthropic-ai/sdk` (anthropic_client_test.cjs) or the
-# chat page in headless Debian Chromium via playwright-core
-# (chat_page_test.cjs). Installs the pinned npm packages into NPM_DIR (a folder of the build).
+# chat page in headless Debian Chromium via playwright-core (chat_page_test.cjs). The openai
+# test also gets a second server, a random llama with a 4096-token context and ChatML, for tool
+# calls (validated with ajv). Installs the pinned npm packages into NPM_DIR (a folder of the
+# build).
 # When node, npm, the registry or /usr/bin/chromium is not there it exits 77 (skipped), or 1
 # (failed) with CI=true: scripts/test.sh installs them (scripts/setup.sh --tests).
 # Usage: serve_node_test.sh openai|anthropic|page KVCACHE_BIN NPM_DIR ARTIFACT_DIR
@@ -19,7 +21,7 @@ command -v npm >/dev/null || skip "npm is not installed (scripts/setup.sh --test
 [ "$what" = page ] && { [ -x /usr/bin/chromium ] || skip "/usr/bin/chromium is not installed (scripts/setup.sh --tests)"; }
 . "$here/../embedded_model.sh"
 require_embedded_model
-packages=(openai@4.95.0 @anthropic-ai/sdk@1.16.0 playwright-core@1.65.1)
+packages=(openai@4.95.0 @anthropic-ai/sdk@1.16.0 playwright-core@1.65.1 ajv@8.20.0)
 installed() {
   node -e 'const [d, ...want] = process.argv.slice(1); for (const p of want) { const [n, v] = p.split(/@(?=[^@]*$)/);
     if (require(d + "/node_modules/" + n + "/package.json").version !== v) process.exit(1); }' "$npm_dir" "${packages[@]}" 2>/dev/null
@@ -40,7 +42,15 @@ flock -u 9
 start_server node --api-key sekret
 mkdir -p "$artifacts"
 case $what in
-  openai) timeout 120 node "$here/openai_client_test.cjs" "$npm_dir" "$url" sekret ;;
+  openai)
+    # Tool calls need a longer context than the embedded model's: a random llama (ChatML).
+    /usr/bin/python3 "$here/../../scripts/make_arch_model.py" --arch llama-rope-freqs \
+      --context 4096 --out "$tmp/tools.gguf" > /dev/null
+    tiny_url=$url
+    start_server tools --api-key sekret --chat-template chatml --max-sessions 2 "$tmp/tools.gguf"
+    timeout 120 node "$here/openai_client_test.cjs" "$npm_dir" "$tiny_url" sekret "$url"
+    stop_server
+    url=$tiny_url pid=${pids[0]} ;;
   anthropic) timeout 120 node "$here/anthropic_client_test.cjs" "$npm_dir" "$url" sekret ;;
   page) timeout 120 node "$here/chat_page_test.cjs" "$npm_dir" "$url" sekret "$artifacts/chat_page.png" ;;
   *) echo "unknown test $what"; exit 2 ;;

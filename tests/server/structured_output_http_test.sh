@@ -108,8 +108,8 @@ expect 400 /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"re
 jcheck "j['error']['message']==\"unsupported JSON Schema keyword 'uniqueItems' at /properties/tags\" and j['error']['param']=='response_format.json_schema.schema' and j['error']['type']=='invalid_request_error'"
 expect 400 /v1/completions '{"prompt":"x","response_format":{"type":"bogus"}}'
 jcheck "j['error']['param']=='response_format.type'"
-expect 400 /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}]}'
-jcheck "j['error']['param']=='tools' and j['error']['code']=='unsupported_parameter'"
+expect 400 /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"tool_choice":5}'
+jcheck "j['error']['param']=='tool_choice' and j['error']['code']=='invalid_value'"
 expect 400 /v1/completions '{"prompt":"x","best_of":2}'
 jcheck "j['error']['param']=='best_of'"
 expect 200 /v1/completions '{"prompt":"x","max_tokens":2,"user":"u","metadata":{"a":"b"}}'

@@ -3,9 +3,6 @@
 // generation prompt on and off; detection by markers; the plain default.
 #include "text/chat_template.h"
 
-#include <unistd.h>
-
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -14,6 +11,8 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+
+#include "jinja_oracle.h"
 
 namespace kvcache::text {
 namespace {
@@ -28,9 +27,7 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-std::string fixture(const std::string& name) {
-  return std::string(KVCACHE_FIXTURES) + "/chat_templates/" + name;
-}
+std::string fixture(const std::string& name) { return chat_fixture(name); }
 
 std::vector<Conversation> conversations() {
   return {
@@ -56,27 +53,7 @@ json render_with_jinja(const std::string& template_file, const ChatTokens& token
       cases.push_back({{"messages", msgs}, {"add_generation_prompt", gen}, {"bos", tokens.bos},
                        {"eos", tokens.eos}});
     }
-  // One file per template and process: ctest runs the cases of several builds at once.
-  const std::string cases_path = ::testing::TempDir() + "chat_cases_" +
-                                 std::filesystem::path(template_file).stem().string() + "_" +
-                                 std::to_string(getpid()) + ".json";
-  std::ofstream(cases_path) << cases.dump();
-  const std::string cmd = std::string("/usr/bin/python3 ") + KVCACHE_RENDER_SCRIPT + " '" +
-                          template_file + "' '" + cases_path + "'";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return json();
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int rc = pclose(p);
-  std::filesystem::remove(cases_path);
-  if (rc != 0) return json();
-  return json::parse(out, nullptr, false);
-}
-
-bool have_jinja() {
-  return std::system("/usr/bin/python3 -c 'import jinja2' >/dev/null 2>&1") == 0;
+  return run_jinja(template_file, cases.dump());
 }
 
 void expect_matches_jinja(ChatTemplate t, const std::string& file) {
@@ -175,10 +152,11 @@ TEST(ChatTemplate, RefusesBadConversationsNamingMessages) {
   Result<std::string> r = render_chat(ChatTemplate::kChatml, late_system, true, {});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(), "messages[1] is a system message; only the first may be");
-  const Conversation tool = {{"tool", "x"}};
-  Result<std::string> t = render_chat(ChatTemplate::kPlain, tool, true, {});
+  const Conversation fn = {{"function", "x"}};
+  Result<std::string> t = render_chat(ChatTemplate::kPlain, fn, true, {});
   ASSERT_FALSE(t.ok());
-  EXPECT_EQ(t.status().message(), "messages[0].role = \"tool\", expected system, user or assistant");
+  EXPECT_EQ(t.status().message(),
+            "messages[0].role = \"function\", expected system, user, assistant or tool");
   const Conversation sys = {{"system", "s"}, {"user", "u"}};
   EXPECT_EQ(render_chat(ChatTemplate::kGemma, sys, true, default_chat_tokens(ChatTemplate::kGemma))
                 .status().message(),

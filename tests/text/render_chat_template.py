@@ -2,7 +2,8 @@
 """Renders conversations with a model's real Jinja chat template, the way the model's own
 tokenizer config does (trim_blocks, lstrip_blocks, raise_exception), for the server's
 template tests. Usage: render_chat_template.py TEMPLATE CASES.json
-CASES.json: [{"messages": [...], "add_generation_prompt": bool, "bos": str, "eos": str}, ...]
+CASES.json: [{"messages": [...], "add_generation_prompt": bool, "bos": str, "eos": str,
+              "tools": [...] (optional; absent = the variable is undefined)}, ...]
 Prints a JSON list: {"text": rendered} or {"error": message} per case."""
 import json
 import sys
@@ -27,9 +28,10 @@ def main():
     out = []
     for case in cases:
         try:
+            extra = {"tools": case["tools"]} if "tools" in case else {}
             text = template.render(messages=case["messages"],
                                    add_generation_prompt=case["add_generation_prompt"],
-                                   bos_token=case["bos"], eos_token=case["eos"])
+                                   bos_token=case["bos"], eos_token=case["eos"], **extra)
             out.append({"text": text})
         except jinja2.exceptions.TemplateError as e:
             out.append({"error": str(e)})

@@ -86,6 +86,16 @@ struct GenerateParams {
   // its mask cache. A preempted session keeps its grammar state (its tokens are recomputed,
   // not resampled).
   std::shared_ptr<const text::Grammar> grammar;
+  // A lazy grammar (tool calls with tool_choice auto): with a trigger, the grammar is off
+  // until the completion's text holds `grammar_trigger` (as its first bytes when
+  // grammar_trigger_at_start), then on for the rest of the completion, starting from the state
+  // after the text from the trigger on. When that text is no prefix of a document the grammar
+  // stays off (the answer is free text). grammar_trigger_tokens: tokens that write
+  // grammar_trigger into the text when sampled (a control token the tokenizer prints as
+  // nothing, such as Mistral's [TOOL_CALLS]).
+  std::string grammar_trigger;  // "" = the grammar applies from the first token
+  bool grammar_trigger_at_start = false;
+  std::vector<int32_t> grammar_trigger_tokens;
   // OpenAI's logit adjustments, before the grammar mask and sampling: logit[id] += bias;
   // logit[t] -= count(t) * frequency_penalty + (count(t) > 0) * presence_penalty, count over
   // the completion's generated tokens.
@@ -273,6 +283,7 @@ class Executor {
   bool fit_step(std::vector<Planned>& plan);
   // `drawn` >= 0: the token s's sampler already drew from `logits` (draw_tokens).
   void sample(Session& s, std::span<const float> logits, int32_t drawn = -1);
+  void switch_grammar_on(Session& s, int32_t tok);
   std::vector<int32_t> draw_tokens(std::span<const int64_t> row_session);
   // s's next token from `logits`, under its grammar's mask if it has one; -1 when the mask
   // allows nothing.

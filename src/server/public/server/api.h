@@ -20,6 +20,8 @@
 
 #include "serve/executor.h"
 #include "text/chat_template.h"
+#include "text/tool_calls.h"
+#include "text/tokenizer.h"
 
 namespace kvcache::server {
 
@@ -42,6 +44,18 @@ struct ApiLimits {
 
 inline constexpr int32_t kDefaultCompletionTokens = 16;  // /v1/completions without max_tokens
 
+enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
+
+// Chat's tools, tool_choice and parallel_tool_calls (api_tools.cpp).
+struct ToolsRequest {
+  std::vector<std::string> json;              // each tool as the client wrote it (key order)
+  std::vector<text::ToolGrammarSpec> specs;   // name and compiled parameters, same order
+  ToolChoice choice = ToolChoice::kNone;      // absent: auto with tools, else none
+  std::string named;                          // kNamed: the function's name
+  bool parallel = true;
+  bool active() const { return choice != ToolChoice::kNone; }
+};
+
 struct ApiRequest {
   bool chat = false;
   std::string model;                     // echoed back; any value is accepted
@@ -52,6 +66,9 @@ struct ApiRequest {
   serve::GenerateParams params;          // sampling, n, stop, ignore_eos
   bool stream = false;
   bool include_usage = false;            // stream_options.include_usage
+  ToolsRequest tools;                    // chat
+  std::string forced_prefix;             // tool_choice required/named: what the prompt ends
+                                         // with (the answer is parsed after it)
 };
 
 // Parses a request body. A 400 names the field: malformed JSON (param null), a field of the
@@ -72,6 +89,58 @@ std::optional<ApiError> parse_request(std::string_view body, bool chat, const Ap
 std::optional<ApiError> parse_response_format(const nlohmann::ordered_json& rf,
                                               serve::GenerateParams& p);
 
+// tools (a list of {"type": "function", "function": {"name", "description", "parameters",
+// "strict"}}), tool_choice ("none", "auto", "required" or {"type": "function", "function":
+// {"name"}}) and parallel_tool_calls (a boolean). A 400 names the field: a tool or choice of
+// the wrong shape, a name outside [A-Za-z0-9_-]{1,64}, a duplicate name, a named function that
+// is not among the tools, a choice other than none without tools, a parameters schema the
+// compiler refuses (code "unsupported_schema", its message naming keyword and JSON pointer).
+// Ordered JSON: tools keep the client's key order.
+std::optional<ApiError> parse_tools(const nlohmann::ordered_json& body, ToolsRequest& out);
+
+// For an active tool choice on a model of family `t`: the call grammar (lazy, triggered by the
+// family's marker, for auto; from the first token, after r.forced_prefix, for required and
+// named) into r.params, and r.forced_prefix. The marker's token when it is one control token
+// that prints nothing (Mistral's [TOOL_CALLS]) becomes a trigger token. 400 naming
+// response_format when it asks for JSON too (one grammar per completion). The same tools,
+// choice and family (one of the last 16) give the same grammar object, so requests share its
+// matcher and masks.
+std::optional<ApiError> plan_tools(ApiRequest& r, text::ChatTemplate t,
+                                   const text::Tokenizer& tokenizer);
+
+// A new call id: "call_" and 24 letters or digits; for Mistral, whose template takes 9
+// characters, 9 letters and digits.
+std::string new_tool_call_id(text::ToolSyntax s);
+
+struct ApiToolCall {
+  std::string id, name, arguments;  // arguments: JSON object text
+};
+// The answer of a completion with tools: parsed after r.forced_prefix; calls get new ids.
+struct ChoiceOutput {
+  std::string content;
+  std::vector<ApiToolCall> calls;
+};
+ChoiceOutput tool_output(text::ToolSyntax s, std::string_view forced_prefix,
+                         std::string_view text);
+
+// The streamed answer with tools: content goes out as it comes up to where the family's marker
+// may begin; the calls are parsed when the completion ends (malformed: the rest is content).
+class ToolCallStream {
+ public:
+  ToolCallStream(text::ToolSyntax s, std::string forced_prefix);
+  // Content that can be shown now.
+  std::string push(std::string_view text);
+  // At the end: content left to show and the calls (ids made here).
+  ChoiceOutput finish();
+
+ private:
+  text::ToolSyntax syntax_;
+  std::string buf_;
+  size_t sent_ = 0;        // buf_[0, sent_) went out as content
+  bool in_calls_ = false;  // buf_[sent_, ...) starts with the marker
+  bool free_ = false;      // the marker can no longer appear
+};
+
 // Sets params.max_new_tokens once the prompt length is known: max_tokens, else 16 for
 // completions and the rest of the session budget for chat. 413 (code
 // "context_length_exceeded") when prompt + max_tokens exceed max_session_tokens.
@@ -91,6 +160,9 @@ struct ResponseMeta {
   // entries' "token" and "bytes".
   bool logprobs = false;
   std::function<std::string(int32_t)> token_bytes;
+  bool tools = false;                      // answers are parsed for tool calls
+  text::ToolSyntax syntax = text::ToolSyntax::kHermes;
+  std::string forced_prefix{};             // ApiRequest::forced_prefix
 };
 
 // The logprobs object of one choice for `lps` (the completion's tokens, or a stream chunk's):
@@ -103,16 +175,25 @@ nlohmann::json logprobs_json(const ResponseMeta& m, std::span<const engine::Toke
 
 // usage: prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details.cached_tokens.
 nlohmann::json usage_json(const serve::RequestResult& r);
-// The whole response; texts[i] is completion i's text, already valid UTF-8.
+// The whole response; texts[i] is completion i's text, already valid UTF-8. With `calls`
+// (per completion, may be empty): message.tool_calls, content null when empty, and
+// finish_reason "tool_calls".
 nlohmann::json response_json(const ResponseMeta& m, const serve::RequestResult& r,
-                             const std::vector<std::string>& texts);
+                             const std::vector<std::string>& texts,
+                             const std::vector<std::vector<ApiToolCall>>& calls = {});
 // One stream chunk for choice `index`: text (delta.content for chat; with role on the first
 // chat chunk) and a finish reason on the last one.
 // With m.logprobs, the chunk's "logprobs" holds `lps` (the tokens it carries; completions'
 // text_offset counted from `offset`), else null.
 nlohmann::json chunk_json(const ResponseMeta& m, int32_t index, std::string_view text,
                           bool first, std::optional<serve::Finish> finish,
+                          bool tool_calls = false,
                           std::span<const engine::TokenLogprob> lps = {}, int64_t offset = 0);
+// Stream chunks of one call: the first with id, type and name (arguments ""), then the
+// arguments in fragments of at most `fragment` bytes (whole UTF-8 characters).
+std::vector<nlohmann::json> tool_call_chunks(const ResponseMeta& m, int32_t index,
+                                             int32_t call_index, const ApiToolCall& call,
+                                             size_t fragment = 32);
 // The usage chunk sent last when stream_options.include_usage: empty choices.
 nlohmann::json usage_chunk_json(const ResponseMeta& m, const serve::RequestResult& r);
 

@@ -1,8 +1,10 @@
 // Chat templates: built-in formatters that render a conversation the way a model family's
 // own Jinja template does (ChatML/Qwen2.5, Llama 3, Gemma, Mistral, Phi-3, and a plain one
 // for models without a template), and detection of the family from a GGUF's
-// tokenizer.chat_template text by its markers. Layer: text. There is no Jinja engine:
-// tool calls and template variables other than messages/add_generation_prompt are not rendered.
+// tokenizer.chat_template text by its markers. Layer: text. There is no Jinja engine: tools,
+// assistant tool calls and tool results are rendered as the Qwen2.5, Llama 3.1 and Mistral
+// templates do, and by a documented generic form (fold_tools_generic) for the others; template
+// variables other than messages/tools/add_generation_prompt are not rendered.
 #pragma once
 
 #include <optional>
@@ -37,9 +39,20 @@ struct TemplateChoice {
 TemplateChoice choose_chat_template(std::string_view name,
                                     const std::optional<std::string>& model_template);
 
+// One call an assistant message made (OpenAI's tool_calls[i]).
+struct ToolCall {
+  std::string id;         // as the client sent it (Mistral's template needs 9 characters)
+  std::string name;       // function name
+  std::string arguments;  // JSON text; rendered as the parsed value when it parses
+};
+
 struct ChatMessage {
-  std::string role;     // "system", "user" or "assistant"
+  ChatMessage() = default;
+  ChatMessage(std::string r, std::string c) : role(std::move(r)), content(std::move(c)) {}
+  std::string role;     // "system", "user", "assistant" or "tool"
   std::string content;
+  std::vector<ToolCall> tool_calls;  // assistant: calls it made (empty = none)
+  std::string tool_call_id;          // tool: the call this result answers
 };
 
 // The bos/eos spellings the family's models use (<|begin_of_text|>, <bos>, <s> and </s>,
@@ -50,12 +63,16 @@ struct ChatTokens {
 };
 ChatTokens default_chat_tokens(ChatTemplate t);
 
+// `tools`: the tools offered, each the client's JSON text of {"type": "function", "function":
+// {...}} with its key order (Mistral writes the function's keys in that order); empty = none.
 // InvalidArgument (naming "messages") where the model's own template refuses the
-// conversation: no messages, a role other than system/user/assistant, a system message
+// conversation: no messages, a role other than system/user/assistant/tool, a system message
 // that is not first, a system message with Gemma, roles that do not alternate user/assistant
-// with Gemma and Mistral.
+// with Gemma and Mistral (tool turns aside), more than one call in a Llama 3 assistant turn,
+// a Mistral tool call id that is not 9 characters, a tool that is not a JSON object.
 Result<std::string> render_chat(ChatTemplate t, std::span<const ChatMessage> messages,
-                                bool add_generation_prompt, const ChatTokens& tokens);
+                                bool add_generation_prompt, const ChatTokens& tokens,
+                                std::span<const std::string> tools = {});
 
 // The rendering plus where message content landed: [begin, end) byte ranges of `text`, in
 // order. Special tokens are matched only outside them, so a message cannot forge a turn.
@@ -64,7 +81,19 @@ struct RenderedChat {
   std::vector<std::pair<size_t, size_t>> content;
 };
 Result<RenderedChat> render_chat_spans(ChatTemplate t, std::span<const ChatMessage> messages,
-                                       bool add_generation_prompt, const ChatTokens& tokens);
+                                       bool add_generation_prompt, const ChatTokens& tokens,
+                                       std::span<const std::string> tools = {});
+
+// The generic tool form, for families whose templates have no tool syntax (Gemma, Phi-3,
+// plain): the conversation rewritten into plain turns. The tools go into the system message
+// (appended after a blank line; a new first message when there is none, or the first user
+// message when `system_role` is false) as a "# Tools" section with one JSON line per tool and
+// the <tool_call>{"name": ..., "arguments": ...}</tool_call> answer shape; an assistant's
+// calls become that text after its content; consecutive tool results become one user turn of
+// <tool_response> blocks. InvalidArgument for a tool that is not a JSON object.
+Result<std::vector<ChatMessage>> fold_tools_generic(std::span<const ChatMessage> messages,
+                                                    std::span<const std::string> tools,
+                                                    bool system_role);
 
 // How a rendered chat prompt is encoded: the template's spellings of control tokens become
 // those tokens, the `content` ranges stay text, and no BOS/EOS is added (the template writes

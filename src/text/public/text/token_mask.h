@@ -81,6 +81,9 @@ inline bool mask_allows(std::span<const uint64_t> mask, int32_t id) {
 class GrammarCursor {
  public:
   explicit GrammarCursor(std::shared_ptr<TokenMasker> masker);
+  // Starting from `start` (a state of the masker's matcher, e.g. after text generated before
+  // the grammar switched on) instead of the matcher's start.
+  GrammarCursor(std::shared_ptr<TokenMasker> masker, GrammarState start);
 
   TokenMasker::Mask allowed() const { return masker_->mask(state()); }
   // Takes token `id`; false (and nothing changes) when the mask does not allow it.
