@@ -19,13 +19,13 @@ ApiError unsupported_field(const std::string& at, const std::string& what) {
 }
 
 // A text block {"type": "text", "text": string} (cache_control accepted: every prompt is
-// cached by prefix here); any other block type is refused, naming it.
+// cached by prefix here); other block types are refused here, naming them.
 std::optional<ApiError> text_block(const json& b, const std::string& at, std::string& out) {
   if (!b.is_object()) return bad_field(at, "'" + at + "' is " + type_name(b) + ", expected a block");
   const std::string type = b.value("type", "");
   if (type != "text")
     return unsupported_field(at + ".type", "= " + json(type).dump() +
-                                               " is not supported by this server (text blocks only)");
+                                               " is not supported here (text blocks only)");
   for (const auto& [key, v] : b.items())
     if (key != "type" && key != "text" && key != "cache_control")
       return unsupported_field(at + "." + key, "is not supported by this server");
@@ -46,6 +46,51 @@ std::optional<ApiError> content_text(const json& c, const std::string& at, std::
     return bad_field(at, "'" + at + "' must be a string or a non-empty list of blocks");
   for (size_t j = 0; j < c.size(); ++j)
     if (auto e = text_block(c[j], str_cat(at, "[", j, "]"), out)) return e;
+  return std::nullopt;
+}
+
+// One turn's content blocks: text, an assistant's tool_use {id, name, input} (a call) and a
+// user's tool_result {tool_use_id, content, is_error} (a "tool" message before the turn's
+// text, as the chat templates order a call's results).
+std::optional<ApiError> turn_blocks(const json& content, const std::string& at,
+                                    const std::string& role,
+                                    std::vector<text::ChatMessage>& out) {
+  text::ChatMessage msg;
+  msg.role = role;
+  if (!content.is_array()) {
+    if (auto e = content_text(content, at, msg.content)) return e;
+    out.push_back(std::move(msg));
+    return std::nullopt;
+  }
+  if (content.empty()) return bad_field(at, "'" + at + "' must be a string or a non-empty list of blocks");
+  for (size_t j = 0; j < content.size(); ++j) {
+    const json& b = content[j];
+    const std::string bat = str_cat(at, "[", j, "]");
+    const std::string type = b.is_object() ? b.value("type", "") : "";
+    if (type == "tool_use" && role == "assistant") {
+      if (!b.contains("id") || !b["id"].is_string() || !b.contains("name") ||
+          !b["name"].is_string() || !b.contains("input") || !b["input"].is_object())
+        return bad_field(bat, "'" + bat + "' needs id and name (strings) and input (an object)");
+      msg.tool_calls.push_back({b["id"].get<std::string>(), b["name"].get<std::string>(),
+                                b["input"].dump()});
+    } else if (type == "tool_result" && role == "user") {
+      text::ChatMessage result;
+      result.role = "tool";
+      if (!b.contains("tool_use_id") || !b["tool_use_id"].is_string())
+        return bad_field(bat + ".tool_use_id", "'" + bat + ".tool_use_id' is required");
+      for (const auto& [key, v] : b.items())
+        if (key != "type" && key != "tool_use_id" && key != "content" && key != "is_error" &&
+            key != "cache_control")
+          return unsupported_field(bat + "." + key, "is not supported by this server");
+      result.tool_call_id = b["tool_use_id"].get<std::string>();
+      if (auto c = b.find("content"); c != b.end() && !c->is_null())
+        if (auto e = content_text(*c, bat + ".content", result.content)) return e;
+      out.push_back(std::move(result));
+    } else if (auto e = text_block(b, bat, msg.content)) {
+      return e;
+    }
+  }
+  if (!msg.content.empty() || !msg.tool_calls.empty()) out.push_back(std::move(msg));
   return std::nullopt;
 }
 
@@ -73,28 +118,80 @@ std::optional<ApiError> read_messages(const json& obj, ApiRequest& r) {
       return bad_field(at + ".role", "'" + at + ".role' must be \"user\" or \"assistant\"");
     auto content = m.find("content");
     if (content == m.end()) return bad_field(at + ".content", "'" + at + ".content' is required");
-    text::ChatMessage msg;
-    msg.role = role;
-    if (auto e = content_text(*content, at + ".content", msg.content)) return e;
-    r.messages.push_back(std::move(msg));
+    if (auto e = turn_blocks(*content, at + ".content", role, r.messages)) return e;
   }
-  if (r.messages.back().role != "user")
+  if (r.messages.back().role == "assistant")
     return unsupported_field(str_cat("messages[", it->size() - 1, "].role"),
                              "= \"assistant\" as the last turn (a prefilled answer) is not "
                              "supported by this server");
   return std::nullopt;
 }
 
-// Tools are not implemented here yet: an empty list and a tool_choice that asks for no tool
-// pass; anything else is refused.
-std::optional<ApiError> read_tools(const json& obj) {
-  if (auto t = obj.find("tools"); t != obj.end() && !t->is_null() && *t != json::array())
-    return unsupported_field("tools", "is not supported on /v1/messages by this server");
+// Renames the OpenAI spellings of parse_tools' 400s to this API's fields.
+ApiError in_anthropic_terms(ApiError e) {
+  for (auto [from, to] : {std::pair<std::string, std::string>{".function.parameters", ".input_schema"},
+                          {"tool_choice.function.name", "tool_choice.name"},
+                          {".function.name", ".name"}}) {
+    for (std::string* s : {&e.param, &e.message})
+      for (size_t at = s->find(from); at != std::string::npos; at = s->find(from, at + to.size()))
+        s->replace(at, from.size(), to);
+  }
+  return e;
+}
+
+// tools [{"name", "description", "input_schema"}] and tool_choice {"type": auto | any | tool |
+// none, "name", "disable_parallel_tool_use"}, read as the OpenAI fields they mean (api.h's
+// parse_tools: the same checks, grammars and template rendering).
+std::optional<ApiError> read_tools(const nlohmann::ordered_json& obj, ToolsRequest& out) {
+  using ojson = nlohmann::ordered_json;
+  ojson as_openai = ojson::object();
+  if (auto t = obj.find("tools"); t != obj.end() && !t->is_null()) {
+    if (!t->is_array()) return bad_field("tools", "'tools' must be a list of tools");
+    ojson tools = ojson::array();
+    for (size_t i = 0; i < t->size(); ++i) {
+      const ojson& tool = (*t)[i];
+      const std::string at = str_cat("tools[", i, "]");
+      if (!tool.is_object()) return bad_field(at, "'" + at + "' must be an object");
+      ojson fn = ojson::object();
+      for (const auto& [key, v] : tool.items()) {
+        if (key == "name" || key == "description") fn[key] = v;
+        else if (key == "input_schema") fn["parameters"] = v;
+        else if (key == "type" && v == "custom") continue;
+        else if (key != "cache_control")
+          return unsupported_field(at + "." + key, key == "type"
+                                                       ? "= " + v.dump() + ": only client tools "
+                                                                           "are supported"
+                                                       : "is not supported by this server");
+      }
+      if (!fn.contains("parameters"))
+        return bad_field(at + ".input_schema", "'" + at + ".input_schema' is required");
+      tools.push_back(ojson{{"type", "function"}, {"function", std::move(fn)}});
+    }
+    as_openai["tools"] = std::move(tools);
+  }
   if (auto c = obj.find("tool_choice"); c != obj.end() && !c->is_null()) {
     const std::string type = c->is_object() ? c->value("type", "") : "";
-    if (type != "auto" && type != "none")
-      return unsupported_field("tool_choice", "= " + c->dump() + " is not supported (no tools)");
+    if (c->is_object())
+      for (const auto& [key, v] : c->items())
+        if (key != "type" && key != "name" && key != "disable_parallel_tool_use")
+          return unsupported_field("tool_choice." + key, "is not supported by this server");
+    if (type == "auto") as_openai["tool_choice"] = "auto";
+    else if (type == "any") as_openai["tool_choice"] = "required";
+    else if (type == "none") as_openai["tool_choice"] = "none";
+    else if (type == "tool" && c->contains("name"))
+      as_openai["tool_choice"] = ojson{{"type", "function"}, {"function", {{"name", (*c)["name"]}}}};
+    else
+      return bad_field("tool_choice", "'tool_choice' = " + c->dump() +
+                                          ", expected {\"type\": auto, any, none, or tool with a name}");
+    if (auto d = c->find("disable_parallel_tool_use"); d != c->end()) {
+      if (!d->is_boolean())
+        return bad_field("tool_choice.disable_parallel_tool_use",
+                         "'tool_choice.disable_parallel_tool_use' must be a boolean");
+      as_openai["parallel_tool_calls"] = !d->get<bool>();
+    }
   }
+  if (as_openai.empty()) return std::nullopt;
+  if (auto e = parse_tools(as_openai, out)) return in_anthropic_terms(*e);
   return std::nullopt;
 }
 
@@ -163,7 +260,8 @@ std::optional<ApiError> parse_messages_body(std::string_view body, bool count_on
   if (model == obj.end() || !model->is_string())
     return bad_field("model", "'model' is required and must be a string");
   r.model = model->get<std::string>();
-  if (auto e = read_tools(obj)) return e;
+  const auto ordered = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (auto e = read_tools(ordered, r.tools)) return e;
   if (auto e = read_messages(obj, r)) return e;
   if (count_only) return std::nullopt;
   return read_sampling(obj, lim, r);
@@ -184,20 +282,31 @@ std::string anthropic_error_body(const ApiError& e) {
       -1, ' ', false, json::error_handler_t::replace);
 }
 
-std::string_view stop_reason(const serve::Completion& c) {
+std::string_view stop_reason(const serve::Completion& c, bool tool_use) {
+  if (tool_use) return "tool_use";
   if (c.finish == serve::Finish::kLength || c.finish == serve::Finish::kCacheFull)
     return "max_tokens";
   return c.stop_string.empty() ? "end_turn" : "stop_sequence";
 }
 
-json message_json(const ResponseMeta& m, const serve::RequestResult& r, const std::string& text) {
+json tool_use_json(const ApiToolCall& call) {
+  json input = json::parse(call.arguments, nullptr, /*allow_exceptions=*/false);
+  if (input.is_discarded()) input = json::object();  // parsed calls hold whole JSON objects
+  return json{{"type", "tool_use"}, {"id", call.id}, {"name", call.name}, {"input", std::move(input)}};
+}
+
+json message_json(const ResponseMeta& m, const serve::RequestResult& r, const std::string& text,
+                  const std::vector<ApiToolCall>& calls) {
   const serve::Completion& c = r.completions.at(0);
+  json content = json::array();
+  if (!text.empty() || calls.empty()) content.push_back({{"type", "text"}, {"text", text}});
+  for (const ApiToolCall& call : calls) content.push_back(tool_use_json(call));
   return json{{"id", m.id},
               {"type", "message"},
               {"role", "assistant"},
               {"model", m.model},
-              {"content", json::array({{{"type", "text"}, {"text", text}}})},
-              {"stop_reason", stop_reason(c)},
+              {"content", std::move(content)},
+              {"stop_reason", stop_reason(c, !calls.empty())},
               {"stop_sequence", stop_sequence(c)},
               {"usage", usage(r)}};
 }
@@ -221,10 +330,20 @@ json text_delta_json(std::string_view text) {
               {"delta", {{"type", "text_delta"}, {"text", std::string(text)}}}};
 }
 
-json message_delta_json(const serve::RequestResult& r) {
+std::string tool_use_events(int32_t index, const ApiToolCall& call) {
+  json start = tool_use_json(call);
+  start["input"] = json::object();
+  return event(json{{"type", "content_block_start"}, {"index", index}, {"content_block", start}}) +
+         event(json{{"type", "content_block_delta"},
+                    {"index", index},
+                    {"delta", {{"type", "input_json_delta"}, {"partial_json", call.arguments}}}}) +
+         event(json{{"type", "content_block_stop"}, {"index", index}});
+}
+
+json message_delta_json(const serve::RequestResult& r, bool tool_use) {
   const serve::Completion& c = r.completions.at(0);
   return json{{"type", "message_delta"},
-              {"delta", {{"stop_reason", stop_reason(c)}, {"stop_sequence", stop_sequence(c)}}},
+              {"delta", {{"stop_reason", stop_reason(c, tool_use)}, {"stop_sequence", stop_sequence(c)}}},
               {"usage", usage(r)}};
 }
 

@@ -70,10 +70,32 @@ struct StreamState {
   std::vector<bool> finished;         // a finish_reason chunk was sent
   std::vector<int64_t> bytes_out;     // per completion: token bytes so far (text_offset)
   int64_t prompt_tokens = 0;          // for the Anthropic message_start
+  bool called = false;                // the Anthropic answer held tool calls
   std::vector<ToolCallStream> tools;  // per completion, when answers are parsed for calls
   bool started = false, done = false;
   std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
 };
+
+// The Anthropic events for the next text: text deltas (with tools, what cannot be a call yet)
+// and at the end the text block's stop and one tool_use block per call.
+std::string anthropic_text(StreamState& st, int32_t c, const std::string& text,
+                           std::optional<serve::Finish> fin) {
+  const bool tools = !st.tools.empty();
+  std::string shown = tools ? st.tools[static_cast<size_t>(c)].push(text) : text;
+  std::vector<ApiToolCall> calls;
+  if (fin && tools) {
+    ChoiceOutput o = st.tools[static_cast<size_t>(c)].finish();
+    shown += o.content;
+    calls = std::move(o.calls);
+  }
+  std::string out = shown.empty() ? "" : event(text_delta_json(shown));
+  if (!fin) return out;
+  out += event(json{{"type", "content_block_stop"}, {"index", 0}});
+  for (size_t k = 0; k < calls.size(); ++k)
+    out += tool_use_events(static_cast<int32_t>(k + 1), calls[k]);
+  st.called = !calls.empty();
+  return out;
+}
 
 // The events for a completion's next text (and its end when `fin`): Anthropic text deltas;
 // plain OpenAI deltas (with the tokens' logprobs); or with tools, the content that cannot be a
@@ -81,11 +103,7 @@ struct StreamState {
 std::string stream_text(StreamState& st, int32_t c, const std::string& text,
                         std::optional<serve::Finish> fin,
                         std::span<const engine::TokenLogprob> lps = {}) {
-  if (st.meta.anthropic) {
-    std::string out = text.empty() ? "" : event(text_delta_json(text));
-    if (fin) out += event(json{{"type", "content_block_stop"}, {"index", 0}});
-    return out;
-  }
+  if (st.meta.anthropic) return anthropic_text(st, c, text, fin);
   if (st.tools.empty()) {
     if (text.empty() && !fin && lps.empty()) return "";
     const size_t i = static_cast<size_t>(c);
@@ -141,6 +159,7 @@ struct HttpServer::Impl {
   };
   std::optional<Accepted> submit(const ApiRequest& r, std::vector<int32_t> prompt,
                                  http::Response& res, const ErrorWriter& fail);
+  void answer_tools(const ApiRequest& r, ResponseMeta& meta) const;
   void generate(const http::Request& req, http::Response& res, bool chat);
   void messages(const http::Request& req, http::Response& res, bool count_only);
   void finish_whole(http::Response& res, const std::shared_ptr<RequestChannel>& ch,
@@ -222,6 +241,14 @@ std::optional<HttpServer::Impl::Accepted> HttpServer::Impl::submit(
   return Accepted{std::move(*ch), std::move(first), next_id.fetch_add(1)};
 }
 
+// With an active tool choice the answers are parsed for the family's calls.
+void HttpServer::Impl::answer_tools(const ApiRequest& r, ResponseMeta& meta) const {
+  if (!r.tools.active()) return;
+  meta.tools = true;
+  meta.syntax = text::tool_syntax(*opt.chat_template);
+  meta.forced_prefix = r.forced_prefix;
+}
+
 void HttpServer::Impl::generate(const http::Request& req, http::Response& res, bool chat) {
   ApiRequest r;
   if (auto e = parse_request(req.body, chat, model.limits, r)) return reply_error(res, *e);
@@ -240,11 +267,7 @@ void HttpServer::Impl::generate(const http::Request& req, http::Response& res, b
     meta.logprobs = true;
     meta.token_bytes = [tok = model.tokenizer](int32_t t) { return tok->decode_one(t); };
   }
-  if (chat && r.tools.active()) {
-    meta.tools = true;
-    meta.syntax = text::tool_syntax(*opt.chat_template);
-    meta.forced_prefix = r.forced_prefix;
-  }
+  if (chat) answer_tools(r, meta);
   // `first` may already hold pieces and even the result: they are passed on, not dropped.
   if (!r.stream) return finish_whole(res, a->channel, meta, std::move(a->first.result));
   start_stream(res, std::move(a->channel), std::move(meta), r.params.n, r.include_usage,
@@ -272,6 +295,7 @@ void HttpServer::Impl::messages(const http::Request& req, http::Response& res, b
   meta.model = r.model;  // the API echoes the model asked for
   meta.chat = true;
   meta.anthropic = true;
+  answer_tools(r, meta);
   if (!r.stream) return finish_whole(res, a->channel, meta, std::move(a->first.result));
   start_stream(res, std::move(a->channel), std::move(meta), 1, false, std::move(a->first),
                prompt_tokens);
@@ -324,7 +348,8 @@ static std::string whole_body(const ResponseMeta& meta, const serve::RequestResu
     calls.push_back(std::move(o.calls));
   }
   if (meta.anthropic)
-    return message_json(meta, r, texts.at(0)).dump(-1, ' ', false, json::error_handler_t::replace);
+    return message_json(meta, r, texts.at(0), calls.empty() ? std::vector<ApiToolCall>() : calls[0])
+        .dump(-1, ' ', false, json::error_handler_t::replace);
   return response_json(meta, r, texts, calls).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -386,7 +411,7 @@ std::string stream_open(const StreamState& st) {
 
 std::string stream_close(const StreamState& st, const serve::RequestResult& r) {
   if (st.meta.anthropic)
-    return event(message_delta_json(r)) + event(json{{"type", "message_stop"}});
+    return event(message_delta_json(r, st.called)) + event(json{{"type", "message_stop"}});
   std::string out;
   if (st.include_usage) out += sse(usage_chunk_json(st.meta, r));
   return out + "data: [DONE]\n\n";

@@ -59,10 +59,19 @@ TEST(AnthropicParse, RefusesWhatItDoesNotDoNamingIt) {
   EXPECT_EQ(refused(body(R"(,"max_tokens":5,"temperature":1.5)")).message,
             "'temperature' = 1.5, expected a value in [0, 1]");
   EXPECT_EQ(refused(body(R"(,"max_tokens":300)")).param, "max_tokens");
-  const ApiError tools = refused(body(R"(,"max_tokens":5,"tools":[{"name":"f"}])"));
-  EXPECT_EQ(tools.param, "tools");
-  EXPECT_EQ(tools.code, "unsupported_parameter");
+  EXPECT_EQ(refused(body(R"(,"max_tokens":5,"tools":[{"name":"f"}])")).message,
+            "'tools[0].input_schema' is required");
+  const ApiError server_tool = refused(body(R"(,"max_tokens":5,"tools":[{"type":"bash_20250124",
+      "name":"bash"}])"));
+  EXPECT_EQ(server_tool.param, "tools[0].type");
+  EXPECT_EQ(server_tool.code, "unsupported_parameter");
   EXPECT_EQ(refused(body(R"(,"max_tokens":5,"tool_choice":{"type":"any"})")).param, "tool_choice");
+  const ApiError schema = refused(body(R"(,"max_tokens":5,"tools":[{"name":"f",
+      "input_schema":{"type":"array","uniqueItems":true}}])"));
+  EXPECT_EQ(schema.param, "tools[0].input_schema");
+  EXPECT_EQ(schema.code, "unsupported_schema");
+  EXPECT_EQ(refused(body(R"(,"max_tokens":5,"tools":[{"name":"f","input_schema":{}}],
+      "tool_choice":{"type":"tool","name":"g"})")).param, "tool_choice.name");
   EXPECT_EQ(refused(body(R"(,"max_tokens":5,"thinking":{"type":"enabled"})")).code,
             "unsupported_parameter");
   const ApiError typo = refused(body(R"(,"max_tokens":5,"max_token":5)"));
@@ -70,8 +79,8 @@ TEST(AnthropicParse, RefusesWhatItDoesNotDoNamingIt) {
   EXPECT_EQ(typo.message, "unrecognized request field 'max_token'");
   EXPECT_EQ(refused(body(R"(,"max_tokens":5)"), /*count_only=*/true).param, "max_tokens");
   EXPECT_EQ(refused(R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":[
-      {"type":"tool_result","tool_use_id":"t","content":"1"}]}]})").param,
-            "messages[0].content[0].type");
+      {"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA=="}}]}]})")
+                .param, "messages[0].content[0].type");
   EXPECT_EQ(refused(R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":"a"},
       {"role":"assistant","content":"b"}]})").param, "messages[1].role");
   EXPECT_EQ(refused(R"({"model":"m","max_tokens":5,"messages":[{"role":"system","content":"a"}]})")
@@ -82,6 +91,42 @@ TEST(AnthropicParse, RefusesWhatItDoesNotDoNamingIt) {
   EXPECT_EQ(refused(body(R"(,"max_tokens":5,"stop_sequences":"x")")).message,
             "'stop_sequences' must be a list of at most 16 strings");
   EXPECT_EQ(refused("[1]").code, "invalid_json");
+}
+
+TEST(AnthropicParse, ToolUseAndToolResultBlocksBecomeCallsAndToolTurns) {
+  ApiRequest r;
+  ASSERT_FALSE(parse_messages_body(
+      R"({"model":"m","max_tokens":9,"tools":[{"name":"get","description":"d","input_schema":
+      {"type":"object","properties":{"q":{"type":"string"}}}}],"tool_choice":{"type":"tool",
+      "name":"get","disable_parallel_tool_use":true},"messages":[{"role":"user","content":"x"},
+      {"role":"assistant","content":[{"type":"text","text":"Let me look."},{"type":"tool_use",
+      "id":"tu_1","name":"get","input":{"q":"a"}}]},{"role":"user","content":[{"type":
+      "tool_result","tool_use_id":"tu_1","content":[{"type":"text","text":"42"}]},{"type":"text",
+      "text":"and?"}]}]})",
+      false, kLimits, r));
+  ASSERT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.messages[1].role, "assistant");
+  EXPECT_EQ(r.messages[1].content, "Let me look.");
+  ASSERT_EQ(r.messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(r.messages[1].tool_calls[0].id, "tu_1");
+  EXPECT_EQ(r.messages[1].tool_calls[0].arguments, R"({"q":"a"})");
+  EXPECT_EQ(r.messages[2].role, "tool");
+  EXPECT_EQ(r.messages[2].tool_call_id, "tu_1");
+  EXPECT_EQ(r.messages[2].content, "42");
+  EXPECT_EQ(r.messages[3].content, "and?");
+  EXPECT_EQ(r.tools.choice, ToolChoice::kNamed);
+  EXPECT_EQ(r.tools.named, "get");
+  EXPECT_FALSE(r.tools.parallel);
+  ASSERT_EQ(r.tools.specs.size(), 1u);
+  EXPECT_EQ(r.tools.json[0], R"({"type":"function","function":{"name":"get","description":"d",)"
+                             R"("parameters":{"type":"object","properties":{"q":{"type":"string"}}}}})");
+  // any = required; a tool_use block in a user turn is not a call.
+  ASSERT_FALSE(parse_messages_body(R"({"model":"m","max_tokens":9,"tools":[{"name":"get",
+      "input_schema":{}}],"tool_choice":{"type":"any"},"messages":[{"role":"user","content":"x"}]})",
+                                   false, kLimits, r));
+  EXPECT_EQ(r.tools.choice, ToolChoice::kRequired);
+  EXPECT_EQ(refused(R"({"model":"m","max_tokens":9,"messages":[{"role":"user","content":[
+      {"type":"tool_use","id":"a","name":"b","input":{}}]}]})").param, "messages[0].content[0].type");
 }
 
 TEST(AnthropicResponse, MessageEventsAndErrorsTakeTheApiShapes) {
@@ -104,6 +149,15 @@ TEST(AnthropicResponse, MessageEventsAndErrorsTakeTheApiShapes) {
   EXPECT_EQ(message_delta_json(r)["delta"].dump(), R"({"stop_reason":"stop_sequence","stop_sequence":"\n"})");
   r.completions[0].finish = serve::Finish::kLength;
   EXPECT_EQ(stop_reason(r.completions[0]), "max_tokens");
+  const nlohmann::json called = message_json(m, r, "", {ApiToolCall{"tu", "get", R"({"q":"a"})"}});
+  EXPECT_EQ(called["content"].dump(), R"([{"id":"tu","input":{"q":"a"},"name":"get","type":"tool_use"}])");
+  EXPECT_EQ(called["stop_reason"], "tool_use");
+  EXPECT_EQ(tool_use_events(1, ApiToolCall{"tu", "get", R"({"q":"a"})"}),
+            "event: content_block_start\ndata: {\"content_block\":{\"id\":\"tu\",\"input\":{},"
+            "\"name\":\"get\",\"type\":\"tool_use\"},\"index\":1,\"type\":\"content_block_start\"}\n\n"
+            "event: content_block_delta\ndata: {\"delta\":{\"partial_json\":\"{\\\"q\\\":\\\"a\\\"}\",\"type\":"
+            "\"input_json_delta\"},\"index\":1,\"type\":\"content_block_delta\"}\n\n"
+            "event: content_block_stop\ndata: {\"index\":1,\"type\":\"content_block_stop\"}\n\n");
   EXPECT_EQ(event(text_delta_json("hi")),
             "event: content_block_delta\ndata: {\"delta\":{\"text\":\"hi\",\"type\":\"text_delta\"},"
             "\"index\":0,\"type\":\"content_block_delta\"}\n\n");

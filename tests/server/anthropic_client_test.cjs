@@ -2,15 +2,55 @@
 // stop reason, usage), the same request streamed (the event sequence message_start,
 // content_block_start, deltas, content_block_stop, message_delta, message_stop, and the same
 // text at temperature 0), stop_sequences, count_tokens, and the client's typed errors for 400
-// (missing max_tokens, tools, a tool_result block) and 401 (x-api-key).
-// Usage: node anthropic_client_test.cjs NPM_DIR BASE_URL API_KEY
+// (missing max_tokens, an image block) and 401 (x-api-key); then, on a server with a longer
+// context (TOOLS_URL), tool use: a forced tool, whole and streamed (tool_use blocks whose input
+// ajv validates against the tool's input_schema), and the call's tool_result sent back.
+// Usage: node anthropic_client_test.cjs NPM_DIR BASE_URL API_KEY TOOLS_URL
 "use strict";
 const { createRequire } = require("node:module");
 const assert = require("node:assert/strict");
-const [npmDir, baseURL, apiKey] = process.argv.slice(2);
+const [npmDir, baseURL, apiKey, toolsURL] = process.argv.slice(2);
 const requireNpm = createRequire(npmDir + "/package.json");
 const AnthropicModule = requireNpm("@anthropic-ai/sdk");
 const Anthropic = AnthropicModule.default || AnthropicModule.Anthropic || AnthropicModule;
+const Ajv = requireNpm("ajv");
+
+const weather = { type: "object", additionalProperties: false, required: ["city", "days"],
+                  properties: { city: { enum: ["Oslo", "Rome"] },
+                                days: { type: "integer", minimum: 1, maximum: 7 } } };
+const tools = [{ name: "get_weather", description: "Weather", input_schema: weather },
+               { name: "note", input_schema: { type: "object", properties: { text: { type: "string" } } } }];
+
+async function toolUse() {
+  const validate = new Ajv().compile(weather);
+  const client = new Anthropic({ baseURL: toolsURL, apiKey, maxRetries: 0, timeout: 30000 });
+  const ask = { model: "tools", max_tokens: 100, temperature: 1, tools,
+                tool_choice: { type: "tool", name: "get_weather", disable_parallel_tool_use: true },
+                messages: [{ role: "user", content: "Weather in Rome?" }] };
+  const msg = await client.messages.create(ask);
+  assert.equal(msg.stop_reason, "tool_use");
+  const uses = msg.content.filter((b) => b.type === "tool_use");
+  assert.equal(uses.length, 1);
+  assert.equal(uses[0].name, "get_weather");
+  assert.ok(validate(uses[0].input), JSON.stringify(validate.errors));
+  // Streamed: a tool_use block started with empty input, then its JSON in input_json_delta.
+  let json = "", started = null, stop = null;
+  for await (const ev of await client.messages.create({ ...ask, stream: true })) {
+    if (ev.type === "content_block_start" && ev.content_block.type === "tool_use") started = ev;
+    if (ev.type === "content_block_delta" && ev.delta.type === "input_json_delta") json += ev.delta.partial_json;
+    if (ev.type === "message_delta") stop = ev.delta.stop_reason;
+  }
+  assert.ok(started && started.index >= 1 && started.content_block.name === "get_weather");
+  assert.ok(validate(JSON.parse(json)), json);
+  assert.equal(stop, "tool_use");
+  // The call and its result go back: the conversation renders and a new answer comes.
+  const next = await client.messages.create({ model: "tools", max_tokens: 8, tools, messages: [
+    ask.messages[0], { role: "assistant", content: msg.content },
+    { role: "user", content: [{ type: "tool_result", tool_use_id: uses[0].id, content: "Sunny" }] }] });
+  assert.equal(next.type, "message");
+  await assert.rejects(client.messages.create({ ...ask, tool_choice: { type: "tool", name: "nope" } }),
+    (e) => e instanceof Anthropic.BadRequestError && e.error.error.message.includes("tool_choice.name"));
+}
 
 async function main() {
   const client = new Anthropic({ baseURL, apiKey, maxRetries: 0, timeout: 30000 });
@@ -61,17 +101,15 @@ async function main() {
     (e) => e instanceof Anthropic.BadRequestError && e.status === 400 &&
            e.error.error.type === "invalid_request_error" &&
            e.error.error.message === "'max_tokens' is required");
-  await assert.rejects(client.messages.create({ ...ask, tools: [{ name: "f",
-      input_schema: { type: "object" } }] }),
-    (e) => e instanceof Anthropic.BadRequestError && e.error.error.message.includes("'tools'"));
   await assert.rejects(client.messages.create({ ...ask, messages: [{ role: "user", content: [
-      { type: "tool_result", tool_use_id: "x", content: "1" }] }] }),
+      { type: "image", source: { type: "base64", media_type: "image/png", data: "AA==" } }] }] }),
     (e) => e instanceof Anthropic.BadRequestError &&
            e.error.error.message.includes("'messages[0].content[0].type'"));
   const wrong = new Anthropic({ baseURL, apiKey: "wrong", maxRetries: 0 });
   await assert.rejects(wrong.messages.create(ask),
     (e) => e instanceof Anthropic.AuthenticationError && e.status === 401 &&
            e.error.error.type === "authentication_error");
+  await toolUse();
   console.log("anthropic client: PASS (" + JSON.stringify(text) + ")");
 }
 

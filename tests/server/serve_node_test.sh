@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Real clients against `kvcache serve` on a loopback port: the official `openai` npm package
 # (openai_client_test.cjs), the official `@anthropic-ai/sdk` (anthropic_client_test.cjs) or the
-# chat page in headless Debian Chromium via playwright-core (chat_page_test.cjs). The openai
-# test also gets a second server, a random llama with a 4096-token context and ChatML, for tool
+# chat page in headless Debian Chromium via playwright-core (chat_page_test.cjs). The client
+# tests also get a second server, a random llama with a 4096-token context and ChatML, for tool
 # calls (validated with ajv). Installs the pinned npm packages into NPM_DIR (a folder of the
 # build).
 # When node, npm, the registry or /usr/bin/chromium is not there it exits 77 (skipped), or 1
@@ -42,16 +42,15 @@ flock -u 9
 start_server node --api-key sekret
 mkdir -p "$artifacts"
 case $what in
-  openai)
+  openai|anthropic)
     # Tool calls need a longer context than the embedded model's: a random llama (ChatML).
     /usr/bin/python3 "$here/../../scripts/make_arch_model.py" --arch llama-rope-freqs \
       --context 4096 --out "$tmp/tools.gguf" > /dev/null
     tiny_url=$url
     start_server tools --api-key sekret --chat-template chatml --max-sessions 2 "$tmp/tools.gguf"
-    timeout 120 node "$here/openai_client_test.cjs" "$npm_dir" "$tiny_url" sekret "$url"
+    timeout 120 node "$here/${what}_client_test.cjs" "$npm_dir" "$tiny_url" sekret "$url"
     stop_server
     url=$tiny_url pid=${pids[0]} ;;
-  anthropic) timeout 120 node "$here/anthropic_client_test.cjs" "$npm_dir" "$url" sekret ;;
   page) timeout 120 node "$here/chat_page_test.cjs" "$npm_dir" "$url" sekret "$artifacts/chat_page.png" ;;
   *) echo "unknown test $what"; exit 2 ;;
 esac
