@@ -210,8 +210,8 @@ Status Session::decode(int32_t max_new_tokens, Sampler& sampler, TurnStats& st,
                                   "speculative decoding: taking back rejected drafts");
     history_.insert(history_.end(), draft_.tokens.begin(), draft_.tokens.begin() + kept);
     st.decode_tokens += 1 + kept;
+    if (drafter_ != nullptr) ++st.spec.steps;
     if (n > 1) {
-      ++st.spec.steps;
       st.spec.drafted += n - 1;
       st.spec.accepted += v.accepted;
       if (spec_.adaptive && v.accepted == n - 1) draft_k_ = std::min(draft_k_ + 1, spec_.draft_max);

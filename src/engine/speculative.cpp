@@ -100,13 +100,13 @@ Status ModelDrafter::propose(std::span<const int32_t> context, int32_t k, Draft&
 
 Status check_same_vocabulary(const text::Tokenizer& target, const text::Tokenizer& draft) {
   if (target.n_tokens() != draft.n_tokens())
-    return invalid_argument(str_cat("draft model: its vocabulary has ", draft.n_tokens(),
+    return invalid_argument(str_cat("draft vocabulary: it has ", draft.n_tokens(),
                                     " tokens, the target's ", target.n_tokens(),
                                     "; expected the same vocabulary"));
   for (int32_t id = 0; id < target.n_tokens(); ++id) {
     const std::string a = target.piece(id), b = draft.piece(id);
     if (a != b)
-      return invalid_argument(str_cat("draft model: token ", id, " is \"", b,
+      return invalid_argument(str_cat("draft vocabulary: token ", id, " is \"", b,
                                       "\" in the draft's vocabulary and \"", a,
                                       "\" in the target's; expected the same vocabulary"));
   }

@@ -96,6 +96,8 @@ class Session {
   // (nullptr = off). Borrowed: it must outlive its use. InvalidArgument (draft_max) when
   // draft_max + 1 exceeds step_tokens() (the cache's max_write); nothing changes then.
   Status set_drafter(Drafter* drafter, const SpecOptions& options = {});
+  Drafter* drafter() const { return drafter_; }
+  const SpecOptions& spec_options() const { return spec_; }
 
   // The conversation's ids: those of the cache's positions [0, pos()), then the pending ones
   // (held back, fed first by the next turn). What a snapshot stores (engine/snapshot.h).

@@ -106,7 +106,7 @@ Status check_spec_options(const SpecOptions& options, int64_t step_tokens);
 
 // What drafting did over a turn.
 struct SpecStats {
-  int64_t steps = 0;     // verification forwards
+  int64_t steps = 0;     // decode forwards while drafting (with or without drafts)
   int64_t drafted = 0;   // drafts verified
   int64_t accepted = 0;  // drafts kept
   double acceptance() const { return drafted > 0 ? double(accepted) / double(drafted) : 0.0; }
