@@ -26,15 +26,40 @@ std::optional<int32_t> ngram_width(std::string_view mode) {
   return v;
 }
 
-std::string draft_summary(const engine::LoadedModel& m, const engine::ModelDrafter& d) {
-  ModelGeometry g = m.model->geometry();
+// "self:q8_0" / "self:q4_0" -> the type; nullopt otherwise.
+std::optional<gguf::TensorType> self_type(std::string_view mode) {
+  if (mode == "self:q8_0") return gguf::TensorType::kQ8_0;
+  if (mode == "self:q4_0") return gguf::TensorType::kQ4_0;
+  return std::nullopt;
+}
+
+std::string draft_summary(const engine::Model& model, const std::string& name,
+                          const engine::ModelDrafter& d) {
+  ModelGeometry g = model.geometry();
   g.cache = d.setup().geometry;
   SummaryOptions o;
   o.config = d.setup().config;
   o.kind = d.setup().kind;
-  return str_cat("draft model ", m.name, ": ", m.model->hparams().n_layers, " layers, d=",
-                 m.model->hparams().d_model, ", ", m.model->n_params() / 1000, "K params; its cache:\n",
+  return str_cat("draft model ", name, ": ", model.hparams().n_layers, " layers, d=",
+                 model.hparams().d_model, ", ", model.n_params() / 1000, "K params; its cache:\n",
                  cache_summary_text(g, o));
+}
+
+// A ModelDrafter over `model` with the target's cache choices, sized for K more positions.
+std::optional<DraftError> model_drafter(const engine::Model& model, const std::string& label,
+                                        const engine::Runtime& target,
+                                        const engine::CacheOptions& cache,
+                                        const engine::SamplerConfig& sampling, DraftSetup& out) {
+  engine::CacheOptions o = cache;
+  o.windows.clear();  // --windows is the target's
+  o.capacity = target.setup.config.capacity + out.options.draft_max;
+  o.max_step_tokens = target.setup.step_tokens;
+  Result<std::unique_ptr<engine::ModelDrafter>> d =
+      engine::ModelDrafter::create(model, o, sampling, label);
+  if (!d.ok()) return DraftError{"draft " + label + ": " + d.status().message()};
+  out.summary = draft_summary(model, label, **d);
+  out.drafter = std::move(*d);
+  return std::nullopt;
 }
 
 }  // namespace
@@ -43,14 +68,16 @@ void add_draft_flags(CLI::App* cmd, DraftFlags& f) {
   CLI::Option* mode =
       cmd->add_option("--draft", f.mode,
                       "Speculative decoding: ngram[:N] drafts from the longest recent match of "
-                      "the last N (default 3) tokens in the conversation")
+                      "the last N (default 3) tokens in the conversation; self:q8_0 or "
+                      "self:q4_0 drafts with the model's own weights re-encoded in memory")
           ->check(CLI::Validator(
               [](std::string& v) -> std::string {
-                return ngram_width(v) ? std::string()
-                                      : str_cat("'", v, "' is not a drafter, expected ngram or "
-                                                "ngram:N with N in 1..", engine::kMaxNgram);
+                return ngram_width(v) || self_type(v)
+                           ? std::string()
+                           : str_cat("'", v, "' is not a drafter, expected ngram, ngram:N with N "
+                                     "in 1..", engine::kMaxNgram, ", self:q8_0 or self:q4_0");
               },
-              "ngram[:N]", "draft mode"));
+              "ngram[:N]|self:TYPE", "draft mode"));
   CLI::Option* model = cmd->add_option(
       "--draft-model", f.model,
       "Speculative decoding with a draft model: a smaller GGUF with the same vocabulary");
@@ -87,6 +114,12 @@ std::optional<DraftError> make_drafter(const DraftFlags& f, const engine::Runtim
                               "is ",
                               step, "; expected --draft-max <= ", step - 1),
                       true};
+  if (const std::optional<gguf::TensorType> type = self_type(f.mode)) {
+    Result<engine::Model> m = target.model->requantized(*type);
+    if (!m.ok()) return DraftError{"--draft " + f.mode + ": " + m.status().message()};
+    out.self_model = std::make_unique<engine::Model>(std::move(*m));
+    return model_drafter(*out.self_model, f.mode, target, cache, sampling, out);
+  }
   if (!f.mode.empty()) {
     out.drafter = std::make_unique<engine::NgramDrafter>(*ngram_width(f.mode));
     return std::nullopt;
@@ -95,17 +128,9 @@ std::optional<DraftError> make_drafter(const DraftFlags& f, const engine::Runtim
   if (!m.ok()) return DraftError{"--draft-model: " + m.status().message()};
   if (Status s = engine::check_same_vocabulary(*target.tokenizer, *m->tokenizer); !s.ok())
     return DraftError{"--draft-model: " + s.message()};
-  engine::CacheOptions o = cache;
-  o.windows.clear();  // --windows is the target's
-  o.capacity = target.setup.config.capacity + out.options.draft_max;
-  o.max_step_tokens = step;
-  Result<std::unique_ptr<engine::ModelDrafter>> d =
-      engine::ModelDrafter::create(*m->model, o, sampling, m->name);
-  if (!d.ok()) return DraftError{"--draft-model: " + d.status().message()};
   out.model = std::move(*m);
-  out.summary = draft_summary(*out.model, **d);
-  out.drafter = std::move(*d);
-  return std::nullopt;
+  return model_drafter(*out.model->model, "model:" + out.model->name, target, cache, sampling,
+                       out);
 }
 
 }  // namespace kvcache::tools

@@ -19,7 +19,7 @@
 namespace kvcache::tools {
 
 struct DraftFlags {
-  std::string mode;        // --draft: "" (off) | ngram[:N]
+  std::string mode;        // --draft: "" (off) | ngram[:N] | self:q8_0 | self:q4_0
   std::string model;       // --draft-model FILE
   int32_t draft_max = 0;   // --draft-max K; 0 = engine::kDefaultDraftMax (clamped to the step)
 };
@@ -29,6 +29,7 @@ void add_draft_flags(CLI::App* cmd, DraftFlags& f);
 // The drafter and its model (when it has one). Move-only.
 struct DraftSetup {
   std::optional<engine::LoadedModel> model;   // --draft-model's file
+  std::unique_ptr<engine::Model> self_model;  // --draft self:TYPE: the target re-encoded
   std::unique_ptr<engine::Drafter> drafter;   // nullptr = drafting off
   engine::SpecOptions options;
   std::string summary;                        // what to print (the draft cache's summary)
@@ -43,6 +44,7 @@ struct DraftError {
 // Builds the drafter the flags ask for beside `target`. Usage errors: --draft-max without a
 // drafter, or K + 1 above the target's step width (--max-step-tokens / max_write). Refusals:
 // the draft file does not load, or its vocabulary differs (naming the first differing token).
+// self:TYPE re-encodes the target's matrices in memory (engine::Model::requantized).
 std::optional<DraftError> make_drafter(const DraftFlags& f, const engine::Runtime& target,
                                        const engine::CacheOptions& cache,
                                        const engine::LoadOptions& load,

@@ -164,7 +164,7 @@ TEST_F(Speculative, TheModelAsItsOwnDraftKeepsEveryDraftAndEqualsPlainGreedy) {
     const CacheOptions o = options(kind, DType::kF32);
     const Run plain = turn(o, bytes_of("In the beginning"), 80, nullptr);
     Result<std::unique_ptr<ModelDrafter>> d =
-        ModelDrafter::create(*loaded_.model, o, SamplerConfig{}, "tiny");
+        ModelDrafter::create(*loaded_.model, o, SamplerConfig{}, "model:tiny");
     ASSERT_TRUE(d.ok()) << d.status().to_string();
     const Run spec = turn(o, bytes_of("In the beginning"), 80, d->get());
     EXPECT_EQ(spec.st.generated, plain.st.generated) << kind;
@@ -172,6 +172,32 @@ TEST_F(Speculative, TheModelAsItsOwnDraftKeepsEveryDraftAndEqualsPlainGreedy) {
     EXPECT_GT(spec.st.spec.drafted, 0);
     EXPECT_EQ(spec.st.spec.accepted, spec.st.spec.drafted) << kind;
     EXPECT_EQ((*d)->name(), "model:tiny");
+  }
+}
+
+// self:TYPE: the target's matrices re-encoded in memory draft for it; greedy output stays the
+// target's, and most drafts agree with it.
+TEST_F(Speculative, TheTargetsOwnWeightsReencodedDraftForIt) {
+  const Model& model = *loaded_.model;
+  EXPECT_EQ(model.requantized(gguf::TensorType::kF16).status().code(),
+            StatusCode::kInvalidArgument);
+  for (gguf::TensorType type : {gguf::TensorType::kQ8_0, gguf::TensorType::kQ4_0}) {
+    Result<Model> cheap = model.requantized(type);
+    ASSERT_TRUE(cheap.ok()) << cheap.status().to_string();
+    EXPECT_EQ(cheap->layers()[0].wq.type, type);
+    EXPECT_EQ(cheap->output().type, type);
+    // A tied output gets its own encoded copy: counted once more (vocab x d).
+    EXPECT_FALSE(cheap->tied());
+    EXPECT_EQ(cheap->n_params(),
+              model.n_params() + (model.tied() ? model.output().n_elements() : 0));
+    const CacheOptions o = options("cell", DType::kF16);
+    const Run plain = turn(o, bytes_of("In the beginning"), 60, nullptr);
+    Result<std::unique_ptr<ModelDrafter>> d =
+        ModelDrafter::create(*cheap, o, SamplerConfig{}, "self");
+    ASSERT_TRUE(d.ok()) << d.status().to_string();
+    const Run spec = turn(o, bytes_of("In the beginning"), 60, d->get());
+    EXPECT_EQ(spec.st.generated, plain.st.generated) << gguf::to_string(type);
+    EXPECT_GT(spec.st.spec.acceptance(), 0.5) << gguf::to_string(type);
   }
 }
 

@@ -2,8 +2,8 @@
 // in the session's own tokens, or a second model with its own cache — and the acceptance rule
 // that keeps what the target agrees with. Layer: engine. Session::turn runs the loop (one
 // forward of the target over the held token + K drafts, then a rewind of the rejected tail);
-// see docs/speculative.md. Not here: the batching executor's drafting, tree drafts, and the
-// target's own weights re-quantized as a drafter (self:TYPE).
+// see docs/speculative.md. Not here: the batching executor's drafting, tree drafts. The
+// self:TYPE drafter is a ModelDrafter over Model::requantized().
 #pragma once
 
 #include <cstdint>
@@ -44,7 +44,7 @@ class Drafter {
   // Up to k (>= 1) tokens continuing `context` (the conversation's every id; the last one is
   // not yet in the target's cache). Fewer or none when it has nothing to offer.
   virtual Status propose(std::span<const int32_t> context, int32_t k, Draft& out) = 0;
-  virtual std::string name() const = 0;  // "ngram:3", "model:FILE"
+  virtual std::string name() const = 0;  // "ngram:3", "model:FILE", "self:q4_0"
 };
 
 // Finds the most recent earlier occurrence of the context's last n ids (n = max_n down to 1,
@@ -72,7 +72,7 @@ class ModelDrafter final : public Drafter {
                                                       const SamplerConfig& sampling,
                                                       std::string label);
   Status propose(std::span<const int32_t> context, int32_t k, Draft& out) override;
-  std::string name() const override { return "model:" + label_; }
+  std::string name() const override { return label_; }  // as created: "model:FILE", "self:q4_0"
   const CacheSetup& setup() const { return draft_.setup; }
   int64_t cached() const { return static_cast<int64_t>(fed_.size()); }  // positions held
 
