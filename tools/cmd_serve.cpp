@@ -36,6 +36,10 @@ struct ServeFlags {
   std::string chat_template;
   int64_t max_queue = 64;
   int http_threads = 64;
+  int max_connections = 512;
+  int max_connections_per_peer = 0;
+  int64_t request_timeout_ms = 10000;
+  int64_t keep_alive_timeout_ms = 5000;
   size_t max_body_bytes = server::kDefaultMaxBodyBytes;
   bool no_prefix_cache = false;
   std::string snapshot_dir;  // saved prefixes (POST /v1/cache/save|restore); empty = off
@@ -66,8 +70,23 @@ void add_flags(CLI::App* cmd, ServeFlags& f) {
   cmd->add_option("--max-queue", f.max_queue,
                   "Requests waiting for a session beyond which new ones get 429")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
-  cmd->add_option("--http-threads", f.http_threads, "Connections served at once")
+  cmd->add_option("--http-threads", f.http_threads,
+                  "Requests answered at once (GET /health, /metrics, /v1/models and / have two "
+                  "threads of their own)")
       ->check(CLI::Range(1, 4096))->capture_default_str();
+  cmd->add_option("--max-connections", f.max_connections,
+                  "Open connections beyond which a new one gets 503 and is closed")
+      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  cmd->add_option("--max-connections-per-peer", f.max_connections_per_peer,
+                  "Open connections from one address beyond which a new one gets 503; 0 = no cap")
+      ->check(CLI::Range(0, 1 << 20))->capture_default_str();
+  cmd->add_option("--request-timeout-ms", f.request_timeout_ms,
+                  "Longest time from a request's first byte to its last (headers and body); a "
+                  "slower request gets 408 and its connection is closed")
+      ->check(CLI::Range(int64_t{100}, int64_t{3600000}))->capture_default_str();
+  cmd->add_option("--keep-alive-timeout-ms", f.keep_alive_timeout_ms,
+                  "How long an idle connection may wait for its next request")
+      ->check(CLI::Range(int64_t{100}, int64_t{3600000}))->capture_default_str();
   cmd->add_option("--max-body-bytes", f.max_body_bytes, "Largest request body (else 413)")
       ->check(CLI::Range(size_t{1024}, size_t{1} << 30))->capture_default_str();
   cmd->add_flag("--no-prefix-cache", f.no_prefix_cache, "Prefill every prompt in full");
@@ -172,6 +191,10 @@ int run_serve(const ServeFlags& f) {
   o.api_key = f.api_key;
   o.max_body_bytes = f.max_body_bytes;
   o.http_threads = f.http_threads;
+  o.max_connections = f.max_connections;
+  o.max_connections_per_peer = f.max_connections_per_peer;
+  o.request_timeout_ms = f.request_timeout_ms;
+  o.keep_alive_timeout_ms = f.keep_alive_timeout_ms;
   o.model_name = m->name;
   o.snapshot_dir = f.snapshot_dir;
   pick_template(f, *m, o);

@@ -20,5 +20,6 @@ Runner add_batch(CLI::App& app);
 Runner add_quantize(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
 Runner add_serve(CLI::App& app);
+Runner add_perplexity(CLI::App& app);
 
 }  // namespace kvcache::tools

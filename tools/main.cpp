@@ -1,7 +1,7 @@
 // kvcache: the command-line front over the libraries. Subcommands: inspect, export, run,
-// op-test, quantize, tokenize, batch. Each lives in its own file (commands.h). Every failure
-// ends in a message on stderr and exit 1 (2 for usage); the catch below is the last line of
-// defence, not the plan. KVCACHE_ISA caps the kernels' instruction set (cpu/isa.h) for the
+// op-test, quantize, tokenize, batch, serve, perplexity. Each lives in its own file
+// (commands.h). Every failure ends in a message on stderr and exit 1 (2 for usage); the catch
+// below is the last line of defence, not the plan. KVCACHE_ISA caps the kernels' instruction set (cpu/isa.h) for the
 // whole process: read here, once, before anything runs; a value it does not know is exit 2.
 #include <cstdio>
 #include <cstdlib>
@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   add(kvcache::tools::add_quantize);
   add(kvcache::tools::add_tokenize);
   add(kvcache::tools::add_serve);
+  add(kvcache::tools::add_perplexity);
   // A first word that is no option and no subcommand: name it (CLI11 says only that a
   // subcommand is required).
   const auto named = [&](const char* word) {

@@ -1,16 +1,20 @@
 // kvcache_file_bench FILE.gguf [FILE.gguf ...] [--benchmark_*]: decode and 512-token prefill of
 // model files on disk — the same files another engine is run on in the same sitting, for a
-// side-by-side. Per file: decode tok/s at depth 0 / 2K / 8K / 16K and a 512-token prefill at
-// depth 0 and 4K (sequence layout, f16 K/V, threads from KVCACHE_BENCH_THREADS, default 2),
-// with decode's effective bandwidth: (weight bytes + K/V bytes read per token) * tok/s, and its
-// ratio to the read probe run in this process. The file is read into huge pages as
+// side-by-side. Per file: decode tok/s at depth 0 / 2K / 8K / 16K (and 32K with
+// KVCACHE_BENCH_MAX_DEPTH=32768) and a 512-token prefill at depth 0 and 4K (sequence layout;
+// K/V type from KVCACHE_BENCH_KV, default f16, e.g. q8_0 or q4_0 with the rotation's default;
+// threads from KVCACHE_BENCH_THREADS, default 2), with decode's effective bandwidth: (weight
+// bytes + K/V bytes read per token) * tok/s, and its ratio to the read probe run in this
+// process. The file is read into huge pages as
 // `kvcache run` does; KVCACHE_BENCH_MAPPED=1 maps it in place instead (the --map-weights
 // comparison). Output: Google Benchmark JSON.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,7 +28,14 @@
 namespace kvcache::engine {
 namespace {
 
-constexpr int64_t kChunk = 512, kMaxDepth = 16384;
+constexpr int64_t kChunk = 512;
+
+// The run's K/V type and deepest decode, from the environment (read once in main).
+struct Settings {
+  DType kv = DType::kF16;
+  int64_t max_depth = 16384;
+};
+Settings g_settings;
 
 struct Loaded {
   std::unique_ptr<gguf::GgufFile> file;
@@ -53,15 +64,14 @@ Loaded load(const std::string& path) {
       l.weight_bytes += static_cast<int64_t>(x->bytes.size());
   l.weight_bytes += static_cast<int64_t>(l.model->output().bytes.size());
   CacheOptions o;
-  o.capacity = kMaxDepth + kChunk;
-  o.kv_dtype = DType::kF16;
+  o.capacity = g_settings.max_depth + kChunk;
+  o.kv_dtype = g_settings.kv;
   Result<CacheSetup> setup = plan_cache(*l.model, o);
   if (!setup.ok()) return l.error = setup.status().to_string(), std::move(l);
   Result<std::shared_ptr<Cache>> cache = build_cache(*setup);
   if (!cache.ok()) return l.error = cache.status().to_string(), std::move(l);
   l.cache = *cache;
-  for (const LayerGeometry& g : l.cache->geometry().layers)
-    l.kv_bytes_per_pos += int64_t{2} * g.kv_heads * (g.head_dim + g.value_dim);  // f16
+  l.kv_bytes_per_pos = bytes_per_cell(setup->geometry, setup->config).value_or(0);
   Result<std::unique_ptr<Engine>> e = Engine::create(*l.model, l.cache);
   if (!e.ok()) return l.error = e.status().to_string(), std::move(l);
   l.engine = std::move(*e);
@@ -132,6 +142,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: kvcache_file_bench FILE.gguf [FILE.gguf ...] [--benchmark_*]\n");
     return 2;
   }
+  if (const char* kv = std::getenv("KVCACHE_BENCH_KV"); kv != nullptr) {
+    const std::optional<kvcache::DType> d = kvcache::parse_dtype(kv);
+    if (!d) return std::fprintf(stderr, "KVCACHE_BENCH_KV = '%s': not a dtype\n", kv), 2;
+    g_settings.kv = *d;
+  }
+  if (const char* md = std::getenv("KVCACHE_BENCH_MAX_DEPTH"); md != nullptr)
+    g_settings.max_depth = std::max<int64_t>(16384, std::atoll(md));
   const char* t = std::getenv("KVCACHE_BENCH_THREADS");
   kvcache::cpu::set_global_threads(t != nullptr ? std::atoi(t) : 2);
   static std::vector<std::unique_ptr<Loaded>> files;
@@ -150,6 +167,7 @@ int main(int argc, char** argv) {
     add("pp512/depth:4096", 4096, kChunk);
     add("tg/depth:8192", 8192, 1);
     add("tg/depth:16384", 16384, 1);
+    if (g_settings.max_depth >= 32768) add("tg/depth:32768", 32768, 1);
   }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

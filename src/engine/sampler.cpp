@@ -190,4 +190,37 @@ int32_t Sampler::draw_from(std::span<const double> weights) {
   return last;
 }
 
+TokenLogprob token_logprob(std::span<const float> logits, std::span<const uint64_t> allowed,
+                           float temperature, int32_t token, int32_t top) {
+  const double t = temperature > 0.0f ? temperature : 1.0;
+  auto ok = [&](size_t i) {
+    return allowed.empty() || ((i >> 6) < allowed.size() && ((allowed[i >> 6] >> (i & 63)) & 1));
+  };
+  double mx = -std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (ok(i)) mx = std::max(mx, static_cast<double>(logits[i]));
+  double sum = 0.0;
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (ok(i)) sum += std::exp((logits[i] - mx) / t);
+  const double log_z = mx / t + std::log(sum);
+  auto lp = [&](int32_t id) { return static_cast<float>(logits[id] / t - log_z); };
+  TokenLogprob out;
+  out.token = token;
+  out.logprob = token >= 0 && static_cast<size_t>(token) < logits.size() && ok(token)
+                    ? lp(token)
+                    : -std::numeric_limits<float>::infinity();
+  if (top <= 0) return out;
+  std::vector<float> masked(logits.begin(), logits.end());
+  int32_t n_allowed = 0;
+  for (size_t i = 0; i < masked.size(); ++i) {
+    if (ok(i)) ++n_allowed;
+    else masked[i] = -std::numeric_limits<float>::infinity();
+  }
+  std::vector<int32_t> order;
+  const int32_t keep = std::min(top, n_allowed);
+  order_by_logit(masked, keep, order);
+  for (int32_t i = 0; i < keep; ++i) out.top.emplace_back(order[i], lp(order[i]));
+  return out;
+}
+
 }  // namespace kvcache::engine

@@ -157,6 +157,9 @@ Status Executor::check_request(std::span<const int32_t> prompt, const GeneratePa
       return invalid_argument(str_cat("request: logit_bias ", id, " = ", bias,
                                       ", expected a token id in [0, ", vocab,
                                       ") and a bias in [-100, 100]"));
+  if (p.logprobs < -1 || p.logprobs > kMaxTopLogprobs)
+    return invalid_argument(str_cat("request: logprobs = ", p.logprobs, ", expected -1 (none) or 0..",
+                                    kMaxTopLogprobs, " alternatives"));
   if (p.grammar && tokenizer_ == nullptr)
     return invalid_argument("request: a grammar needs the executor's tokenizer (token bytes)");
   if (p.grammar) KVCACHE_RETURN_IF_ERROR_CTX(p.grammar->check(), "request: grammar");

@@ -29,6 +29,7 @@ struct Executor::Session {
   std::optional<text::GrammarCursor> grammar;  // with GenerateParams::grammar: its place
   std::unordered_map<int32_t, int32_t> counts;   // generated token -> times (for penalties)
   std::vector<float> adjusted;                   // logits after bias and penalties
+  engine::TokenLogprob drawn_logprob;            // of the token draw_one last drew
   bool snapshotted = false;      // its prompt's window tail was kept (see snapshot_prompt)
   size_t streamed = 0;           // bytes of the completion's text already streamed
   bool counted = false;          // prefix hit/miss counted (at the first admission only)

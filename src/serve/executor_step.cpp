@@ -203,9 +203,15 @@ int32_t Executor::draw_one(Session& s, std::span<const float> logits) {
           static_cast<float>(n) * p.frequency_penalty + (n > 0 ? p.presence_penalty : 0.0f);
     logits = s.adjusted;
   }
-  if (!s.grammar) return s.sampler.sample(logits);
-  const text::TokenMasker::Mask mask = s.grammar->allowed();
-  return s.sampler.sample(logits, *mask);
+  text::TokenMasker::Mask mask;
+  if (s.grammar) mask = s.grammar->allowed();
+  const std::span<const uint64_t> allowed = mask ? std::span<const uint64_t>(*mask)
+                                                 : std::span<const uint64_t>();
+  const int32_t tok = s.sampler.sample(logits, allowed);
+  if (p.logprobs >= 0 && tok >= 0)
+    s.drawn_logprob = engine::token_logprob(logits, allowed, p.sampling.temperature, tok,
+                                            p.logprobs);
+  return tok;
 }
 
 void Executor::fork_children(Session& parent, std::span<const float> logits) {
@@ -250,6 +256,7 @@ void Executor::sample(Session& s, std::span<const float> logits, int32_t drawn) 
   s.tokens.push_back(tok);
   Completion& c = r.result.completions[static_cast<size_t>(s.completion)];
   c.tokens.push_back(tok);
+  if (p.logprobs >= 0) c.logprobs.push_back(s.drawn_logprob);
   const bool eog = !p.ignore_eos &&
                    std::find(opt_.eog_ids.begin(), opt_.eog_ids.end(), tok) != opt_.eog_ids.end();
   Finish why = Finish::kNone;
@@ -261,7 +268,11 @@ void Executor::sample(Session& s, std::span<const float> logits, int32_t drawn) 
     size_t cut = std::string::npos;
     for (const std::string& stop : p.stop) {
       const size_t from = before >= stop.size() ? before - stop.size() + 1 : 0;
-      cut = std::min(cut, c.text.find(stop, from));
+      const size_t at = c.text.find(stop, from);
+      if (at < cut) {
+        cut = at;
+        c.stop_string = stop;
+      }
     }
     if (cut != std::string::npos) {
       c.text.resize(cut);
@@ -279,6 +290,7 @@ void Executor::sample(Session& s, std::span<const float> logits, int32_t drawn) 
     e.completion = s.completion;
     e.token = tok;
     e.finish = why;
+    if (p.logprobs >= 0) e.logprob = &c.logprobs.back();
     e.piece = std::string_view(c.text).substr(std::min(s.streamed, safe), safe - std::min(s.streamed, safe));
     on_token_(e);
   }

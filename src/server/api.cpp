@@ -165,10 +165,10 @@ std::optional<ApiError> check_fields(const json& obj, bool chat,
   static const std::set<std::string> kActed = {
       "model", "max_tokens", "temperature", "top_p", "top_k", "seed", "n", "stream",
       "stream_options", "stop", "ignore_eos", "response_format", "logit_bias",
-      "presence_penalty", "frequency_penalty"};
+      "presence_penalty", "frequency_penalty", "logprobs", "top_logprobs"};
   // API fields that ask for nothing at these values (null is always nothing).
   static const std::map<std::string, json> kInert = {
-      {"logprobs", false},  {"top_logprobs", 0},        {"echo", false},
+      {"echo", false},
       {"best_of", 1},       {"tools", json::array()},   {"tool_choice", "none"},
       {"store", false},     {"suffix", ""},             {"parallel_tool_calls", true}};
   for (const auto& [key, value] : obj.items()) {
@@ -218,6 +218,29 @@ std::optional<ApiError> parse_penalties(const json& obj, const ApiLimits& lim, A
                                          ", expected a number in [-100, 100]");
     p.logit_bias.emplace_back(static_cast<int32_t>(id), v.get<float>());
   }
+  return std::nullopt;
+}
+
+// chat: "logprobs" true|false and "top_logprobs" 0..20 (only with logprobs true);
+// completions: "logprobs" 0..5 alternatives (null = none).
+std::optional<ApiError> parse_logprobs(const json& obj, ApiRequest& r) {
+  int32_t& want = r.params.logprobs;
+  if (!r.chat) {
+    int32_t n = -1;
+    if (auto e = number_field(obj, "logprobs", 0, 5, n)) return e;
+    want = n;
+    if (obj.contains("top_logprobs") && !obj["top_logprobs"].is_null())
+      return unsupported("top_logprobs", "is a chat completions field; completions take "
+                                         "'logprobs': N alternatives");
+    return std::nullopt;
+  }
+  bool on = false;
+  if (auto e = bool_field(obj, "logprobs", on)) return e;
+  int32_t top = -1;
+  if (auto e = number_field(obj, "top_logprobs", 0, serve::kMaxTopLogprobs, top)) return e;
+  if (top >= 0 && !on)
+    return bad_field("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+  want = on ? std::max(top, 0) : -1;
   return std::nullopt;
 }
 
@@ -334,6 +357,7 @@ std::optional<ApiError> parse_request(std::string_view body, bool chat, const Ap
   if (auto e = check_fields(obj, chat, also_allowed)) return e;
   if (auto e = parse_penalties(obj, lim, r)) return e;
   if (auto e = parse_sampling(obj, lim, r)) return e;
+  if (auto e = parse_logprobs(obj, r)) return e;
   auto rf = obj.find("response_format");
   if (rf == obj.end() || rf->is_null()) return std::nullopt;
   // Again in the order the client wrote it: a schema's properties are generated in order.
@@ -377,11 +401,61 @@ json usage_json(const serve::RequestResult& r) {
               {"prompt_tokens_details", {{"cached_tokens", r.cached_prompt_tokens}}}};
 }
 
+namespace {
+
+float finite_logprob(float lp) { return std::isfinite(lp) ? std::max(lp, -9999.0f) : -9999.0f; }
+
+json bytes_json(const std::string& b) {
+  json out = json::array();
+  for (unsigned char ch : b) out.push_back(ch);
+  return out;
+}
+
+}  // namespace
+
+json logprobs_json(const ResponseMeta& m, std::span<const engine::TokenLogprob> lps,
+                   int64_t offset) {
+  auto text_of = [&](int32_t id) { return m.token_bytes ? m.token_bytes(id) : std::string(); };
+  if (m.chat) {
+    json content = json::array();
+    for (const engine::TokenLogprob& t : lps) {
+      const std::string b = text_of(t.token);
+      json top = json::array();
+      for (const auto& [id, lp] : t.top) {
+        const std::string tb = text_of(id);
+        top.push_back({{"token", tb}, {"logprob", finite_logprob(lp)}, {"bytes", bytes_json(tb)}});
+      }
+      content.push_back({{"token", b},
+                         {"logprob", finite_logprob(t.logprob)},
+                         {"bytes", bytes_json(b)},
+                         {"top_logprobs", std::move(top)}});
+    }
+    return json{{"content", std::move(content)}, {"refusal", nullptr}};
+  }
+  json tokens = json::array(), values = json::array(), tops = json::array(),
+       offsets = json::array();
+  for (const engine::TokenLogprob& t : lps) {
+    const std::string b = text_of(t.token);
+    tokens.push_back(b);
+    values.push_back(finite_logprob(t.logprob));
+    json top = json::object();
+    for (const auto& [id, lp] : t.top) top[text_of(id)] = finite_logprob(lp);
+    tops.push_back(std::move(top));
+    offsets.push_back(offset);
+    offset += static_cast<int64_t>(b.size());
+  }
+  return json{{"tokens", std::move(tokens)},
+              {"token_logprobs", std::move(values)},
+              {"top_logprobs", std::move(tops)},
+              {"text_offset", std::move(offsets)}};
+}
+
 json response_json(const ResponseMeta& m, const serve::RequestResult& r,
                    const std::vector<std::string>& texts) {
   json choices = json::array();
   for (size_t i = 0; i < r.completions.size(); ++i) {
-    json c{{"index", i}, {"logprobs", nullptr},
+    json c{{"index", i},
+           {"logprobs", m.logprobs ? logprobs_json(m, r.completions[i].logprobs) : json(nullptr)},
            {"finish_reason", finish_reason(r.completions[i].finish)}};
     if (m.chat)
       c["message"] = {{"role", "assistant"}, {"content", texts.at(i)}};
@@ -398,8 +472,10 @@ json response_json(const ResponseMeta& m, const serve::RequestResult& r,
 }
 
 json chunk_json(const ResponseMeta& m, int32_t index, std::string_view text, bool first,
-                std::optional<serve::Finish> finish) {
-  json c{{"index", index}, {"logprobs", nullptr},
+                std::optional<serve::Finish> finish, std::span<const engine::TokenLogprob> lps,
+                int64_t offset) {
+  json c{{"index", index},
+         {"logprobs", m.logprobs && !first ? logprobs_json(m, lps, offset) : json(nullptr)},
          {"finish_reason", finish ? json(finish_reason(*finish)) : json(nullptr)}};
   if (m.chat) {
     json delta = json::object();

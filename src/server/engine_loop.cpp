@@ -58,7 +58,9 @@ EngineLoop::EngineLoop(serve::Executor& executor, int64_t max_queue)
   ex_.set_on_token([this](const serve::TokenEvent& e) {
     auto it = live_.find(e.request);
     if (it == live_.end() || !it->second->stream_) return;
-    it->second->push(StreamPiece{e.completion, std::string(e.piece), e.finish});
+    StreamPiece piece{e.completion, std::string(e.piece), e.finish, std::nullopt};
+    if (e.logprob != nullptr) piece.logprob = *e.logprob;
+    it->second->push(std::move(piece));
   });
   publish();
 }
@@ -114,10 +116,11 @@ Result<std::shared_ptr<RequestChannel>> EngineLoop::submit(std::vector<int32_t> 
   ch->stream_ = stream;
   std::lock_guard<std::mutex> lk(mu_);
   if (stopping_) return failed_precondition("the server is shutting down");
-  const int64_t waiting = waiting_ + static_cast<int64_t>(inbox_.size());
-  if (waiting >= max_queue_)
-    return resource_exhausted(str_cat(waiting, " requests are waiting (max_queue = ",
-                                      max_queue_, ")"));
+  // waiting_ counts what the engine took from the inbox too (run()), so requests submitted
+  // during a step cannot slip past the limit.
+  if (waiting_ + static_cast<int64_t>(inbox_.size()) >= max_queue_)
+    return resource_exhausted(str_cat("the queue of requests waiting for a session is full (",
+                                      max_queue_, ", max_queue)"));
   inbox_.push_back(ch);
   cv_.notify_all();
   return ch;
@@ -187,6 +190,7 @@ void EngineLoop::run() {
         return busy || stopping_ || !inbox_.empty() || !cancels_.empty() || !tasks_.empty();
       });
       inbox.swap(inbox_);
+      waiting_ += static_cast<int64_t>(inbox.size());  // queued in the executor until publish()
       cancels.swap(cancels_);
       tasks.swap(tasks_);
       stopping = stopping_;

@@ -4,14 +4,13 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <functional>
+#include <map>
 #include <utility>
 #include <vector>
 
-#include <sys/socket.h>
-
-#include <httplib.h>
-
 #include "core/str_cat.h"
+#include "server/http_listener.h"
 #include "server/metrics.h"
 #include "server/saved_prefixes.h"
 #include "text/utf8.h"
@@ -25,16 +24,15 @@ using std::chrono::milliseconds;
 constexpr milliseconds kPoll{100};             // how often a waiting handler looks again
 constexpr milliseconds kKeepAliveEvery{250};  // a write while nothing else is sent
 constexpr auto kAcceptTimeout = std::chrono::seconds(30);
-constexpr int kListenBacklog = 1024;
 
 int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
 
-void reply_json(httplib::Response& res, int status, const std::string& body) {
+void reply_json(http::Response& res, int status, const std::string& body) {
   res.status = status;
   res.set_content(body, "application/json");
 }
 
-void reply_error(httplib::Response& res, const ApiError& e) { reply_json(res, e.status, error_body(e)); }
+void reply_error(http::Response& res, const ApiError& e) { reply_json(res, e.status, error_body(e)); }
 
 ApiError status_error(int status, std::string message, std::string type, std::string code) {
   return ApiError{status, std::move(message), std::move(type), "", std::move(code)};
@@ -61,6 +59,7 @@ struct StreamState {
   bool include_usage = false;
   std::vector<text::Utf8Stream> utf8;      // per completion
   std::vector<bool> finished;         // a finish_reason chunk was sent
+  std::vector<int64_t> bytes_out;     // per completion: token bytes so far (text_offset)
   bool started = false, done = false;
   std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
 };
@@ -68,32 +67,36 @@ struct StreamState {
 }  // namespace
 
 struct HttpServer::Impl {
+  using Handler = std::function<void(const http::Request&, http::Response&)>;
   EngineLoop& loop;
   ServerOptions opt;
   ServerModel model;
-  httplib::Server svr;
   RequestCounters counters;
   std::atomic<int64_t> next_id{0};
   int64_t started = unix_now();
-  int listen_fd = -1;  // the listening socket, seen through the socket-options hook
+  std::map<std::pair<std::string, std::string>, Handler> route_table;  // (method, path)
+  http::Listener listener;
 
   Impl(EngineLoop& l, ServerOptions o, ServerModel m)
-      : loop(l), opt(std::move(o)), model(std::move(m)) {}
+      : loop(l), opt(std::move(o)), model(std::move(m)), listener(listener_options(opt), hooks()) {}
 
+  static http::ListenerOptions listener_options(const ServerOptions& o);
+  http::ListenerHooks hooks();
   void routes();
-  void clear_prefix_cache(httplib::Response& res);
-  bool authorized(const httplib::Request& req) const;
+  void handle(const http::Request& req, http::Response& res) const;
+  void clear_prefix_cache(http::Response& res);
+  bool authorized(const http::Request& req) const;
   std::optional<ApiError> encode(ApiRequest& r, std::vector<int32_t>& prompt,
                                  bool generation_prompt = true) const;
-  void saved_prefix(const httplib::Request& req, httplib::Response& res, bool save);
-  void generate(const httplib::Request& req, httplib::Response& res, bool chat);
-  void finish_whole(httplib::Response& res, const std::shared_ptr<RequestChannel>& ch,
+  void saved_prefix(const http::Request& req, http::Response& res, bool save);
+  void generate(const http::Request& req, http::Response& res, bool chat);
+  void finish_whole(http::Response& res, const std::shared_ptr<RequestChannel>& ch,
                     const ResponseMeta& meta, std::optional<serve::RequestResult> result);
-  void start_stream(httplib::Response& res, std::shared_ptr<RequestChannel> ch, ResponseMeta meta,
+  void start_stream(http::Response& res, std::shared_ptr<RequestChannel> ch, ResponseMeta meta,
                     int32_t n, bool include_usage, RequestChannel::News first);
 };
 
-bool HttpServer::Impl::authorized(const httplib::Request& req) const {
+bool HttpServer::Impl::authorized(const http::Request& req) const {
   // The page at / is static (a browser cannot send a Bearer header when it opens it); the
   // key typed into it guards the API calls it makes.
   if (opt.api_key.empty() || req.path == "/health" || (req.path == "/" && req.method == "GET"))
@@ -128,7 +131,7 @@ std::optional<ApiError> HttpServer::Impl::encode(ApiRequest& r, std::vector<int3
   return std::nullopt;
 }
 
-void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+void HttpServer::Impl::generate(const http::Request& req, http::Response& res, bool chat) {
   ApiRequest r;
   if (auto e = parse_request(req.body, chat, model.limits, r)) return reply_error(res, *e);
   std::vector<int32_t> prompt;
@@ -160,8 +163,15 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
     return reply_error(res, status_error(400, first.refused->message(), "invalid_request_error",
                                          "invalid_value"));
   const int64_t id = next_id.fetch_add(1);
-  ResponseMeta meta{str_cat((chat ? "chatcmpl-" : "cmpl-"), started, "-", id),
-                    unix_now(), opt.model_name, chat};
+  ResponseMeta meta;
+  meta.id = str_cat((chat ? "chatcmpl-" : "cmpl-"), started, "-", id);
+  meta.created = unix_now();
+  meta.model = opt.model_name;
+  meta.chat = chat;
+  if (r.params.logprobs >= 0) {
+    meta.logprobs = true;
+    meta.token_bytes = [tok = model.tokenizer](int32_t t) { return tok->decode_one(t); };
+  }
   // `first` may already hold pieces and even the result: they are passed on, not dropped.
   if (!r.stream) return finish_whole(res, *ch, meta, std::move(first.result));
   start_stream(res, std::move(*ch), std::move(meta), n, r.include_usage, std::move(first));
@@ -170,7 +180,7 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
 // POST /v1/cache/save {"name", "prompt" | "messages"} and /v1/cache/restore {"name"}
 // (saved_prefixes.h). Saved messages are rendered without the assistant prompt, so a later
 // conversation that goes on from them starts with the same tokens.
-void HttpServer::Impl::saved_prefix(const httplib::Request& req, httplib::Response& res,
+void HttpServer::Impl::saved_prefix(const http::Request& req, http::Response& res,
                                     bool save) {
   if (opt.snapshot_dir.empty())
     return reply_error(res, status_error(404,
@@ -187,11 +197,15 @@ void HttpServer::Impl::saved_prefix(const httplib::Request& req, httplib::Respon
   PrefixReply r;
   if (save) {
     ApiRequest ar;
-    if (auto e = parse_request(req.body, body.contains("messages"), model.limits, ar, {"name"}))
+    const bool chat = body.contains("messages");
+    if (auto e = parse_request(req.body, chat, model.limits, ar, {"name"}))
       return reply_error(res, *e);
     std::vector<int32_t> prompt;
     if (auto e = encode(ar, prompt, /*generation_prompt=*/false)) return reply_error(res, *e);
     r = save_prefix(loop, opt.snapshot_dir, name->get<std::string>(), std::move(prompt));
+    // The executor refuses only the prompt itself (e.g. over the session budget): name it.
+    if (r.error && r.error->status == 400 && r.error->param.empty())
+      r.error->param = chat ? "messages" : "prompt";
   } else {
     r = restore_prefix(loop, opt.snapshot_dir, name->get<std::string>());
   }
@@ -208,7 +222,7 @@ static std::string whole_body(const ResponseMeta& meta, const serve::RequestResu
 // Unstreamed: the JSON once the result is in. While waiting, a space (JSON allows leading
 // whitespace) goes out every kKeepAliveEvery, so a client that left is noticed and its request
 // closed, as for a stream.
-void HttpServer::Impl::finish_whole(httplib::Response& res, const std::shared_ptr<RequestChannel>& ch,
+void HttpServer::Impl::finish_whole(http::Response& res, const std::shared_ptr<RequestChannel>& ch,
                                     const ResponseMeta& meta,
                                     std::optional<serve::RequestResult> result) {
   if (result) return reply_json(res, 200, whole_body(meta, *result));
@@ -223,7 +237,7 @@ void HttpServer::Impl::finish_whole(httplib::Response& res, const std::shared_pt
   EngineLoop* loop_ptr = &loop;
   res.set_chunked_content_provider(
       "application/json",
-      [st](size_t, httplib::DataSink& sink) {
+      [st](size_t, http::DataSink& sink) {
         std::optional<serve::RequestResult> r = st->channel->wait(kPoll).result;
         if (r) {
           const std::string body = whole_body(st->meta, *r);
@@ -244,7 +258,7 @@ void HttpServer::Impl::finish_whole(httplib::Response& res, const std::shared_pt
       });
 }
 
-void HttpServer::Impl::start_stream(httplib::Response& res, std::shared_ptr<RequestChannel> ch,
+void HttpServer::Impl::start_stream(http::Response& res, std::shared_ptr<RequestChannel> ch,
                                     ResponseMeta meta, int32_t n, bool include_usage,
                                     RequestChannel::News first) {
   auto st = std::make_shared<StreamState>();
@@ -254,13 +268,14 @@ void HttpServer::Impl::start_stream(httplib::Response& res, std::shared_ptr<Requ
   st->include_usage = include_usage;
   st->utf8.resize(static_cast<size_t>(n));
   st->finished.assign(static_cast<size_t>(n), false);
+  st->bytes_out.assign(static_cast<size_t>(n), 0);
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   EngineLoop* loop_ptr = &loop;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [st](size_t, httplib::DataSink& sink) {
+      [st](size_t, http::DataSink& sink) {
         std::string out;
         if (!st->started) {
           st->started = true;
@@ -285,8 +300,13 @@ void HttpServer::Impl::start_stream(httplib::Response& res, std::shared_ptr<Requ
             fin = p.finish;
             st->finished[c] = true;
           }
-          if (!text.empty() || fin)
-            out += sse(chunk_json(st->meta, p.completion, text, false, fin));
+          std::span<const engine::TokenLogprob> lps;
+          if (p.logprob) lps = std::span<const engine::TokenLogprob>(&*p.logprob, 1);
+          if (!text.empty() || fin || !lps.empty()) {
+            out += sse(chunk_json(st->meta, p.completion, text, false, fin, lps, st->bytes_out[c]));
+            if (!lps.empty())  // completions' text_offset runs on over the whole completion
+              st->bytes_out[c] += static_cast<int64_t>(st->meta.token_bytes(p.logprob->token).size());
+          }
         }
         if (news.result) {
           for (size_t c = 0; c < st->finished.size(); ++c) {
@@ -317,7 +337,7 @@ void HttpServer::Impl::start_stream(httplib::Response& res, std::shared_ptr<Requ
 
 // Drops every retained prefix on the engine thread (between steps; running requests keep
 // their cells) and reports what that freed.
-void HttpServer::Impl::clear_prefix_cache(httplib::Response& res) {
+void HttpServer::Impl::clear_prefix_cache(http::Response& res) {
   int64_t sequences = 0, free_before = 0, free_after = 0;
   Status st = loop.call([&](serve::Executor& ex) {
     sequences = ex.stats().retained;
@@ -334,70 +354,79 @@ void HttpServer::Impl::clear_prefix_cache(httplib::Response& res) {
                  .dump());
 }
 
+http::ListenerOptions HttpServer::Impl::listener_options(const ServerOptions& o) {
+  http::ListenerOptions l;
+  l.host = o.host;
+  l.port = o.port;
+  l.limits.max_body_bytes = o.max_body_bytes;
+  l.workers = o.http_threads;
+  l.max_connections = o.max_connections;
+  l.max_connections_per_peer = o.max_connections_per_peer;
+  l.request_timeout = milliseconds(o.request_timeout_ms);
+  l.idle_timeout = milliseconds(o.keep_alive_timeout_ms);
+  return l;
+}
+
+http::ListenerHooks HttpServer::Impl::hooks() {
+  http::ListenerHooks h;
+  h.handle = [this](const http::Request& req, http::Response& res) { handle(req, res); };
+  // Answered from a pool of their own: never behind generation requests.
+  h.is_light = [](const http::Request& req) {
+    return (req.method == "GET" || req.method == "HEAD") &&
+           (req.path == "/health" || req.path == "/metrics" || req.path == "/v1/models" || req.path == "/");
+  };
+  h.error = [](int status, const std::string& message, const std::string& code, http::Response& res) {
+    reply_error(res, status_error(status, message,
+                                  status >= 500 ? "server_error" : "invalid_request_error", code));
+  };
+  h.on_response = [this](const http::Request& req, int status) {
+    counters.add(endpoint_label(req.path), status);
+  };
+  return h;
+}
+
+void HttpServer::Impl::handle(const http::Request& req, http::Response& res) const {
+  if (!authorized(req))
+    return reply_error(res, status_error(401, "missing or wrong API key (Authorization: Bearer KEY)",
+                                         "invalid_request_error", "invalid_api_key"));
+  // HEAD is answered as GET (the listener sends the headers only).
+  const auto it = route_table.find({req.method == "HEAD" ? "GET" : req.method, req.path});
+  if (it == route_table.end())
+    return reply_error(res, status_error(404, "no route " + req.method + " " + req.path,
+                                         "invalid_request_error", "not_found"));
+  it->second(req, res);
+}
+
 void HttpServer::Impl::routes() {
-  svr.set_socket_options([this](int fd) {
-    const int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    listen_fd = fd;
-  });
-  svr.set_payload_max_length(opt.max_body_bytes);
-  svr.set_keep_alive_timeout(2);
-  svr.set_read_timeout(30);
-  const int threads = opt.http_threads;
-  svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
-    reply_error(res, status_error(401, "missing or wrong API key (Authorization: Bearer KEY)",
-                                  "invalid_request_error", "invalid_api_key"));
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  svr.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+  route_table[{"GET", "/health"}] = [](const http::Request&, http::Response& res) {
     reply_json(res, 200, R"({"status":"ok"})");
-  });
-  svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+  };
+  route_table[{"GET", "/v1/models"}] = [this](const http::Request&, http::Response& res) {
     json m{{"id", opt.model_name}, {"object", "model"}, {"created", started}, {"owned_by", "kvcache"}};
     reply_json(res, 200, json{{"object", "list"}, {"data", json::array({m})}}.dump());
-  });
-  svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  };
+  route_table[{"GET", "/metrics"}] = [this](const http::Request&, http::Response& res) {
     res.set_content(metrics_text(loop.snapshot(), counters.counts()),
                     "text/plain; version=0.0.4; charset=utf-8");
-  });
-  svr.Get("/", [](const httplib::Request&, httplib::Response& res) {
+  };
+  route_table[{"GET", "/"}] = [](const http::Request&, http::Response& res) {
     res.set_content(kChatPageHtml, "text/html; charset=utf-8");
-  });
-  svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  };
+  route_table[{"POST", "/v1/completions"}] = [this](const http::Request& req, http::Response& res) {
     generate(req, res, /*chat=*/false);
-  });
-  svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  };
+  route_table[{"POST", "/v1/chat/completions"}] = [this](const http::Request& req, http::Response& res) {
     generate(req, res, /*chat=*/true);
-  });
-  svr.Post("/v1/cache/save", [this](const httplib::Request& req, httplib::Response& res) {
+  };
+  route_table[{"POST", "/v1/cache/save"}] = [this](const http::Request& req, http::Response& res) {
     saved_prefix(req, res, /*save=*/true);
-  });
-  svr.Post("/v1/cache/restore", [this](const httplib::Request& req, httplib::Response& res) {
+  };
+  route_table[{"POST", "/v1/cache/restore"}] = [this](const http::Request& req, http::Response& res) {
     saved_prefix(req, res, /*save=*/false);
-  });
-  svr.Post("/v1/cache/clear", [this](const httplib::Request&, httplib::Response& res) {
+  };
+  route_table[{"POST", "/v1/cache/clear"}] = [this](const http::Request&, http::Response& res) {
     clear_prefix_cache(res);
-  });
-  // Statuses the library sets itself (404, 413, 400 on a bad request line...) get a JSON body.
-  svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty() || res.is_chunked_content_provider_) return;
-    if (res.status == 404)
-      return reply_error(res, status_error(404, "no route " + req.method + " " + req.path,
-                                           "invalid_request_error", "not_found"));
-    if (res.status == 413)
-      return reply_error(res, status_error(413, "the request body is larger than the server's limit",
-                                           "invalid_request_error", "body_too_large"));
-    reply_error(res, status_error(res.status, str_cat("HTTP ", res.status),
-                                  "invalid_request_error", ""));
-  });
-  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-    reply_error(res, status_error(500, "internal error", "server_error", "internal_error"));
-  });
-  svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    counters.add(endpoint_label(req.path), res.status);
-  });
+  };
 }
 
 HttpServer::HttpServer(EngineLoop& loop, ServerOptions options, ServerModel model)
@@ -407,22 +436,10 @@ HttpServer::HttpServer(EngineLoop& loop, ServerOptions options, ServerModel mode
 
 HttpServer::~HttpServer() = default;
 
-Result<int> HttpServer::bind() {
-  const int port = impl_->opt.port == 0 ? impl_->svr.bind_to_any_port(impl_->opt.host)
-                                        : (impl_->svr.bind_to_port(impl_->opt.host, impl_->opt.port)
-                                               ? impl_->opt.port
-                                               : -1);
-  if (port <= 0)
-    return failed_precondition(str_cat("serve: cannot listen on ", impl_->opt.host, ":",
-                                       impl_->opt.port));
-  // The library listens with a backlog of 5, so a burst of clients would find connections
-  // reset; listening again on the bound socket raises it.
-  if (impl_->listen_fd >= 0) ::listen(impl_->listen_fd, kListenBacklog);
-  return port;
-}
+Result<int> HttpServer::bind() { return impl_->listener.bind(); }
 
-bool HttpServer::serve() { return impl_->svr.listen_after_bind(); }
+bool HttpServer::serve() { return impl_->listener.serve(); }
 
-void HttpServer::stop() { impl_->svr.stop(); }
+void HttpServer::stop() { impl_->listener.stop(); }
 
 }  // namespace kvcache::server

@@ -67,6 +67,39 @@ void apply_additional(const SchemaJson& x, SchemaJson& y) {
   }
 }
 
+// Two parts' array keywords: a part's `items` covers the positions past its own prefixItems
+// (absent: any value), so when the prefixes differ both parts get the position-wise merge:
+// prefixItems[i] = both parts' schemas at i, items = both parts' items. Draft-4 tuples
+// (`items` as a list) are left to the key-by-key merge.
+void merge_tuples(SchemaJson& a, SchemaJson& b) {
+  const bool pa = a.contains("prefixItems"), pb = b.contains("prefixItems");
+  if (!pa && !pb) return;
+  if ((pa && !a["prefixItems"].is_array()) || (pb && !b["prefixItems"].is_array()) ||
+      (a.contains("items") && a["items"].is_array()) || (b.contains("items") && b["items"].is_array()))
+    return;
+  const SchemaJson any(true);
+  const SchemaJson& ia = a.contains("items") ? a["items"] : any;
+  const SchemaJson& ib = b.contains("items") ? b["items"] : any;
+  if (pa && pb && a["prefixItems"] == b["prefixItems"] && ia == ib) return;
+  auto both = [](const SchemaJson& x, const SchemaJson& y) {
+    if (x == true || x == y) return y;
+    if (y == true) return x;
+    return SchemaJson{{"allOf", SchemaJson::array({x, y})}};
+  };
+  auto at = [](const SchemaJson& s, bool has, size_t i, const SchemaJson& items) {
+    return has && i < s["prefixItems"].size() ? s["prefixItems"][i] : items;
+  };
+  const size_t n = std::max(pa ? a["prefixItems"].size() : 0, pb ? b["prefixItems"].size() : 0);
+  SchemaJson prefix = SchemaJson::array();
+  for (size_t i = 0; i < n; ++i) prefix.push_back(both(at(a, pa, i, ia), at(b, pb, i, ib)));
+  const SchemaJson items = both(ia, ib);
+  for (SchemaJson* s : {&a, &b}) {
+    (*s)["prefixItems"] = prefix;
+    if (items != true) (*s)["items"] = items;
+    else s->erase("items");  // the engine then ends the array after the prefix (a narrowing)
+  }
+}
+
 }  // namespace
 
 Result<SchemaJson> merge_schemas(SchemaJson a, const SchemaJson& b_in, const std::string& ptr) {
@@ -74,6 +107,7 @@ Result<SchemaJson> merge_schemas(SchemaJson a, const SchemaJson& b_in, const std
   const SchemaJson a_in = a;
   apply_additional(a_in, b);
   apply_additional(b_in, a);
+  merge_tuples(a, b);
   static const std::set<std::string> lower = {"minimum", "minLength", "minItems",
                                               "exclusiveMinimum"};
   static const std::set<std::string> upper = {"maximum", "maxLength", "maxItems",

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -131,6 +133,27 @@ TEST(SamplerDistribution, TheTestSeesAWrongTemperature) {
     chi2 += (count[i] - e) * (count[i] - e) / e;
   }
   EXPECT_GT(chi2, chi2_quantile_even_df(1e-6, 4));
+}
+
+TEST(TokenLogprob, IsTheLogSoftmaxOverTOfTheAllowedTokens) {
+  // p(1) = 3/4, p(0) = 1/4 once token 2 is masked out; at t = 2 the logits 0, ln 9 give the same.
+  const std::vector<float> logits = {0.0f, std::log(3.0f), 50.0f, -1.0f};
+  const std::vector<uint64_t> no_2 = {0b1011};
+  TokenLogprob lp = token_logprob(logits, no_2, 0.0f, 0, 2);  // greedy: t = 1
+  EXPECT_NEAR(lp.logprob, std::log(0.25) - std::log(1.0 + std::exp(-1.0) / 4.0), 1e-6);
+  ASSERT_EQ(lp.top.size(), 2u);
+  EXPECT_EQ(lp.top[0].first, 1);
+  EXPECT_EQ(lp.top[1].first, 0);
+  const std::vector<float> wide = {0.0f, std::log(9.0f), 7.0f};
+  const std::vector<uint64_t> two = {0b011};
+  lp = token_logprob(wide, two, 2.0f, 1, 5);  // at most the allowed count
+  EXPECT_NEAR(lp.logprob, std::log(0.75), 1e-6);
+  ASSERT_EQ(lp.top.size(), 2u);
+  EXPECT_NEAR(lp.top[1].second, std::log(0.25), 1e-6);
+  // A disallowed token has no probability; no mask means every token.
+  EXPECT_EQ(token_logprob(wide, two, 1.0f, 2, 0).logprob, -std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(token_logprob(wide, two, 1.0f, 2, 0).top.empty());
+  EXPECT_EQ(token_logprob(wide, {}, 1.0f, 0, 1).top[0].first, 2);
 }
 
 }  // namespace

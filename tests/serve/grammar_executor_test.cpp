@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "serve_test_util.h"
@@ -140,6 +141,98 @@ TEST(ExecutorLogits, PenaltiesActOnlyOnTokensAlreadyGenerated) {
   bad.logit_bias = {{300, 1.0f}};
   EXPECT_EQ(ex->submit(prompt, bad).status().message(),
             "request: logit_bias 300 = 1, expected a token id in [0, 256) and a bias in [-100, 100]");
+}
+
+// The prompt's next-token logits by a plain forward (sequence layout, f32 K/V, in chunks of
+// the model's step).
+std::vector<float> next_logits(const std::vector<int32_t>& prompt) {
+  auto run = engine::build_engine(tiny(), engine::CacheOptions{});
+  EXPECT_TRUE(run.ok()) << run.status().to_string();
+  engine::Logits out;
+  const size_t step = static_cast<size_t>(run->setup.step_tokens);
+  for (size_t from = 0; from < prompt.size(); from += step) {
+    const size_t n = std::min(step, prompt.size() - from);
+    std::vector<int32_t> toks(prompt.begin() + from, prompt.begin() + from + n), seq(n, 0);
+    std::vector<int64_t> pos(n);
+    for (size_t i = 0; i < n; ++i) pos[i] = static_cast<int64_t>(from + i);
+    Status st = run->engine->forward({toks, seq, pos}, engine::LogitsMode::kLast, out);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+  }
+  return out.data;
+}
+
+double log_softmax_at(const std::vector<float>& row, int32_t id, double t) {
+  double mx = -1e300, sum = 0.0;
+  for (float v : row) mx = std::max(mx, v / t);
+  for (float v : row) sum += std::exp(v / t - mx);
+  return row[static_cast<size_t>(id)] / t - mx - std::log(sum);
+}
+
+TEST(ExecutorLogits, LogprobsAreTheLogSoftmaxOfTheDistributionSampledFrom) {
+  const std::vector<int32_t> prompt = ids("In the beginning God created");
+  const std::vector<float> row = next_logits(prompt);
+  ASSERT_EQ(row.size(), 256u);
+  for (float temperature : {0.7f, 0.0f}) {  // greedy reports the model's own (t = 1)
+    GenerateParams p;
+    p.max_new_tokens = 6;
+    p.logprobs = 3;
+    p.sampling.temperature = temperature;
+    p.sampling.seed = 5;
+    auto ex = make(ExecutorOptions{});
+    const int64_t id = *ex->submit(prompt, p);
+    const Completion c = drain(*ex).at(id).completions[0];
+    ASSERT_EQ(c.logprobs.size(), c.tokens.size());
+    const double t = temperature > 0.0f ? temperature : 1.0;
+    const engine::TokenLogprob& first = c.logprobs[0];
+    EXPECT_EQ(first.token, c.tokens[0]);
+    EXPECT_NEAR(first.logprob, log_softmax_at(row, first.token, t), 1e-3);
+    std::vector<int32_t> order(row.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+    ASSERT_EQ(first.top.size(), 3u);
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_EQ(first.top[k].first, order[k]) << k;
+      EXPECT_NEAR(first.top[k].second, log_softmax_at(row, order[k], t), 1e-3) << k;
+    }
+    if (temperature == 0.0f) EXPECT_EQ(first.token, order[0]);  // greedy took the top one
+    for (size_t i = 0; i < c.tokens.size(); ++i) {
+      EXPECT_EQ(c.logprobs[i].token, c.tokens[i]);
+      EXPECT_LE(c.logprobs[i].logprob, 0.0f);
+      EXPECT_GE(c.logprobs[i].top[0].second, c.logprobs[i].top[1].second);
+      EXPECT_GE(c.logprobs[i].top[1].second, c.logprobs[i].top[2].second);
+    }
+  }
+}
+
+TEST(ExecutorLogits, LogprobsUnderAGrammarListOnlyAllowedTokens) {
+  const std::shared_ptr<const text::Grammar> list = grammar(kList);
+  GenerateParams p;
+  p.max_new_tokens = 40;
+  p.logprobs = 5;
+  p.grammar = list;
+  auto ex = make(ExecutorOptions{});
+  const int64_t id = *ex->submit(ids("Numbers: "), p);
+  const Completion c = drain(*ex).at(id).completions[0];
+  ASSERT_EQ(c.logprobs.size(), c.tokens.size());
+  text::GrammarMatcher m(list);
+  text::GrammarState s = m.start();
+  double first_mass = 0.0;
+  for (size_t i = 0; i < c.tokens.size(); ++i) {
+    for (const auto& [alt, lp] : c.logprobs[i].top) {
+      const std::string byte(1, static_cast<char>(alt));
+      EXPECT_NE(m.advance(s, byte), text::kDeadState) << "token " << alt << " at " << i;
+      if (i == 0) first_mass += std::exp(lp);
+    }
+    s = m.advance(s, std::string(1, static_cast<char>(c.tokens[i])));
+    ASSERT_NE(s, text::kDeadState);
+  }
+  // The first token of a list is '[' alone: all the mass is on it.
+  EXPECT_NEAR(first_mass, 1.0, 1e-5);
+  EXPECT_EQ(c.logprobs[0].top.size(), 1u);
+  GenerateParams bad;
+  bad.logprobs = 21;
+  EXPECT_EQ(ex->submit(ids("x"), bad).status().message(),
+            "request: logprobs = 21, expected -1 (none) or 0..20 alternatives");
 }
 
 TEST(ExecutorGrammar, RequestsWithTheSameGrammarShareOneMatcher) {

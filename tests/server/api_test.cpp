@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "text/grammar_matcher.h"
 
 namespace kvcache::server {
@@ -103,7 +105,7 @@ TEST(ApiParse, BadInputIsA400NamingTheField) {
 TEST(ApiParse, NoFieldIsSilentlyIgnored) {
   // Fields the server does not implement: 400 naming them, code unsupported_parameter.
   for (const char* body : {R"({"prompt":"a","tools":[{"type":"function"}]})",
-                           R"({"prompt":"a","tool_choice":5})", R"({"prompt":"a","logprobs":2})",
+                           R"({"prompt":"a","tool_choice":5})",
                            R"({"prompt":"a","best_of":3})", R"({"prompt":"a","suffix":"z"})",
                            R"({"prompt":"a","echo":true})", R"({"prompt":"a","top_logprobs":3})"}) {
     const ApiError e = expect_error(body, false);
@@ -132,13 +134,65 @@ TEST(ApiParse, NoFieldIsSilentlyIgnored) {
             "prompt");
   // Accepted and ignored (type-checked), and API fields at values that ask for nothing.
   ApiRequest r;
-  EXPECT_FALSE(parse_request(R"({"prompt":"a","user":"u","metadata":{"k":"v"},"logprobs":false,
+  EXPECT_FALSE(parse_request(R"({"prompt":"a","user":"u","metadata":{"k":"v"},
       "echo":false,"best_of":1,"tools":[],"tool_choice":"none","store":false,"suffix":null,
-      "parallel_tool_calls":false,"top_logprobs":0})", false, kLimits, r));
+      "parallel_tool_calls":false})", false, kLimits, r));
   EXPECT_EQ(expect_error(R"({"prompt":"a","metadata":"x"})", false).param, "metadata");
   // A caller's own fields (/v1/cache/save's "name") pass when it says so.
   EXPECT_EQ(expect_error(R"({"prompt":"a","name":"p"})", false).param, "name");
   EXPECT_FALSE(parse_request(R"({"prompt":"a","name":"p"})", false, kLimits, r, {"name"}));
+}
+
+TEST(ApiParse, LogprobsAreReadInEachEndpointsShape) {
+  const char* kChat = R"("messages":[{"role":"user","content":"x"}])";
+  auto chat = [&](const std::string& rest) { return "{" + std::string(kChat) + rest + "}"; };
+  ApiRequest r;
+  ASSERT_FALSE(parse_request(chat(""), true, kLimits, r));
+  EXPECT_EQ(r.params.logprobs, -1);
+  ASSERT_FALSE(parse_request(chat(R"(,"logprobs":true)"), true, kLimits, r));
+  EXPECT_EQ(r.params.logprobs, 0);
+  ASSERT_FALSE(parse_request(chat(R"(,"logprobs":true,"top_logprobs":20)"), true, kLimits, r));
+  EXPECT_EQ(r.params.logprobs, 20);
+  ASSERT_FALSE(parse_request(chat(R"(,"logprobs":false)"), true, kLimits, r));
+  EXPECT_EQ(r.params.logprobs, -1);
+  EXPECT_EQ(expect_error(chat(R"(,"top_logprobs":3)"), true).message,
+            "'top_logprobs' needs 'logprobs': true");
+  EXPECT_EQ(expect_error(chat(R"(,"logprobs":true,"top_logprobs":21)"), true).message,
+            "'top_logprobs' = 21, expected a value in [0, 20]");
+  EXPECT_EQ(expect_error(chat(R"(,"logprobs":3)"), true).param, "logprobs");
+  // Completions: the number of alternatives, 0..5.
+  ASSERT_FALSE(parse_request(R"({"prompt":"a","logprobs":2})", false, kLimits, r));
+  EXPECT_EQ(r.params.logprobs, 2);
+  ASSERT_FALSE(parse_request(R"({"prompt":"a","logprobs":0})", false, kLimits, r));
+  EXPECT_EQ(r.params.logprobs, 0);
+  EXPECT_EQ(expect_error(R"({"prompt":"a","logprobs":6})", false).message,
+            "'logprobs' = 6, expected a value in [0, 5]");
+  EXPECT_EQ(expect_error(R"({"prompt":"a","logprobs":true})", false).param, "logprobs");
+}
+
+TEST(ApiResponse, LogprobsTakeTheOpenAiShapes) {
+  std::vector<engine::TokenLogprob> lps(2);
+  lps[0] = {65, -0.5f, {{65, -0.5f}, {66, -1.25f}}};
+  lps[1] = {10, -std::numeric_limits<float>::infinity(), {}};
+  ResponseMeta m;
+  m.chat = true;
+  m.logprobs = true;
+  m.token_bytes = [](int32_t id) { return std::string(1, static_cast<char>(id)); };
+  const nlohmann::json c = logprobs_json(m, lps);
+  EXPECT_EQ(c.dump(),
+            R"({"content":[{"bytes":[65],"logprob":-0.5,"token":"A","top_logprobs":[)"
+            R"({"bytes":[65],"logprob":-0.5,"token":"A"},{"bytes":[66],"logprob":-1.25,"token":"B"}]},)"
+            R"({"bytes":[10],"logprob":-9999.0,"token":"\n","top_logprobs":[]}],"refusal":null})");
+  m.chat = false;
+  EXPECT_EQ(logprobs_json(m, lps, 7).dump(),
+            R"({"text_offset":[7,8],"token_logprobs":[-0.5,-9999.0],)"
+            R"("tokens":["A","\n"],"top_logprobs":[{"A":-0.5,"B":-1.25},{}]})");
+  // Without logprobs asked for, a chunk's logprobs is null; with them, the chunk's tokens.
+  m.chat = true;
+  EXPECT_TRUE(chunk_json(m, 0, "A", false, std::nullopt, std::span(lps).first(1))["choices"][0]
+                  ["logprobs"]["content"].size() == 1);
+  m.logprobs = false;
+  EXPECT_TRUE(chunk_json(m, 0, "A", false, std::nullopt)["choices"][0]["logprobs"].is_null());
 }
 
 TEST(ApiParse, PenaltiesAndLogitBiasAreRead) {

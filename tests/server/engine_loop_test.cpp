@@ -112,7 +112,7 @@ TEST(EngineLoop, QueueLimitRefusesWithResourceExhausted) {
   Result<std::shared_ptr<RequestChannel>> third = loop.submit(ids("c"), greedy(4), false);
   ASSERT_FALSE(third.ok());
   EXPECT_EQ(third.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_EQ(third.status().message(), "2 requests are waiting (max_queue = 2)");
+  EXPECT_EQ(third.status().message(), "the queue of requests waiting for a session is full (2, max_queue)");
 }
 
 TEST(EngineLoop, CallRunsBetweenStepsAndReturnsTheStatus) {

@@ -1,6 +1,6 @@
 // The official `openai` npm client against `kvcache serve`: models, a streamed chat completion
 // (role first, content deltas, one finish_reason, the usage chunk), the same answer unstreamed,
-// a text completion with usage, a json_schema response_format (n = 2, each answer parsed and
+// a text completion with usage, logprobs (chat, streamed chat, completions), a json_schema response_format (n = 2, each answer parsed and
 // checked), and the client's typed errors for 400 (max_tokens, an unsupported schema keyword,
 // tools) and 401.
 // Usage: node openai_client_test.cjs NPM_DIR BASE_URL API_KEY
@@ -45,6 +45,38 @@ async function main() {
   assert.equal(done.object, "text_completion");
   assert.equal(done.usage.prompt_tokens, 12);
   assert.ok(done.usage.completion_tokens >= 1 && done.usage.completion_tokens <= 8);
+
+  // logprobs: one entry per generated token, the drawn one greedy = the first alternative,
+  // alternatives in order, their bytes joined = the answer; streamed the same.
+  const lp = await client.chat.completions.create({
+    model: "tiny", messages, max_tokens: 8, logprobs: true, top_logprobs: 3 });
+  const content = lp.choices[0].logprobs.content;
+  assert.equal(content.length, lp.usage.completion_tokens);
+  let joined = [];
+  for (const e of content) {
+    assert.equal(e.top_logprobs.length, 3);
+    assert.equal(e.token, e.top_logprobs[0].token);
+    assert.equal(e.logprob, e.top_logprobs[0].logprob);
+    assert.ok(e.logprob <= 0 && e.top_logprobs[1].logprob <= e.logprob &&
+              e.top_logprobs[2].logprob <= e.top_logprobs[1].logprob);
+    joined = joined.concat(e.bytes);
+  }
+  assert.ok(Buffer.from(joined).toString("utf8").startsWith(lp.choices[0].message.content));
+  const lpStream = await client.chat.completions.create({
+    model: "tiny", messages, max_tokens: 8, logprobs: true, top_logprobs: 3, stream: true });
+  const streamed = [];
+  for await (const chunk of lpStream)
+    for (const c of chunk.choices) if (c.logprobs) streamed.push(...c.logprobs.content);
+  // The same tokens; values within float noise (a prefix-cache hit computes them anew).
+  assert.deepEqual(streamed.map((e) => e.token), content.map((e) => e.token));
+  streamed.forEach((e, i) => assert.ok(Math.abs(e.logprob - content[i].logprob) < 1e-3));
+  const legacy = await client.completions.create({
+    model: "tiny", prompt: "And God said", max_tokens: 4, logprobs: 2 });
+  const l = legacy.choices[0].logprobs;
+  assert.equal(l.tokens.length, legacy.usage.completion_tokens);
+  assert.equal(l.token_logprobs.length, l.tokens.length);
+  assert.deepEqual(l.text_offset.slice(0, 2), [0, Buffer.byteLength(l.tokens[0])]);
+  assert.ok(l.top_logprobs.every((t) => Object.keys(t).length >= 1 && Object.keys(t).length <= 2));
 
   await assert.rejects(
     client.chat.completions.create({ model: "tiny", messages, max_tokens: 0 }),

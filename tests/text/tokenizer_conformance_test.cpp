@@ -1,6 +1,7 @@
-// Conformance: every ggml-vocab-*.gguf in the shared fixtures folder that has .inp/.out beside
-// it is tokenized case by case (no BOS/EOS, special-token text as plain text) and compared with
-// the reference ids. A new triple dropped into the folder is picked up without code changes.
+// Conformance: every ggml-vocab-*.gguf that has .inp/.out beside it, in the shared fixtures
+// folder and in tests/text/data/vocab (the pre-tokenizers beyond gpt-2, kept as test data), is
+// tokenized case by case (no BOS/EOS, special-token text as plain text) and compared with the
+// reference ids. A new triple dropped into either folder is picked up without code changes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -65,24 +66,31 @@ std::string join(const std::vector<int32_t>& ids) {
 
 std::vector<fs::path> vocab_files() {
   std::vector<fs::path> out;
-  const fs::path dir = fs::path(KVCACHE_FIXTURES_DIR) / "vocab";
-  if (!fs::is_directory(dir)) return out;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("ggml-vocab-", 0) != 0 || e.path().extension() != ".gguf") continue;
-    if (fs::exists(e.path().string() + ".inp") && fs::exists(e.path().string() + ".out"))
-      out.push_back(e.path());
+  for (const fs::path dir : {fs::path(KVCACHE_FIXTURES_DIR) / "vocab",
+                             fs::path(KVCACHE_TEST_VOCAB_DIR)}) {
+    if (!fs::is_directory(dir)) continue;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("ggml-vocab-", 0) != 0 || e.path().extension() != ".gguf") continue;
+      if (fs::exists(e.path().string() + ".inp") && fs::exists(e.path().string() + ".out"))
+        out.push_back(e.path());
+    }
   }
-  std::sort(out.begin(), out.end());
+  std::sort(out.begin(), out.end(),
+            [](const fs::path& a, const fs::path& b) { return a.filename() < b.filename(); });
   return out;
 }
 
-TEST(TokenizerConformance, FindsBothSharedVocabularies) {
+TEST(TokenizerConformance, FindsTheSharedAndTheCheckedInVocabularies) {
   std::vector<std::string> names;
   for (const fs::path& p : vocab_files()) names.push_back(p.filename().string());
   ASSERT_FALSE(names.empty()) << "no ggml-vocab-*.gguf triples under " << KVCACHE_FIXTURES_DIR;
-  EXPECT_NE(std::find(names.begin(), names.end(), "ggml-vocab-llama-spm.gguf"), names.end());
-  EXPECT_NE(std::find(names.begin(), names.end(), "ggml-vocab-gpt-2.gguf"), names.end());
+  // The two shared ones (SentencePiece, gpt-2) and one per pre-tokenizer checked in here.
+  for (const char* want : {"llama-spm", "gpt-2", "deepseek-coder", "deepseek-llm", "falcon",
+                           "mpt", "refact", "starcoder", "phi-3"}) {
+    const std::string file = std::string("ggml-vocab-") + want + ".gguf";
+    EXPECT_NE(std::find(names.begin(), names.end(), file), names.end()) << file;
+  }
 }
 
 TEST(TokenizerConformance, EveryCaseOfEveryVocabularyMatchesTheReference) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -58,6 +59,20 @@ class Sampler {
 };
 
 int32_t argmax(std::span<const float> logits);
+
+// The log-probability of a drawn token and of the `top` most likely tokens, for an API's
+// logprobs: log-softmax of logits / t over the allowed tokens (mask as Sampler::sample; empty =
+// all), where t is the temperature, or 1 for greedy (temperature 0 samples from no spread,
+// so the model's own distribution is reported). Before top-k / top-p: a token they cut still
+// has its probability. `top` alternatives highest first, ties by lower id; disallowed tokens
+// never appear.
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // (token, logprob)
+};
+TokenLogprob token_logprob(std::span<const float> logits, std::span<const uint64_t> allowed,
+                           float temperature, int32_t token, int32_t top);
 
 // The first `keep` token ids in sampling order: highest logit first, ties by lower id (-0 and
 // +0 are one value). The whole vocabulary (keep close to its size, e.g. top_k = 0) is ordered

@@ -68,6 +68,8 @@ struct ExecutorOptions {
   int32_t store_wait_ms = 1000;         // >= 0
 };
 
+inline constexpr int32_t kMaxTopLogprobs = 20;  // GenerateParams::logprobs' most alternatives
+
 struct GenerateParams {
   int32_t max_new_tokens = 64;          // >= 0
   engine::SamplerConfig sampling;       // completion i samples with seed + i
@@ -86,6 +88,9 @@ struct GenerateParams {
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, bias in [-100, 100])
   float presence_penalty = 0.0f;                      // [-2, 2]
   float frequency_penalty = 0.0f;                     // [-2, 2]
+  // Log-probabilities (engine::token_logprob): -1 = none; else each sampled token's, after
+  // the logit adjustments and the grammar mask, with this many alternatives (0..kMaxTopLogprobs).
+  int32_t logprobs = -1;
 };
 
 // Serialized by name ("stop", "length", "cache_full", "cancelled"); append only.
@@ -96,6 +101,8 @@ struct Completion {
   std::vector<int32_t> tokens;          // generated ids, in order
   std::string text;                     // decoded, cut before a stop string
   Finish finish = Finish::kNone;
+  std::string stop_string;              // the stop string that ended it (else empty)
+  std::vector<engine::TokenLogprob> logprobs;  // one per token with GenerateParams::logprobs
 };
 
 struct RequestResult {
@@ -113,6 +120,8 @@ struct TokenEvent {
   std::string_view piece;               // text released by this token (held back while it
                                         // may still become a stop string); valid in the call
   Finish finish = Finish::kNone;        // set on the completion's last token
+  const engine::TokenLogprob* logprob = nullptr;  // with GenerateParams::logprobs; valid in
+                                                  // the call
 };
 
 struct ExecutorStats {

@@ -4,11 +4,14 @@
 // No field is silently ignored: a field this server does not act on is a 400 naming it
 // (code "unsupported_parameter", or "unknown_parameter" outside the API), except user and
 // metadata (accepted, type-checked, ignored) and API fields at values that ask for nothing
-// ("logprobs": false, "tools": [], ...). Fields of the wrong type or range are a 400 too.
+// ("echo": false, "tools": [], ...). logprobs: chat "logprobs": true with "top_logprobs"
+// 0..20; completions "logprobs" 0..5 (the number of alternatives). Fields of the wrong type or range are a 400 too.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -83,7 +86,19 @@ struct ResponseMeta {
   int64_t created = 0;  // unix seconds
   std::string model;
   bool chat = false;
+  // With logprobs asked for (GenerateParams::logprobs >= 0): a token id's bytes, for the
+  // entries' "token" and "bytes".
+  bool logprobs = false;
+  std::function<std::string(int32_t)> token_bytes;
 };
+
+// The logprobs object of one choice for `lps` (the completion's tokens, or a stream chunk's):
+// chat {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}], "refusal": null};
+// completions {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}
+// with offsets counted from `offset` bytes. A log-probability below -9999 is written as -9999
+// (JSON has no infinity).
+nlohmann::json logprobs_json(const ResponseMeta& m, std::span<const engine::TokenLogprob> lps,
+                             int64_t offset = 0);
 
 // usage: prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details.cached_tokens.
 nlohmann::json usage_json(const serve::RequestResult& r);
@@ -92,8 +107,11 @@ nlohmann::json response_json(const ResponseMeta& m, const serve::RequestResult& 
                              const std::vector<std::string>& texts);
 // One stream chunk for choice `index`: text (delta.content for chat; with role on the first
 // chat chunk) and a finish reason on the last one.
+// With m.logprobs, the chunk's "logprobs" holds `lps` (the tokens it carries; completions'
+// text_offset counted from `offset`), else null.
 nlohmann::json chunk_json(const ResponseMeta& m, int32_t index, std::string_view text,
-                          bool first, std::optional<serve::Finish> finish);
+                          bool first, std::optional<serve::Finish> finish,
+                          std::span<const engine::TokenLogprob> lps = {}, int64_t offset = 0);
 // The usage chunk sent last when stream_options.include_usage: empty choices.
 nlohmann::json usage_chunk_json(const ResponseMeta& m, const serve::RequestResult& r);
 

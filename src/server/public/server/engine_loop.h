@@ -28,6 +28,7 @@ struct StreamPiece {
   std::string text;                        // raw bytes released by the token (may split a
                                            // UTF-8 character; see Utf8Stream)
   serve::Finish finish = serve::Finish::kNone;
+  std::optional<engine::TokenLogprob> logprob;  // the token's, when the request asked
 };
 
 // One request's mailbox. Thread-safety: the engine thread writes, one HTTP thread reads.

@@ -1,10 +1,11 @@
-// The HTTP front: routes, auth, body limits and OpenAI-style errors, request handling that
-// tokenizes and hands work to the engine thread, and server-sent-event streaming. Layer:
-// server. Connection threads only parse, enqueue and stream; the EngineLoop owns the model.
-// The HTTP library stays inside http_server.cpp.
+// The HTTP front: routes, auth, OpenAI-style errors, request handling that tokenizes and hands
+// work to the engine thread, and server-sent-event streaming. Layer: server. Connections,
+// deadlines and body limits are the listener's (http_listener.h); worker threads only parse,
+// enqueue and stream; the EngineLoop owns the model.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,7 +25,11 @@ struct ServerOptions {
   int port = 8080;                       // 0 = any free port
   std::string api_key;                   // empty = no auth
   size_t max_body_bytes = kDefaultMaxBodyBytes;
-  int http_threads = 64;                 // connections served at once
+  int http_threads = 64;                 // requests answered at once (generation workers)
+  int max_connections = 512;             // open connections; more get 503
+  int max_connections_per_peer = 0;      // open connections per remote address; 0 = no cap
+  int64_t request_timeout_ms = 10000;    // a request's first byte to its last (headers + body)
+  int64_t keep_alive_timeout_ms = 5000;  // an idle connection's wait for its next request
   std::string model_name;                // /v1/models id
   std::optional<text::ChatTemplate> chat_template;  // nullopt = unknown: chat requests get a 400
   std::string chat_template_problem;     // the 400's message then (names the option or flag)
@@ -48,7 +53,9 @@ class HttpServer {
   // Binds host:port; returns the port (the chosen one for port 0). FailedPrecondition when
   // the address cannot be bound.
   Result<int> bind();
-  // Serves until stop(); false when the listener failed.
+  // Serves until stop(); false when the listener failed. After stop(): connections still
+  // reading a request or idle are closed at once, handlers get 1 s to end (the engine's
+  // stop ends their generations) before their sockets are shut.
   bool serve();
   void stop();
 

@@ -1,0 +1,62 @@
+"""Write a random-weight llama GGUF of the benchmark model's shape (bench/common/bench_model.h).
+
+d_model 768, 12 layers, 12 q heads / 4 kv heads of 64 (GQA group 3), ff 2048, vocab 32000,
+tied embeddings, F16 matrices drawn uniformly from +-1.7/sqrt(fan_in), unit norms, context
+512. No tokenizer keys: token ids are raw bytes. The benchmarks build the same shape in C++
+with their own generator; this file is for the CLI (docs/perplexity.md measures K/V types on
+it). The weights differ from the benchmarks' (another generator); the shape is the same.
+
+  /usr/bin/python3 scripts/make_bench_model.py --out /tmp/bench.gguf
+"""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gguf_py  # noqa: E402
+
+D, LAYERS, HEADS, KV_HEADS, HEAD_DIM, FF, VOCAB = 768, 12, 12, 4, 64, 2048, 32000
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--context", type=int, default=512)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    rng = np.random.default_rng(args.seed)
+    w = gguf_py.GGUFWriter()
+    w.add_string("general.architecture", "llama")
+    w.add_string("general.name", "random llama, benchmark shape")
+    for key, v in (("block_count", LAYERS), ("context_length", args.context),
+                   ("embedding_length", D), ("feed_forward_length", FF),
+                   ("attention.head_count", HEADS), ("attention.head_count_kv", KV_HEADS)):
+        w.add_uint32("llama." + key, v)
+    w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+
+    def mat(rows, cols):
+        s = 1.7 / np.sqrt(cols)
+        return rng.uniform(-s, s, (rows, cols)).astype(np.float16)
+
+    ones = np.ones(D, dtype=np.float32)
+    w.add_tensor("token_embd.weight", mat(VOCAB, D))
+    for i in range(LAYERS):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", ones)
+        w.add_tensor(p + "ffn_norm.weight", ones)
+        w.add_tensor(p + "attn_q.weight", mat(HEADS * HEAD_DIM, D))
+        w.add_tensor(p + "attn_k.weight", mat(KV_HEADS * HEAD_DIM, D))
+        w.add_tensor(p + "attn_v.weight", mat(KV_HEADS * HEAD_DIM, D))
+        w.add_tensor(p + "attn_output.weight", mat(D, HEADS * HEAD_DIM))
+        w.add_tensor(p + "ffn_gate.weight", mat(FF, D))
+        w.add_tensor(p + "ffn_up.weight", mat(FF, D))
+        w.add_tensor(p + "ffn_down.weight", mat(D, FF))
+    w.add_tensor("output_norm.weight", ones)
+    w.write(args.out)
+
+
+if __name__ == "__main__":
+    main()
