@@ -130,6 +130,12 @@ class SequenceModel:
         return max(0, f)
 
     def verb(self, v):
+        result = self.apply_verb(v)
+        if v["op"] != "seq_clone" and result is not None and result is not False:
+            self.open = {}  # an accepted verb (but a clone) ends the open step
+        return result
+
+    def apply_verb(self, v):
         op = v["op"]
         if op in ("seq_new", "seq_clone"):
             return None
@@ -178,8 +184,10 @@ class CellModel:
     sliding pool's cells correspond one-to-one to the full cells of the same tokens); it holds
     min(capacity, max_seqs * (W - 1) + M) cells (M = max_write or W; max_seqs from the config,
     MAX_SEQS when unset, also bounds the live ids). A clone or rewind that
-    needs positions a sliding pool has freed is refused. The full pool exists only when some
-    layer is full."""
+    needs positions a sliding pool has freed is refused — except that a rewind right after a
+    step (no accepted verb but seq_clone since) is judged on what the pools still hold, the
+    window the step started from (speculative decoding takes back a step's own tokens). The
+    full pool exists only when some layer is full."""
 
     def __init__(self, case):
         self.geo, self.cap = case["geometry"], case["config"]["capacity"]
@@ -204,6 +212,7 @@ class CellModel:
     def clear(self):
         self.seqs = {}      # id -> list of cell ids, index = position
         self.cells = {}     # cell id -> {"pos", "owners", "kv": [per layer (k, v)]}
+        self.open = {}      # the open step: id -> its length when the step started
         return True
 
     def new_id(self):
@@ -213,6 +222,12 @@ class CellModel:
         return None
 
     def verb(self, v):
+        result = self.apply_verb(v)
+        if v["op"] != "seq_clone" and result is not None and result is not False:
+            self.open = {}  # an accepted verb (but a clone) ends the open step
+        return result
+
+    def apply_verb(self, v):
         op = v["op"]
         if op == "clear":
             return self.clear()
@@ -247,7 +262,7 @@ class CellModel:
             s, p = v["seq"], v["pos"]
             if s not in self.seqs or p < 0 or p > len(self.seqs[s]):
                 return False
-            if self.window_lost(len(self.seqs[s]), p):
+            if self.window_lost(self.open.get(s, len(self.seqs[s])), p):
                 return False
             self.drop(s, p)
             return True
@@ -281,6 +296,9 @@ class CellModel:
         return out
 
     def commit(self, placed):
+        self.open = {}
+        for s, _ in placed:
+            self.open.setdefault(s, len(self.seqs[s]))
         used = set(self.cells)
         cid = 0
         for s, p in placed:

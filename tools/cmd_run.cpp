@@ -27,6 +27,7 @@
 #include "engine/session.h"
 #include "text/utf8.h"
 #include "cache_flags.h"
+#include "draft_flags.h"
 #include "core/str_cat.h"
 #include "flag_names.h"
 #include "op_test/npy.h"
@@ -65,6 +66,7 @@ struct RunFlags {
   bool no_parse_special = false;
   std::string save_session;  // snapshot file written after the run (tools/session_file.h)
   std::string load_session;  // snapshot file restored before the first turn
+  DraftFlags draft;          // speculative decoding (tools/draft_flags.h)
 };
 
 // Everything a run needs, built from the flags.
@@ -117,6 +119,7 @@ void add_flags(CLI::App* cmd, RunFlags& f) {
   cmd->add_option("--load-session", f.load_session,
                   "Continue the conversation saved in this snapshot file (same model, cache "
                   "geometry and --kv-dtype; without --prompt the run just continues it)");
+  add_draft_flags(cmd, f.draft);
   cmd->add_option("--dump-logits", f.dump_logits,
                   "Write the prompt's logits [T, vocab] as float32 .npy and exit")
       ->group("");  // hidden: a testing aid
@@ -199,6 +202,17 @@ Status dump_logits(const RunFlags& f, Loaded& l, const std::vector<int32_t>& tok
 
 double per_s(int64_t n, double s) { return s > 0.0 ? static_cast<double>(n) / s : 0.0; }
 
+// Tokens the cache kept per decode forward while drafting (1 = plain decoding).
+double per_step(const engine::TurnStats& st) {
+  return st.spec.steps > 0 ? static_cast<double>(st.decode_tokens) / st.spec.steps : 0.0;
+}
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
 // What --undo-turns costs at most: one saved turn start is W - 1 positions of every sliding
 // layer (the summary's checkpoint_bytes) — copied in the sequence layout, pinned by a fork in
 // the cell layout.
@@ -272,18 +286,32 @@ Status run_turn(const RunFlags& f, Loaded& l, engine::Session& session, engine::
     const engine::UndoCost undo = session.undo_cost();
     j["undo"] = {{"turns", session.turns()}, {"turns_kept", undo.turns_kept},
                  {"checkpoint_bytes", undo.checkpoint_bytes}, {"forks", undo.forks}};
+    if (session.drafter() != nullptr)
+      j["draft"] = {{"mode", session.drafter()->name()},
+                    {"draft_max", session.spec_options().draft_max},
+                    {"steps", st->spec.steps},
+                    {"drafted", st->spec.drafted},
+                    {"accepted", st->spec.accepted},
+                    {"acceptance", st->spec.acceptance()},
+                    {"tokens_per_step", per_step(*st)}};
     std::printf("%s\n", j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
   } else {
     std::printf("\n");
     std::fflush(stdout);  // the text line ends before the timing line on stderr
     if (st->stopped_full) std::fprintf(stderr, "kvcache run: the cache is full; stopped\n");
   }
+  std::string drafting;
+  if (session.drafter() != nullptr)
+    drafting = str_cat("; draft ", session.drafter()->name(), ": acceptance ",
+                       fixed(100.0 * st->spec.acceptance(), 1), "% (", st->spec.accepted, "/",
+                       st->spec.drafted, "), ", fixed(per_step(*st), 2),
+                       " tokens/step over ", st->spec.steps, " steps");
   std::fprintf(stderr,
                "prefill: %lld tokens, %.1f tok/s; decode: %lld tokens, %.1f tok/s; "
-               "position %lld\n",
+               "position %lld%s\n",
                static_cast<long long>(st->prefill_tokens), pre,
                static_cast<long long>(st->decode_tokens), dec,
-               static_cast<long long>(session.pos()));
+               static_cast<long long>(session.pos()), drafting.c_str());
   std::fflush(stdout);
   return ok_status();
 }
@@ -411,9 +439,21 @@ int run(const RunFlags& f) {
                l.model->hparams().d_model, l.model->hparams().vocab,
                static_cast<double>(l.model->n_params()) / 1e6,
                static_cast<long long>(l.setup.step_tokens));
+  DraftSetup draft;
+  if (std::optional<DraftError> e = make_drafter(f.draft, l, cache_options(f.cache),
+                                                 load_options(f.cache), sc, draft)) {
+    std::fprintf(stderr, "kvcache run: %s\n", e->message.c_str());
+    return e->usage ? 2 : 1;
+  }
+  std::fprintf(stderr, "%s", draft.summary.c_str());
   engine::Sampler sampler(sc);
   engine::Session session(*l.engine, l.setup.step_tokens, l.seq);
   if (s = session.set_undo_turns(f.undo_turns); !s.ok()) return fail(s.message());
+  if (s = session.set_drafter(draft.drafter.get(), draft.options); !s.ok())
+    return fail(s.message());
+  if (draft.drafter)
+    std::fprintf(stderr, "speculative decoding: %s, up to %d drafts per step (adaptive)\n",
+                 draft.drafter->name().c_str(), draft.options.draft_max);
   if (f.interactive || f.chat) std::fprintf(stderr, "%s", undo_summary(l, f.undo_turns).c_str());
   const bool sessions = !f.save_session.empty() || !f.load_session.empty();
   if (f.chat && sessions)

@@ -212,16 +212,10 @@ struct CellLayout::State {
     return -1;
   }
 
-  // The sliding pool that no longer holds what a sequence at `next` needs to continue from
-  // `p` (0 <= p <= next): its W - 1 positions before p (none when p = 0 or W = 1). Between
-  // steps a sequence holds [first_visible(next), next). -1 when every pool holds them.
-  int32_t missing_window(int64_t next, int64_t p) const {
-    if (p == 0) return -1;
-    for (size_t g = 0; g < pools.size(); ++g) {
-      const int32_t w = pools[g].spec.window;
-      if (w > 1 && first_visible(w, p) < first_visible(w, next)) return static_cast<int32_t>(g);
-    }
-    return -1;
+  // The lowest position `seq` holds in pool g (its next position when it holds none there).
+  int64_t held_low(int32_t seq, size_t g) const {
+    const Held& h = seqs[seq].held[g];
+    return h.size() > 0 ? h.low : seqs[seq].next;
   }
 
   // Token i's position must be its sequence's next one, advancing within the step. Only the
@@ -374,16 +368,20 @@ Status CellLayout::rewind(int32_t seq, int64_t pos) {
   if (pos < 0 || pos > end)
     return out_of_range(str_cat("cell_layout.rewind: sequence ", seq, " to position ", pos,
                                 ", expected 0..", end, " (rewind never grows)"));
-  if (const int32_t g = s.missing_window(end, pos); g >= 0) {
+  // What is held, not what a step's end keeps: while the step that wrote the last positions is
+  // open the pools still hold the window its start needed, so its tokens can be taken back
+  // (a speculative step's rejected drafts). Truncate first, then end the step, so the step's
+  // end trims against the new position.
+  if (const int32_t g = s.missing_held(seq, pos); g >= 0) {
     const int32_t w = s.pools[g].spec.window;
     return out_of_range(str_cat("cell_layout.rewind: sequence ", seq, " to position ", pos,
                                 ": the ", pool_name(s.pools[g].spec), " holds its positions ",
-                                first_visible(w, end), "..", end - 1, " only, position ", pos,
-                                " needs ", first_visible(w, pos), "..", pos - 1,
-                                " (rewind to 0 always works)"));
+                                s.held_low(seq, static_cast<size_t>(g)), "..", end - 1,
+                                " only, position ", pos, " needs ", first_visible(w, pos), "..",
+                                pos - 1, " (rewind to 0 always works)"));
   }
-  s.end_step();
   s.truncate(seq, pos);
+  s.end_step();
   return ok_status();
 }
 

@@ -347,6 +347,42 @@ Result<Model> Model::load(const GgufFile& f, const LoadOptions& options) {
   return m;
 }
 
+namespace {
+
+Weight requantize(const Weight& w, gguf::TensorType type) {
+  const std::optional<int64_t> rb = gguf::row_bytes(type, w.cols);
+  if (w.empty() || w.type == type || !rb) return w;
+  std::vector<uint8_t> data(static_cast<size_t>(w.rows * *rb));
+  std::vector<float> row(static_cast<size_t>(w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) {
+    w.row(r, row);
+    (void)gguf::quantize(type, row, std::span<uint8_t>(data).subspan(r * *rb, *rb));
+  }
+  return Weight::from_bytes(type, w.rows, w.cols, std::move(data));
+}
+
+}  // namespace
+
+Result<Model> Model::requantized(gguf::TensorType type) const {
+  if (type != gguf::TensorType::kQ8_0 && type != gguf::TensorType::kQ4_0)
+    return invalid_argument(str_cat("requantize model: type ", gguf::to_string(type),
+                                    ", expected q8_0 or q4_0"));
+  Model m;
+  m.hp_ = hp_;
+  m.geometry_ = geometry_;
+  m.layers_ = layers_;
+  for (LayerWeights& w : m.layers_)
+    for (Weight* x : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down})
+      *x = requantize(*x, type);
+  m.token_embd_ = token_embd_;
+  m.output_ = requantize(output(), type);  // a tied output gets its own encoded copy
+  m.tied_ = false;
+  m.output_norm_ = output_norm_;
+  m.rope_freqs_ = rope_freqs_;
+  m.fingerprint_ = fingerprint_;
+  return m;
+}
+
 int64_t Model::n_params() const {
   int64_t n = token_embd_.n_elements() + output_.n_elements() +
               static_cast<int64_t>(output_norm_.size());

@@ -120,15 +120,14 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const uint64_t>
 }
 
 // `limit`: how many tokens can be drawn at all (the rest are -infinity and sort last).
-int32_t Sampler::draw(std::span<const float> logits, int32_t limit) {
-  if (config_.temperature <= 0.0f || logits.size() <= 1 || limit == 1) return argmax(logits);
+int32_t Sampler::weigh(std::span<const float> logits, int32_t limit, double& sum) {
   const auto n = static_cast<int32_t>(logits.size());
   int32_t keep = std::min(limit, config_.top_k > 0 ? std::min(config_.top_k, n) : n);
   // Highest logit first; ties by lower id so the order is deterministic.
   order_by_logit(logits, keep, order_);
   probs_.resize(keep);
   const double mx = logits[order_[0]];
-  double sum = 0.0;
+  sum = 0.0;
   for (int32_t i = 0; i < keep; ++i)
     sum += (probs_[i] = std::exp((logits[order_[i]] - mx) / config_.temperature));
   if (config_.top_p < 1.0f) {
@@ -144,14 +143,51 @@ int32_t Sampler::draw(std::span<const float> logits, int32_t limit) {
     keep = cut;
     sum = std::accumulate(probs_.begin(), probs_.begin() + keep, 0.0);
   }
+  return keep;
+}
+
+int32_t Sampler::draw(std::span<const float> logits, int32_t limit) {
+  if (config_.temperature <= 0.0f || logits.size() <= 1 || limit == 1) return argmax(logits);
+  double sum = 0.0;
+  const int32_t keep = weigh(logits, limit, sum);
   // Inverse-CDF draw from one 53-bit uniform: the same seed gives the same tokens everywhere.
-  const double u = std::generate_canonical<double, 53>(rng_) * sum;
+  const double u = uniform() * sum;
   double acc = 0.0;
   for (int32_t i = 0; i < keep; ++i) {
     acc += probs_[i];
     if (u < acc) return order_[i];
   }
   return order_[keep - 1];
+}
+
+void Sampler::distribution(std::span<const float> logits, std::vector<double>& p) {
+  p.assign(logits.size(), 0.0);
+  if (logits.empty()) return;
+  if (config_.temperature <= 0.0f || logits.size() == 1) {
+    p[argmax(logits)] = 1.0;
+    return;
+  }
+  double sum = 0.0;
+  const int32_t keep = weigh(logits, static_cast<int32_t>(logits.size()), sum);
+  for (int32_t i = 0; i < keep; ++i) p[order_[i]] = probs_[i] / sum;
+}
+
+double Sampler::uniform() { return std::generate_canonical<double, 53>(rng_); }
+
+int32_t Sampler::draw_from(std::span<const double> weights) {
+  double sum = 0.0;
+  int32_t last = -1;
+  for (size_t i = 0; i < weights.size(); ++i)
+    if (weights[i] > 0.0) sum += weights[i], last = static_cast<int32_t>(i);
+  if (last < 0) return -1;
+  const double u = uniform() * sum;
+  double acc = 0.0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    if (weights[i] <= 0.0) continue;
+    acc += weights[i];
+    if (u < acc) return static_cast<int32_t>(i);
+  }
+  return last;
 }
 
 TokenLogprob token_logprob(std::span<const float> logits, std::span<const uint64_t> allowed,

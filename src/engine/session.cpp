@@ -138,34 +138,96 @@ Result<TurnStats> Session::turn(std::span<const int32_t> prompt, int32_t max_new
   trim_undo();
   pending_.clear();
   t0 = std::chrono::steady_clock::now();
-  for (int32_t k = 0; k < max_new_tokens; ++k) {
-    const int32_t tok = sampler.sample(logits_.row(0));
-    if (is_eog && is_eog(tok)) {
-      pending_.push_back(tok);
-      st.eog_token = tok;
-      break;
-    }
-    st.generated.push_back(tok);
-    if (on_token) on_token(tok);
-    if (k + 1 == max_new_tokens) {
-      pending_.push_back(tok);
-      break;
-    }
-    if (engine_.cache().free_cells() < 1) {
+  s = decode(max_new_tokens, sampler, st, on_token, is_eog);
+  st.decode_seconds = seconds_since(t0);
+  if (!s.ok()) return s;
+  return st;
+}
+
+bool Session::emit(int32_t tok, int32_t max_new_tokens, TurnStats& st,
+                   const std::function<void(int32_t)>& on_token,
+                   const std::function<bool(int32_t)>& is_eog) {
+  if (is_eog && is_eog(tok)) {
+    pending_.push_back(tok);
+    st.eog_token = tok;
+    return true;
+  }
+  st.generated.push_back(tok);
+  if (on_token) on_token(tok);
+  if (st.generated.size() < static_cast<size_t>(max_new_tokens)) return false;
+  pending_.push_back(tok);
+  return true;
+}
+
+Status Session::decode(int32_t max_new_tokens, Sampler& sampler, TurnStats& st,
+                       const std::function<void(int32_t)>& on_token,
+                       const std::function<bool(int32_t)>& is_eog) {
+  if (max_new_tokens == 0) return ok_status();
+  int32_t tok = sampler.sample(logits_.row(0));
+  if (emit(tok, max_new_tokens, st, on_token, is_eog)) return ok_status();
+  for (;;) {  // `tok` is held: sampled, not yet in the cache
+    const int64_t p0 = pos();
+    const int64_t room = engine_.cache().free_cells();
+    if (room < 1) {
       pending_.push_back(tok);
       st.stopped_full = true;
-      break;
+      return ok_status();
     }
-    ids_.assign(1, seq_);
-    positions_.assign(1, pos());
-    Batch b{std::span<const int32_t>(&tok, 1), ids_, positions_};
-    s = engine_.forward(b, LogitsMode::kLast, logits_);
-    if (!s.ok()) return s;
-    history_.push_back(tok);
-    ++st.decode_tokens;
+    draft_.clear();
+    history_.push_back(tok);  // the drafter's context ends with the held token
+    if (drafter_ != nullptr) {
+      const int64_t left = max_new_tokens - static_cast<int64_t>(st.generated.size());
+      const auto k = static_cast<int32_t>(std::min<int64_t>({draft_k_, room - 1, left - 1}));
+      Status d = k > 0 ? drafter_->propose(history_, k, draft_) : ok_status();
+      if (!d.ok()) {
+        history_.pop_back();
+        return d;
+      }
+      if (draft_.tokens.size() > static_cast<size_t>(std::max(k, 0))) draft_.tokens.resize(k);
+    }
+    const auto n = static_cast<int64_t>(draft_.tokens.size()) + 1;
+    feed_.assign(1, tok);
+    feed_.insert(feed_.end(), draft_.tokens.begin(), draft_.tokens.end());
+    ids_.assign(static_cast<size_t>(n), seq_);
+    positions_.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) positions_[i] = p0 + i;
+    Batch b{feed_, ids_, positions_};
+    Status s = engine_.forward(b, n > 1 ? LogitsMode::kAll : LogitsMode::kLast, logits_);
+    if (!s.ok()) {
+      history_.pop_back();
+      return s;
+    }
+    const Verdict v = accept_drafts(logits_, draft_, sampler);
+    // Emit the kept drafts, then the target's own token; the turn may end at any of them.
+    int32_t kept = 0;
+    bool done = false;
+    while (kept < v.accepted && !done)
+      if (!(done = emit(draft_.tokens[kept], max_new_tokens, st, on_token, is_eog))) ++kept;
+    if (!done) done = emit(v.next, max_new_tokens, st, on_token, is_eog);
+    // The cache keeps the held token and the drafts before the first one not kept.
+    if (p0 + 1 + kept < p0 + n)
+      KVCACHE_RETURN_IF_ERROR_CTX(engine_.cache().rewind(seq_, p0 + 1 + kept),
+                                  "speculative decoding: taking back rejected drafts");
+    history_.insert(history_.end(), draft_.tokens.begin(), draft_.tokens.begin() + kept);
+    st.decode_tokens += 1 + kept;
+    if (drafter_ != nullptr) ++st.spec.steps;
+    if (n > 1) {
+      st.spec.drafted += n - 1;
+      st.spec.accepted += v.accepted;
+      if (spec_.adaptive && v.accepted == n - 1) draft_k_ = std::min(draft_k_ + 1, spec_.draft_max);
+      else if (spec_.adaptive && v.accepted == 0) draft_k_ = std::max(1, draft_k_ / 2);
+    }
+    if (done) return ok_status();
+    tok = v.next;
   }
-  st.decode_seconds = seconds_since(t0);
-  return st;
+}
+
+Status Session::set_drafter(Drafter* drafter, const SpecOptions& options) {
+  if (drafter != nullptr) KVCACHE_RETURN_IF_ERROR(check_spec_options(options, step_));
+  drafter_ = drafter;
+  spec_ = options;
+  draft_k_ = options.draft_max;
+  return ok_status();
 }
 
 Status Session::undo(int32_t n) {

@@ -292,14 +292,22 @@ TEST(CellLayout, WindowAndOwnershipNarrowTogether) {
   EXPECT_EQ(c.pool_free(1), 25);
   EXPECT_EQ(c.cell_owners(1, 3), 2);
   EXPECT_EQ(c.free_cells(), 22);
-  // b at 3 cannot go back to 2: that needs position 0 of the sliding pool, dropped at the end.
-  EXPECT_EQ(c.rewind(b, 2).code(), StatusCode::kOutOfRange);
-  ASSERT_TRUE(c.rewind(b, 3).ok());  // a no-op rewind ends the step
+  // b at 3 goes back to 2 while the step that wrote 2 is open: the pool still holds 0, 1 (the
+  // window position 2 needs). The rewind ends the step: b's cell 6 and a/f's cell 3 free.
+  ASSERT_TRUE(c.rewind(b, 2).ok());
+  EXPECT_FALSE(c.step_open());
   EXPECT_EQ(c.pool_free(1), 27);
-  EXPECT_EQ(c.cell_owners(1, 0), 0);
+  EXPECT_EQ(vec(c.held(b, 1)), (Cells{0, 1}));
+  EXPECT_EQ(c.cell_owners(1, 6), 0);
   EXPECT_EQ(c.cell_owners(1, 3), 0);
   EXPECT_EQ(c.cell_owners(1, 4), 2);
   EXPECT_EQ(c.cell_pos(1, 4), 4);
+  // Between steps a at 6 keeps 4, 5: back to 5 would need 3, dropped when the step ended.
+  const Status gone = c.rewind(a, 5);
+  ASSERT_EQ(gone.code(), StatusCode::kOutOfRange);
+  EXPECT_NE(gone.message().find("holds its positions 4..5 only, position 5 needs 3..4"),
+            std::string::npos)
+      << gone.message();
 }
 
 TEST(CellLayout, CloneKeepsTheStepOpen) {

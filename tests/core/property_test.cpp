@@ -58,8 +58,8 @@ std::vector<LayerGeometry> random_layers(Rng& rng) {
 // The model, one per window pool: (seq, pos) -> cell, plus the live ids and each sequence's
 // next position. A sliding pool drops a sequence's positions below next - W + 1 when a step
 // it took part in ends (the next accepted declaration or verb). Everything else is derived
-// naively; a verb but seq_clone is judged on a copy with the open step ended, as the layout
-// judges it (a clone leaves the step open).
+// naively; a verb but seq_clone and rewind is judged on a copy with the open step ended, as the
+// layout judges it (a clone leaves the step open; a rewind truncates first, then ends it).
 struct PoolModel {
   int32_t window = 0;
   int64_t cells = 0;  // the pool's maximum
@@ -253,11 +253,12 @@ class CellProperty {
     Status st = c().rewind(s, p);
     if (!model_.live.count(s)) REFUSED(st.code(), StatusCode::kNotFound);
     if (p < 0 || p > model_.pos(s)) REFUSED(st.code(), StatusCode::kOutOfRange);
-    CellModel m = model_.ended();
-    if (!m.holds_window(s, p)) REFUSED(st.code(), StatusCode::kOutOfRange);
+    // Judged on what is held now: right after a step its start's window is still there, so
+    // the step's own tokens can be taken back; the step ends after the truncation.
+    if (!model_.holds_window(s, p)) REFUSED(st.code(), StatusCode::kOutOfRange);
     ASSERT_TRUE(st.ok()) << st.to_string();
-    model_ = std::move(m);
     model_.drop_from(s, p);
+    model_.end_step();
   }
 
   // A step: random tokens (sometimes a bad id), a declaration, then layers in random order

@@ -56,4 +56,24 @@ inline std::vector<int32_t> some_tokens(int n, int vocab, uint32_t seed = 7) {
   return t;
 }
 
+// P(chi-square with 2m degrees of freedom > x) = e^(-x/2) * sum_{j<m} (x/2)^j / j!.
+inline double chi2_survival_even_df(double x, int df) {
+  double term = 1.0, sum = 0.0;
+  for (int j = 0; j < df / 2; ++j) {
+    sum += term;
+    term *= x / 2.0 / (j + 1);
+  }
+  return std::exp(-x / 2.0) * sum;
+}
+
+// The x whose survival is `alpha` (bisection; the survival falls as x grows).
+inline double chi2_quantile_even_df(double alpha, int df) {
+  double lo = 0.0, hi = 1000.0;
+  for (int i = 0; i < 200; ++i) {
+    const double mid = (lo + hi) / 2.0;
+    (chi2_survival_even_df(mid, df) > alpha ? lo : hi) = mid;
+  }
+  return lo;
+}
+
 }  // namespace kvcache::engine::testing

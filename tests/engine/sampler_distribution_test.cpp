@@ -14,9 +14,13 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "engine_test_util.h"
 
 namespace kvcache::engine {
 namespace {
+
+using testing::chi2_quantile_even_df;
+using testing::chi2_survival_even_df;
 
 constexpr int kDraws = 20000;
 // Ids are not in logit order, so the sampler's ordering is part of what is tested.
@@ -47,26 +51,6 @@ std::vector<double> expected(double t, int top_k, double top_p) {
   for (size_t j = 0; j < keep; ++j) kept += p[ids[j]];
   for (size_t j = 0; j < keep; ++j) out[ids[j]] = p[ids[j]] / kept;
   return out;
-}
-
-// P(chi-square with 2m degrees of freedom > x) = e^(-x/2) * sum_{j<m} (x/2)^j / j!.
-double chi2_survival_even_df(double x, int df) {
-  double term = 1.0, sum = 0.0;
-  for (int j = 0; j < df / 2; ++j) {
-    sum += term;
-    term *= x / 2.0 / (j + 1);
-  }
-  return std::exp(-x / 2.0) * sum;
-}
-
-// The x whose survival is `alpha` (bisection; the survival falls as x grows).
-double chi2_quantile_even_df(double alpha, int df) {
-  double lo = 0.0, hi = 1000.0;
-  for (int i = 0; i < 200; ++i) {
-    const double mid = (lo + hi) / 2.0;
-    (chi2_survival_even_df(mid, df) > alpha ? lo : hi) = mid;
-  }
-  return lo;
 }
 
 // Draws kDraws tokens and checks them against `want`: zero counts where want is 0, and the

@@ -61,6 +61,9 @@ class CellLayout {
   // Drops the sequence's positions >= pos; the id stays. NotFound: not live.
   // OutOfRange: pos < 0 or pos > pos(seq) (rewind never grows), or a sliding pool no longer
   // holds the W - 1 positions before pos (the message names the pool). pos = 0 always works.
+  // Right after a step (before any other verb or declaration) the pools still hold the window
+  // that step started from, so the step's own tokens can be taken back exactly — the cache is
+  // then as if they had never been written (speculative decoding's rejected drafts).
   Status rewind(int32_t seq, int64_t pos);
   void clear();  // frees every cell and id
 

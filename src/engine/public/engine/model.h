@@ -86,6 +86,12 @@ class Model {
   // rope_freqs.weight: rope_dim/2 divisors of the pair frequencies; empty when absent.
   const std::vector<float>& rope_freqs() const { return rope_freqs_; }
   int64_t n_params() const;
+  // A copy whose matrices (every block's and the output's, not the embedding rows) are
+  // re-encoded in memory as `type` (Q8_0 or Q4_0): a cheaper drafter from the same weights.
+  // Matrices already of that type, or whose width is not a whole number of blocks, are shared
+  // as they are. InvalidArgument naming the type otherwise. Cost: decodes and encodes every
+  // matrix once. The copy shares nothing mutable with this model (both are immutable).
+  Result<Model> requantized(gguf::TensorType type) const;
   // program/fingerprint.h of the file the model was loaded from (keys cached K/V by model).
   uint64_t fingerprint() const { return fingerprint_; }
 

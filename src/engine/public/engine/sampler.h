@@ -36,6 +36,16 @@ class Sampler {
   int32_t sample(std::span<const float> logits, std::span<const uint64_t> allowed);
   const SamplerConfig& config() const { return config_; }
 
+  // What sample() draws from, as probabilities by id (size = vocabulary, sums to 1): one-hot
+  // at argmax when greedy, else softmax(l / T) cut by top-k and top-p and renormalized.
+  // Speculative decoding compares these (engine/speculative.h). Draws nothing.
+  void distribution(std::span<const float> logits, std::vector<double>& p);
+  // One uniform draw in [0, 1) from the sampler's stream.
+  double uniform();
+  // A draw from `weights` by id (>= 0, not all 0; need not sum to 1): inverse CDF of one
+  // uniform(). -1 when every weight is 0.
+  int32_t draw_from(std::span<const double> weights);
+
  private:
   SamplerConfig config_;
   std::mt19937_64 rng_;
@@ -43,6 +53,9 @@ class Sampler {
   std::vector<double> probs_;
   std::vector<float> masked_;  // the logits with disallowed tokens at -infinity
   int32_t draw(std::span<const float> logits, int32_t limit);
+  // Fills order_/probs_ (unnormalized, highest first) for a sampled draw; returns how many
+  // are kept and sets `sum` to their total.
+  int32_t weigh(std::span<const float> logits, int32_t limit, double& sum);
 };
 
 int32_t argmax(std::span<const float> logits);

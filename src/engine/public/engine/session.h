@@ -7,7 +7,9 @@
 // undo_turns() turns keep that state (older turns' is released, so a long conversation does
 // not grow it without bound); an older turn is still undone when the cache holds its start.
 // The last sampled token of a turn is held back and fed at the start of the next turn, so a
-// turn costs exactly one forward per generated token.
+// turn costs exactly one forward per generated token — or, with a drafter
+// (engine/speculative.h), one forward per verification step of 1 + accepted tokens, the
+// rejected drafts rewound right after the step.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +21,7 @@
 #include "core/status.h"
 #include "engine/forward.h"
 #include "engine/sampler.h"
+#include "engine/speculative.h"
 
 namespace kvcache::engine {
 
@@ -32,6 +35,7 @@ struct TurnStats {
   int64_t checkpoint_bytes = 0;     // K/V bytes saved at the turn's start for undo
   int32_t eog_token = -1;           // the end-of-generation id that ended the turn; -1 = none
                                     // (not in `generated`; fed at the next turn's start)
+  SpecStats spec;                   // drafting, when a drafter is set
 };
 
 // Turns that keep their saved start by default (Session::set_undo_turns).
@@ -88,6 +92,12 @@ class Session {
   UndoCost undo_cost() const;
   // Empties the sequence and forgets all turns.
   Status reset();
+  // Speculative decoding in the following turns: `drafter` proposes, one forward verifies
+  // (nullptr = off). Borrowed: it must outlive its use. InvalidArgument (draft_max) when
+  // draft_max + 1 exceeds step_tokens() (the cache's max_write); nothing changes then.
+  Status set_drafter(Drafter* drafter, const SpecOptions& options = {});
+  Drafter* drafter() const { return drafter_; }
+  const SpecOptions& spec_options() const { return spec_; }
 
   // The conversation's ids: those of the cache's positions [0, pos()), then the pending ones
   // (held back, fed first by the next turn). What a snapshot stores (engine/snapshot.h).
@@ -110,6 +120,15 @@ class Session {
     bool released = false;  // its saved state was dropped (older than the last undo_turns_)
   };
   Status save(Turn& t);             // the cache's undo point of a turn's start
+  // The decode loop after the prefill: `first` is sampled from logits_; each step forwards the
+  // held token plus drafts and keeps what the acceptance rule keeps.
+  Status decode(int32_t max_new_tokens, Sampler& sampler, TurnStats& st,
+                const std::function<void(int32_t)>& on_token,
+                const std::function<bool(int32_t)>& is_eog);
+  // Emits `tok`: true when the turn ends with it (it is then pending).
+  bool emit(int32_t tok, int32_t max_new_tokens, TurnStats& st,
+            const std::function<void(int32_t)>& on_token,
+            const std::function<bool(int32_t)>& is_eog);
   Status return_to(Turn& t);        // back to the turn's start (seq_ may change: a fork)
   void drop(Turn& t);               // releases the turn's undo point
   void trim_undo();                 // releases all but the newest undo_turns_ turns' state
@@ -123,6 +142,11 @@ class Session {
   Logits logits_;
   std::vector<int32_t> ids_;
   std::vector<int64_t> positions_;
+  Drafter* drafter_ = nullptr;
+  SpecOptions spec_;
+  int32_t draft_k_ = 0;  // the adaptive draft width now
+  Draft draft_;
+  std::vector<int32_t> feed_;  // a step's tokens: the held one + drafts
 };
 
 }  // namespace kvcache::engine

@@ -1,0 +1,130 @@
+// Speculative decoding for one session: drafters that propose tokens cheaply — n-gram lookup
+// in the session's own tokens, or a second model with its own cache — and the acceptance rule
+// that keeps what the target agrees with. Layer: engine. Session::turn runs the loop (one
+// forward of the target over the held token + K drafts, then a rewind of the rejected tail);
+// see docs/speculative.md. Not here: the batching executor's drafting, tree drafts. The
+// self:TYPE drafter is a ModelDrafter over Model::requantized().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/cache_setup.h"
+#include "engine/forward.h"
+#include "engine/model.h"
+#include "engine/runtime.h"
+#include "engine/sampler.h"
+#include "text/tokenizer.h"
+
+namespace kvcache::engine {
+
+inline constexpr int32_t kDefaultNgram = 3;     // ngram: longest n-gram tried (n = 3, 2, 1)
+inline constexpr int32_t kMaxNgram = 64;
+inline constexpr int32_t kDefaultDraftMax = 8;  // K; see docs/speculative.md for the figures
+
+// Proposed tokens. q[i] (when q is not empty) is the drafter's distribution by id that
+// tokens[i] was drawn from; empty q = each token is certain (q one-hot: n-gram, greedy).
+struct Draft {
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<double>> q;
+  void clear() {
+    tokens.clear();
+    q.clear();
+  }
+};
+
+// Not thread-safe.
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  // Up to k (>= 1) tokens continuing `context` (the conversation's every id; the last one is
+  // not yet in the target's cache). Fewer or none when it has nothing to offer.
+  virtual Status propose(std::span<const int32_t> context, int32_t k, Draft& out) = 0;
+  virtual std::string name() const = 0;  // "ngram:3", "model:FILE", "self:q4_0"
+};
+
+// Finds the most recent earlier occurrence of the context's last n ids (n = max_n down to 1,
+// the longest that occurs wins) and proposes the ids that followed it. Cost: O(context x n)
+// id comparisons per call.
+class NgramDrafter final : public Drafter {
+ public:
+  explicit NgramDrafter(int32_t max_n = kDefaultNgram);  // clamped to [1, kMaxNgram]
+  Status propose(std::span<const int32_t> context, int32_t k, Draft& out) override;
+  std::string name() const override;
+
+ private:
+  int32_t max_n_;
+};
+
+// A second model (same vocabulary) with its own sequence-layout cache; keeps that cache a
+// prefix of the conversation (a rewind takes back its rejected drafts; if the cache cannot
+// rewind there it starts over from 0). Draws drafts with its own sampler: greedy = argmax
+// (q one-hot), else from its distribution under `sampling`'s transforms (q recorded).
+// Borrows the model, which must outlive it.
+class ModelDrafter final : public Drafter {
+ public:
+  // The cache: `options` with kind = sequence (the drafter runs one sequence).
+  static Result<std::unique_ptr<ModelDrafter>> create(const Model& model, CacheOptions options,
+                                                      const SamplerConfig& sampling,
+                                                      std::string label);
+  Status propose(std::span<const int32_t> context, int32_t k, Draft& out) override;
+  std::string name() const override { return label_; }  // as created: "model:FILE", "self:q4_0"
+  const CacheSetup& setup() const { return draft_.setup; }
+  int64_t cached() const { return static_cast<int64_t>(fed_.size()); }  // positions held
+
+ private:
+  ModelDrafter(CachedEngine draft, const SamplerConfig& sampling, std::string label);
+  // Brings the draft cache to hold `context` (rewinding what differs, feeding the rest) with
+  // the logits after its last id in logits_.
+  Status catch_up(std::span<const int32_t> context);
+  CachedEngine draft_;
+  Sampler sampler_;
+  std::string label_;
+  std::vector<int32_t> fed_;  // the ids of the draft cache's positions [0, pos)
+  Logits logits_;
+};
+
+// InvalidArgument when the draft's vocabulary differs from the target's: naming the sizes, or
+// the first differing id and both spellings.
+Status check_same_vocabulary(const text::Tokenizer& target, const text::Tokenizer& draft);
+
+// Run-time choices of speculative decoding.
+struct SpecOptions {
+  int32_t draft_max = kDefaultDraftMax;  // K: most drafts per step, >= 1; a step is K + 1
+                                         // tokens, so K + 1 <= the cache's max_write
+  bool adaptive = true;  // K grows by 1 after a step that kept every draft and halves after
+                         // one that kept none, within [1, draft_max]
+};
+
+// InvalidArgument naming draft_max when it is < 1 or K + 1 exceeds `step_tokens` (the
+// cache's max_write: a ring can take back at most max_write - 1 positions).
+Status check_spec_options(const SpecOptions& options, int64_t step_tokens);
+
+// What drafting did over a turn.
+struct SpecStats {
+  int64_t steps = 0;     // decode forwards while drafting (with or without drafts)
+  int64_t drafted = 0;   // drafts verified
+  int64_t accepted = 0;  // drafts kept
+  double acceptance() const { return drafted > 0 ? double(accepted) / double(drafted) : 0.0; }
+};
+
+// The outcome of one verification.
+struct Verdict {
+  int32_t accepted = 0;  // drafts kept: a prefix of the draft
+  int32_t next = -1;     // the target's own token after them (a correction or the bonus)
+};
+
+// Applies the acceptance rule to the target's rows: rows.row(i) is the target's logits after
+// the held token (i = 0) and after draft i (i >= 1); at least draft.tokens.size() + 1 rows.
+// Greedy (temperature 0): keep drafts while each equals the argmax of its row, next = the
+// argmax after them; no random draw. Sampled: accept draft x with probability
+// min(1, p(x) / q(x)) (p: the target's distribution under the sampler's transforms, q: the
+// drafter's; one-hot when draft.q is empty); on rejection next is drawn from max(0, p - q)
+// renormalized; after all are kept, next is drawn from the last row as sample() would.
+Verdict accept_drafts(const Logits& rows, const Draft& draft, Sampler& sampler);
+
+}  // namespace kvcache::engine

@@ -1,0 +1,488 @@
+// Speculative decoding: the n-gram drafter's lookup, the acceptance rule, greedy output equal to
+// plain greedy output (n-gram and draft-model drafters, both layouts, stops inside a draft),
+// the sampled output's distribution equal to plain sampling (chi-square), and the cache after
+// random accept/reject patterns equal to a cache that only ever saw the accepted tokens.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "engine/embedded_model.h"
+#include "engine/session.h"
+#include "engine/speculative.h"
+#include "engine_test_util.h"
+
+namespace kvcache::engine::testing {
+namespace {
+
+std::vector<int32_t> bytes_of(const std::string& s) { return std::vector<int32_t>(s.begin(), s.end()); }
+
+TEST(NgramDrafter, ProposesWhatFollowedTheLongestMostRecentMatch) {
+  NgramDrafter d(3);
+  Draft out;
+  // "a b c d a b c" -> the tail "a b c" occurred at 0; it was followed by "d a b c".
+  ASSERT_TRUE(d.propose(std::vector<int32_t>{1, 2, 3, 4, 1, 2, 3}, 3, out).ok());
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>{4, 1, 2}));
+  EXPECT_TRUE(out.q.empty());
+  // The tail "9 2 3" never occurred; "2 3" did twice: the most recent (at 4) is followed by 7.
+  ASSERT_TRUE(d.propose(std::vector<int32_t>{2, 3, 5, 6, 2, 3, 7, 9, 2, 3}, 4, out).ok());
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>{7, 9, 2, 3}));
+  // The continuation stops at the context's end.
+  ASSERT_TRUE(d.propose(std::vector<int32_t>{5, 8, 5}, 4, out).ok());
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>{8, 5}));
+  // Nothing matches: no proposal.
+  ASSERT_TRUE(d.propose(std::vector<int32_t>{1, 2, 3}, 4, out).ok());
+  EXPECT_TRUE(out.tokens.empty());
+  EXPECT_EQ(NgramDrafter(0).name(), "ngram:1");
+  EXPECT_EQ(NgramDrafter().name(), "ngram:3");
+}
+
+Logits rows_of(const std::vector<std::vector<float>>& rows) {
+  Logits l;
+  l.vocab = static_cast<int32_t>(rows[0].size());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    l.token_index.push_back(static_cast<int32_t>(r));
+    l.data.insert(l.data.end(), rows[r].begin(), rows[r].end());
+  }
+  return l;
+}
+
+TEST(AcceptDrafts, GreedyKeepsTheLongestPrefixEqualToTheArgmaxThenTheTargetsToken) {
+  Sampler greedy(SamplerConfig{});
+  // argmax per row: 2, 0, 1, 3.
+  const Logits rows = rows_of({{0, 1, 5, 2}, {4, 1, 0, 0}, {0, 3, 1, 1}, {0, 0, 0, 9}});
+  Draft d;
+  d.tokens = {2, 0, 1};
+  Verdict v = accept_drafts(rows, d, greedy);
+  EXPECT_EQ(v.accepted, 3);
+  EXPECT_EQ(v.next, 3);  // the bonus token: the argmax of the last row
+  d.tokens = {2, 1, 1};
+  v = accept_drafts(rows, d, greedy);
+  EXPECT_EQ(v.accepted, 1);
+  EXPECT_EQ(v.next, 0);  // the correction: row 1's argmax
+  d.tokens = {};
+  v = accept_drafts(rows, d, greedy);
+  EXPECT_EQ(v.accepted, 0);
+  EXPECT_EQ(v.next, 2);
+}
+
+TEST(AcceptDrafts, SampledRuleNeverKeepsATokenTheTargetCannotDrawAndResamplesWithoutIt) {
+  SamplerConfig c;
+  c.temperature = 1.0f;
+  c.top_k = 2;  // row 0 keeps ids 0 and 1 only
+  Sampler s(c);
+  const Logits rows = rows_of({{2, 2, 0, -1}, {0, 0, 0, 0}});
+  Draft d;
+  d.tokens = {3};  // p(3) = 0: always rejected; the residual is p itself (q one-hot at 3)
+  std::map<int32_t, int> seen;
+  for (int i = 0; i < 200; ++i) {
+    const Verdict v = accept_drafts(rows, d, s);
+    EXPECT_EQ(v.accepted, 0);
+    ++seen[v.next];
+  }
+  EXPECT_EQ(seen.size(), 2u);  // 0 and 1, each p = 1/2
+  EXPECT_GT(seen[0], 60);
+  EXPECT_GT(seen[1], 60);
+}
+
+TEST(Vocabulary, ADraftWithAnotherVocabularyIsRefusedNamingTheFirstDifferingToken) {
+  Result<text::Tokenizer> a = text::Tokenizer::bpe({"a", "b", "c", "ab"}, {"a b"});
+  Result<text::Tokenizer> b = text::Tokenizer::bpe({"a", "b", "d", "ab"}, {"a b"});
+  Result<text::Tokenizer> shorter = text::Tokenizer::bpe({"a", "b", "c"}, {});
+  ASSERT_TRUE(a.ok() && b.ok() && shorter.ok());
+  EXPECT_TRUE(check_same_vocabulary(*a, *a).ok());
+  const Status s = check_same_vocabulary(*a, *b);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("token 2 is \"d\" in the draft's vocabulary and \"c\" in the "
+                             "target's"),
+            std::string::npos)
+      << s.message();
+  const Status n = check_same_vocabulary(*a, *shorter);
+  EXPECT_EQ(n.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(n.message().find("has 3 tokens, the target's 4"), std::string::npos) << n.message();
+}
+
+class Speculative : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (embedded_model().empty()) GTEST_SKIP() << "this build embeds no model";
+    Result<LoadedModel> m = load_model({});
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    loaded_ = std::move(*m);
+  }
+  CacheOptions options(const std::string& kind, DType kv) const {
+    CacheOptions o;
+    o.kind = kind;
+    o.capacity = 512;
+    o.kv_dtype = kv;
+    return o;
+  }
+  struct Run {
+    TurnStats st;
+    std::vector<int32_t> conversation;
+    int64_t pos = 0;
+  };
+  Run turn(const CacheOptions& o, const std::vector<int32_t>& prompt, int32_t n,
+           Drafter* drafter, const SamplerConfig& sc = {},
+           const std::function<bool(int32_t)>& is_eog = nullptr, int32_t draft_max = 6) {
+    Built b = build(*loaded_.model, o);
+    Session s(*b.engine, b.setup.step_tokens, b.seq);
+    SpecOptions spec;
+    spec.draft_max = draft_max;
+    EXPECT_TRUE(s.set_drafter(drafter, spec).ok());
+    Sampler sampler(sc);
+    Result<TurnStats> st = s.turn(prompt, n, sampler, nullptr, is_eog);
+    EXPECT_TRUE(st.ok()) << st.status().to_string();
+    return Run{st.ok() ? *st : TurnStats{}, s.conversation(), s.pos()};
+  }
+  LoadedModel loaded_;
+};
+
+const std::string kRepetitive =
+    "the cat sat on the mat. the dog sat on the log. the cat sat on the mat. the dog sat on the";
+
+TEST_F(Speculative, GreedyWithNgramDraftsEqualsPlainGreedyInBothLayouts) {
+  for (const char* kind : {"sequence", "cell"})
+    for (DType kv : {DType::kF32, DType::kF16, DType::kQ8_0}) {
+      const CacheOptions o = options(kind, kv);
+      const Run plain = turn(o, bytes_of(kRepetitive), 120, nullptr);
+      NgramDrafter ngram;
+      const Run spec = turn(o, bytes_of(kRepetitive), 120, &ngram);
+      EXPECT_EQ(spec.st.generated, plain.st.generated) << kind << " " << to_string(kv);
+      EXPECT_EQ(spec.conversation, plain.conversation);
+      EXPECT_EQ(spec.pos, plain.pos);
+      EXPECT_EQ(spec.st.decode_tokens, plain.st.decode_tokens);
+      EXPECT_GT(spec.st.spec.accepted, 0) << "a repetitive prompt keeps some drafts";
+      EXPECT_LT(spec.st.spec.steps, plain.st.decode_tokens) << "fewer forwards than tokens";
+    }
+}
+
+TEST_F(Speculative, TheModelAsItsOwnDraftKeepsEveryDraftAndEqualsPlainGreedy) {
+  for (const char* kind : {"sequence", "cell"}) {
+    const CacheOptions o = options(kind, DType::kF32);
+    const Run plain = turn(o, bytes_of("In the beginning"), 80, nullptr);
+    Result<std::unique_ptr<ModelDrafter>> d =
+        ModelDrafter::create(*loaded_.model, o, SamplerConfig{}, "model:tiny");
+    ASSERT_TRUE(d.ok()) << d.status().to_string();
+    const Run spec = turn(o, bytes_of("In the beginning"), 80, d->get());
+    EXPECT_EQ(spec.st.generated, plain.st.generated) << kind;
+    EXPECT_EQ(spec.pos, plain.pos);
+    EXPECT_GT(spec.st.spec.drafted, 0);
+    EXPECT_EQ(spec.st.spec.accepted, spec.st.spec.drafted) << kind;
+    EXPECT_EQ((*d)->name(), "model:tiny");
+  }
+}
+
+// self:TYPE: the target's matrices re-encoded in memory draft for it; greedy output stays the
+// target's, and most drafts agree with it.
+TEST_F(Speculative, TheTargetsOwnWeightsReencodedDraftForIt) {
+  const Model& model = *loaded_.model;
+  EXPECT_EQ(model.requantized(gguf::TensorType::kF16).status().code(),
+            StatusCode::kInvalidArgument);
+  for (gguf::TensorType type : {gguf::TensorType::kQ8_0, gguf::TensorType::kQ4_0}) {
+    Result<Model> cheap = model.requantized(type);
+    ASSERT_TRUE(cheap.ok()) << cheap.status().to_string();
+    EXPECT_EQ(cheap->layers()[0].wq.type, type);
+    EXPECT_EQ(cheap->output().type, type);
+    // A tied output gets its own encoded copy: counted once more (vocab x d).
+    EXPECT_FALSE(cheap->tied());
+    EXPECT_EQ(cheap->n_params(),
+              model.n_params() + (model.tied() ? model.output().n_elements() : 0));
+    const CacheOptions o = options("cell", DType::kF16);
+    const Run plain = turn(o, bytes_of("In the beginning"), 60, nullptr);
+    Result<std::unique_ptr<ModelDrafter>> d =
+        ModelDrafter::create(*cheap, o, SamplerConfig{}, "self");
+    ASSERT_TRUE(d.ok()) << d.status().to_string();
+    const Run spec = turn(o, bytes_of("In the beginning"), 60, d->get());
+    EXPECT_EQ(spec.st.generated, plain.st.generated) << gguf::to_string(type);
+    EXPECT_GT(spec.st.spec.acceptance(), 0.5) << gguf::to_string(type);
+  }
+}
+
+TEST_F(Speculative, MaxTokensAndEndOfGenerationInsideADraftStopWherePlainDecodingStops) {
+  const CacheOptions o = options("sequence", DType::kF16);
+  const Run whole = turn(o, bytes_of(kRepetitive), 60, nullptr);
+  ASSERT_EQ(whole.st.generated.size(), 60u);
+  for (int32_t n : {1, 2, 7, 13, 29}) {
+    NgramDrafter ngram;
+    const Run plain = turn(o, bytes_of(kRepetitive), n, nullptr);
+    const Run spec = turn(o, bytes_of(kRepetitive), n, &ngram);
+    EXPECT_EQ(spec.st.generated, plain.st.generated) << n;
+    EXPECT_EQ(spec.conversation, plain.conversation) << n;  // the last token is pending
+    EXPECT_EQ(spec.pos, plain.pos) << n;
+  }
+  // An end-of-generation id: the first occurrence of the 20th generated token's id ends it.
+  const int32_t eog = whole.st.generated[19];
+  auto is_eog = [eog](int32_t t) { return t == eog; };
+  NgramDrafter ngram;
+  const Run plain = turn(o, bytes_of(kRepetitive), 60, nullptr, {}, is_eog);
+  const Run spec = turn(o, bytes_of(kRepetitive), 60, &ngram, {}, is_eog);
+  EXPECT_EQ(spec.st.eog_token, eog);
+  EXPECT_EQ(spec.st.generated, plain.st.generated);
+  EXPECT_EQ(spec.conversation, plain.conversation);
+  EXPECT_EQ(spec.pos, plain.pos);
+}
+
+TEST_F(Speculative, ADraftWidthTheStepCannotTakeBackIsRefusedNamingDraftMax) {
+  Built b = build(*loaded_.model, options("sequence", DType::kF16));
+  Session s(*b.engine, b.setup.step_tokens, b.seq);
+  NgramDrafter ngram;
+  SpecOptions spec;
+  spec.draft_max = static_cast<int32_t>(b.setup.step_tokens);  // K + 1 > max_write
+  const Status st = s.set_drafter(&ngram, spec);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("draft_max = 16, expected 1..15"), std::string::npos)
+      << st.message();
+  spec.draft_max = 0;
+  EXPECT_EQ(s.set_drafter(&ngram, spec).code(), StatusCode::kInvalidArgument);
+  spec.draft_max = 15;
+  EXPECT_TRUE(s.set_drafter(&ngram, spec).ok());
+}
+
+
+// (t2, t3) — the 2nd and 3rd generated tokens, the first two a verification step produces —
+// for seeds 0..n-1 after a fixed prompt. The prompt but its last id is fed once; each seed is a
+// turn of that last id (then undone, back to the same cache).
+std::vector<int64_t> pairs(const Model& model, const std::vector<int32_t>& prompt,
+                           SamplerConfig sc, Drafter* drafter, int n) {
+  Built b = build(model, CacheOptions{.kind = "sequence", .capacity = 256});
+  Session s(*b.engine, b.setup.step_tokens, b.seq);
+  EXPECT_TRUE(s.set_drafter(drafter, SpecOptions{.draft_max = 4}).ok());
+  Sampler none(SamplerConfig{});
+  const std::vector<int32_t> head(prompt.begin(), prompt.end() - 1);
+  EXPECT_TRUE(s.turn(head, 0, none).ok());
+  std::vector<int64_t> out;
+  for (int seed = 0; seed < n; ++seed) {
+    sc.seed = static_cast<uint64_t>(seed);
+    Sampler sampler(sc);
+    Result<TurnStats> st = s.turn(std::vector<int32_t>{prompt.back()}, 3, sampler);
+    EXPECT_TRUE(st.ok() && st->generated.size() == 3u);
+    if (!st.ok() || st->generated.size() != 3u) return out;
+    out.push_back(int64_t{st->generated[1]} * 1000 + st->generated[2]);
+    EXPECT_TRUE(s.undo(1).ok());
+  }
+  return out;
+}
+
+// Two-sample chi-square homogeneity test of equal-size samples: pairs seen fewer than 10 times
+// in both together are pooled into one bin (each expected count >= 5), and one more bin joins
+// the pool when needed to make the degrees of freedom even. The survival probability.
+double homogeneity(const std::vector<int64_t>& a, const std::vector<int64_t>& b, int* df_out) {
+  std::map<int64_t, std::pair<int64_t, int64_t>> count;
+  for (int64_t x : a) ++count[x].first;
+  for (int64_t x : b) ++count[x].second;
+  std::vector<std::pair<int64_t, int64_t>> bins;
+  std::pair<int64_t, int64_t> pool{0, 0};
+  for (const auto& [key, c] : count) {
+    if (c.first + c.second < 10) pool.first += c.first, pool.second += c.second;
+    else bins.push_back(c);
+  }
+  if (pool.first + pool.second > 0) bins.push_back(pool);
+  if (bins.size() % 2 == 0 && bins.size() > 2) {  // df = bins - 1 must be even
+    std::sort(bins.begin(), bins.end(), [](auto x, auto y) { return x.first + x.second < y.first + y.second; });
+    bins[1].first += bins[0].first, bins[1].second += bins[0].second;
+    bins.erase(bins.begin());
+  }
+  double chi2 = 0.0;
+  for (const auto& [x, y] : bins) chi2 += double(x - y) * double(x - y) / double(x + y);
+  *df_out = static_cast<int>(bins.size()) - 1;
+  return chi2_survival_even_df(chi2, *df_out);
+}
+
+// Plain sampling vs speculative sampling, 2000 seeds each, temperature 0.9 and top-p 0.95:
+// the (t2, t3) distributions must not differ at the 1e-4 level (a correct rule fails with
+// probability 1e-4 per comparison; the seeds are fixed, so the test never flakes). The same
+// test tells plain sampling at temperature 0.9 from 1.2 apart (its power on this model).
+TEST_F(Speculative, SampledOutputHasTheTargetsDistribution) {
+  const Model& model = *loaded_.model;
+  const std::vector<int32_t> prompt = bytes_of("the cat sat on the mat. the cat sat on th");
+  constexpr int kSeeds = 2000;
+  const SamplerConfig sc{.temperature = 0.9f, .top_k = 0, .top_p = 0.95f};
+  const std::vector<int64_t> plain = pairs(model, prompt, sc, nullptr, kSeeds);
+  ASSERT_EQ(plain.size(), size_t{kSeeds});
+  int df = 0;
+  NgramDrafter ngram;  // q one-hot
+  const double p_ngram = homogeneity(plain, pairs(model, prompt, sc, &ngram, kSeeds), &df);
+  EXPECT_GT(p_ngram, 1e-4) << "ngram drafts: chi-square survival over " << df << " df";
+  EXPECT_GE(df, 10);
+  // The model itself as drafter at another temperature: q differs from p, so rejections
+  // draw from the residual max(0, p - q).
+  Result<std::unique_ptr<ModelDrafter>> d = ModelDrafter::create(
+      model, CacheOptions{.capacity = 256}, SamplerConfig{.temperature = 1.4f, .seed = 9}, "q");
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  const double p_model = homogeneity(plain, pairs(model, prompt, sc, d->get(), kSeeds), &df);
+  EXPECT_GT(p_model, 1e-4) << "model drafts: chi-square survival over " << df << " df";
+  SamplerConfig hotter = sc;
+  hotter.temperature = 1.2f;
+  EXPECT_LT(homogeneity(plain, pairs(model, prompt, hotter, nullptr, kSeeds), &df), 1e-4)
+      << "the test must tell temperature 0.9 from 1.2";
+}
+
+// Writes steps into a cache the way the model's blocks do (every model layer in order: an
+// owning layer writes and attends, a KV-shared one only attends), with q/k/v a fixed function
+// of (token, position, layer, index): the rows of a token do not depend on the step it came in,
+// so two caches that hold the same tokens must hold the same bytes.
+class RowDriver {
+ public:
+  RowDriver(const Model& model, Cache& cache, int32_t seq)
+      : model_(model), cache_(cache), seq_(seq) {}
+  // One step of `tokens` at the sequence's next positions; returns every layer's output.
+  std::vector<float> step(const std::vector<int32_t>& tokens) {
+    const HParams& hp = model_.hparams();
+    const auto t = static_cast<int32_t>(tokens.size());
+    const std::vector<int32_t> ids(tokens.size(), seq_);
+    std::vector<int64_t> pos(tokens.size());
+    for (int32_t i = 0; i < t; ++i) pos[i] = cache_.pos(seq_) + i;
+    EXPECT_TRUE(cache_.declare_step(ids).ok());
+    std::vector<float> all;
+    for (int32_t l = 0; l < hp.n_layers; ++l) {
+      const LayerWeights& w = model_.layers()[l];
+      const std::vector<float> q = fill(tokens, pos, l, hp.q_heads * hp.head_dim, 0.0f);
+      const std::vector<float> k = fill(tokens, pos, l, w.kv_heads * hp.head_dim, 1.0f);
+      const std::vector<float> v = fill(tokens, pos, l, w.kv_heads * hp.value_dim, 2.0f);
+      std::vector<float> out(static_cast<size_t>(t) * hp.q_heads * hp.value_dim);
+      AttendArgs a;
+      a.layer = w.cache;
+      a.n_tokens = t;
+      a.q_heads = hp.q_heads;
+      a.positions = pos;
+      a.q = q;
+      if (!w.kv_shared) a.k = k, a.v = v;
+      a.scale = 0.125f;
+      a.out = out;
+      const Status st = w.kv_shared ? cache_.attend(a) : cache_.update_and_attend(a);
+      EXPECT_TRUE(st.ok()) << "layer " << l << ": " << st.to_string();
+      all.insert(all.end(), out.begin(), out.end());
+    }
+    return all;
+  }
+
+ private:
+  static std::vector<float> fill(const std::vector<int32_t>& tokens, const std::vector<int64_t>& pos,
+                                 int32_t layer, int64_t width, float salt) {
+    std::vector<float> x;
+    for (size_t i = 0; i < tokens.size(); ++i)
+      for (int64_t j = 0; j < width; ++j)
+        x.push_back(std::sin(0.37f * tokens[i] + 0.011f * static_cast<float>(pos[i]) +
+                             1.3f * layer + 0.07f * j + salt));
+    return x;
+  }
+  const Model& model_;
+  Cache& cache_;
+  int32_t seq_;
+};
+
+void expect_same_cache(const CacheControl& cs, int32_t s, const CacheControl& cr, int32_t r,
+                       int round) {
+  const int64_t pos = cr.pos(r);
+  ASSERT_EQ(cs.pos(s), pos) << round;
+  ASSERT_EQ(cs.seq_len(s), cr.seq_len(r));
+  ASSERT_EQ(cs.free_cells(), cr.free_cells());
+  ASSERT_EQ(cs.used_end(), cr.used_end());
+  Result<std::vector<LayerRows>> rs = cs.read_rows(s, 0, pos), rr = cr.read_rows(r, 0, pos);
+  ASSERT_TRUE(rs.ok() && rr.ok());
+  for (size_t l = 0; l < rr->size(); ++l) {
+    const LayerRows &x = (*rs)[l], &y = (*rr)[l];
+    const int32_t w = cs.geometry().layers[l].window;
+    // Every position a later query can see is held: all of them, or the window's W - 1.
+    const int64_t need = w > 0 ? std::max<int64_t>(0, pos - (w - 1)) : 0;
+    ASSERT_LE(x.first, need) << "layer " << l << " round " << round;
+    ASSERT_LE(y.first, need) << "layer " << l << " round " << round;
+    // Bitwise equal over what both hold (a sequence-layout ring may hold more than W - 1).
+    const int64_t from = std::max(x.first, y.first);
+    const auto kb = static_cast<int64_t>(x.k.size()) / std::max<int64_t>(x.n, 1);
+    const auto vb = static_cast<int64_t>(x.v.size()) / std::max<int64_t>(x.n, 1);
+    ASSERT_TRUE(std::equal(x.k.begin() + (from - x.first) * kb, x.k.end(),
+                           y.k.begin() + (from - y.first) * kb, y.k.end()))
+        << "K rows differ, layer " << l << " round " << round;
+    ASSERT_TRUE(std::equal(x.v.begin() + (from - x.first) * vb, x.v.end(),
+                           y.v.begin() + (from - y.first) * vb, y.v.end()))
+        << "V rows differ, layer " << l << " round " << round;
+  }
+}
+
+// Random accept/reject patterns against a cache that only ever saw the accepted tokens, over
+// the embedded model's cache (sliding(32) rings / pools, a KV-shared layer): each round writes
+// the held token + K random drafts as one step, keeps a random number of them (a forced
+// verdict) and rewinds the rest; the reference writes the held token + the kept drafts. Over
+// 60 rounds the windows slide several times. Counters, rows (bitwise) and what the next step
+// attends (bitwise) must agree.
+TEST_F(Speculative, RejectedDraftsLeaveTheCacheAsIfNeverWritten) {
+  const Model& model = *loaded_.model;
+  for (const char* kind : {"sequence", "cell"})
+    for (DType kv : {DType::kF16, DType::kQ8_0}) {
+      SCOPED_TRACE(std::string(kind) + " " + std::string(to_string(kv)));
+      const CacheOptions o = options(kind, kv);
+      Built spec = build(model, o), ref = build(model, o);
+      RowDriver ds(model, *spec.cache, spec.seq), dr(model, *ref.cache, ref.seq);
+      std::mt19937 rng(77);
+      auto rand_tok = [&] { return static_cast<int32_t>(rng() % 256); };
+      ds.step(some_tokens(14, 256, 5));
+      dr.step(some_tokens(14, 256, 5));
+      int32_t tok = rand_tok();
+      int64_t rejected = 0;
+      for (int round = 0; round < 60; ++round) {
+        const int32_t k = 1 + static_cast<int32_t>(rng() % 6);  // K + 1 <= max_write (16)
+        std::vector<int32_t> feed{tok};
+        for (int32_t i = 0; i < k; ++i) feed.push_back(rand_tok());
+        const int32_t kept = static_cast<int32_t>(rng() % (k + 1));
+        const int64_t p0 = spec.cache->pos(spec.seq);
+        ds.step(feed);
+        ASSERT_TRUE(spec.cache->rewind(spec.seq, p0 + 1 + kept).ok()) << round;
+        dr.step(std::vector<int32_t>(feed.begin(), feed.begin() + 1 + kept));
+        rejected += k - kept;
+        tok = rand_tok();
+        expect_same_cache(*spec.cache, spec.seq, *ref.cache, ref.seq, round);
+        if (HasFatalFailure()) return;
+      }
+      EXPECT_GT(rejected, 60);
+      EXPECT_GT(spec.cache->pos(spec.seq), 150);  // past the window several times
+      const std::vector<int32_t> next = some_tokens(9, 256, 9);
+      EXPECT_EQ(ds.step(next), dr.step(next));
+    }
+}
+
+// The same through the model's forward: after random accept/reject rounds the positions and
+// counters match a cache that saw only the accepted tokens, and the next tokens' logits agree
+// (rows computed in steps of another width round differently, so not bitwise here).
+TEST_F(Speculative, RejectedDraftsThroughTheForwardLeaveTheSameCounters) {
+  const Model& model = *loaded_.model;
+  for (const char* kind : {"sequence", "cell"}) {
+    SCOPED_TRACE(kind);
+    const CacheOptions o = options(kind, DType::kF32);
+    Built spec = build(model, o), ref = build(model, o);
+    std::mt19937 rng(78);
+    Logits a, b;
+    const std::vector<int32_t> prompt = some_tokens(20, 256, 5);
+    ASSERT_TRUE(prefill_chunks(*spec.engine, spec.seq, prompt, 16, LogitsMode::kLast, a).ok());
+    ASSERT_TRUE(prefill_chunks(*ref.engine, ref.seq, prompt, 16, LogitsMode::kLast, b).ok());
+    for (int round = 0; round < 40; ++round) {
+      const int32_t k = 1 + static_cast<int32_t>(rng() % 6);
+      const std::vector<int32_t> feed = some_tokens(k + 1, 256, 100 + round);
+      const int32_t kept = static_cast<int32_t>(rng() % (k + 1));
+      const int64_t p0 = spec.engine->cache().pos(spec.seq);
+      ASSERT_TRUE(prefill_chunks(*spec.engine, spec.seq, feed, 16, LogitsMode::kAll, a).ok());
+      ASSERT_TRUE(spec.engine->cache().rewind(spec.seq, p0 + 1 + kept).ok()) << round;
+      const std::vector<int32_t> accepted(feed.begin(), feed.begin() + 1 + kept);
+      ASSERT_TRUE(prefill_chunks(*ref.engine, ref.seq, accepted, 16, LogitsMode::kAll, b).ok());
+      ASSERT_EQ(spec.engine->cache().pos(spec.seq), ref.engine->cache().pos(ref.seq));
+      ASSERT_EQ(spec.engine->cache().free_cells(), ref.engine->cache().free_cells());
+      ASSERT_EQ(spec.engine->cache().used_end(), ref.engine->cache().used_end());
+    }
+    const std::vector<int32_t> next = some_tokens(12, 256, 9);
+    ASSERT_TRUE(prefill_chunks(*spec.engine, spec.seq, next, 16, LogitsMode::kAll, a).ok());
+    ASSERT_TRUE(prefill_chunks(*ref.engine, ref.seq, next, 16, LogitsMode::kAll, b).ok());
+    ASSERT_EQ(a.data.size(), b.data.size());
+    double worst = 0.0, scale = 1.0;
+    for (size_t i = 0; i < a.data.size(); ++i) {
+      worst = std::max(worst, double(std::abs(a.data[i] - b.data[i])));
+      scale = std::max(scale, double(std::abs(b.data[i])));
+    }
+    EXPECT_LT(worst / scale, 1e-4);
+  }
+}
+
+}  // namespace
+}  // namespace kvcache::engine::testing
