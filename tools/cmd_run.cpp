@@ -204,7 +204,7 @@ double per_s(int64_t n, double s) { return s > 0.0 ? static_cast<double>(n) / s 
 
 // Tokens the cache kept per decode forward while drafting (1 = plain decoding).
 double per_step(const engine::TurnStats& st) {
-  return st.spec.steps > 0 ? static_cast<double>(st.decode_tokens) / st.spec.steps : 0.0;
+  return st.spec.steps > 0 ? static_cast<double>(st.decode_tokens) / static_cast<double>(st.spec.steps) : 0.0;
 }
 
 std::string fixed(double v, int digits) {

@@ -16,7 +16,7 @@ std::string NgramDrafter::name() const { return str_cat("ngram:", max_n_); }
 Status NgramDrafter::propose(std::span<const int32_t> context, int32_t k, Draft& out) {
   out.clear();
   const auto len = static_cast<int64_t>(context.size());
-  for (int64_t n = std::min<int64_t>(max_n_, len - 1); n >= 1 && k > 0; --n) {
+  for (int64_t n = std::min<int64_t>(max_n_, len - 1); n >= 1 && k > 0; n -= 1) {
     const std::span<const int32_t> tail = context.subspan(len - n);
     // The most recent earlier occurrence: starts below len - n, so it is not the tail itself.
     for (int64_t start = len - n - 1; start >= 0; --start) {

@@ -17,6 +17,20 @@
 namespace kvcache::engine::testing {
 namespace {
 
+CacheOptions capacity(int64_t cells) {
+  CacheOptions o;
+  o.capacity = cells;
+  return o;
+}
+
+// A draft sampler hotter than the target's, so rejections draw from the residual.
+SamplerConfig hot_sampler() {
+  SamplerConfig c;
+  c.temperature = 1.4f;
+  c.seed = 9;
+  return c;
+}
+
 std::vector<int32_t> bytes_of(const std::string& s) { return std::vector<int32_t>(s.begin(), s.end()); }
 
 TEST(NgramDrafter, ProposesWhatFollowedTheLongestMostRecentMatch) {
@@ -247,7 +261,10 @@ TEST_F(Speculative, ADraftWidthTheStepCannotTakeBackIsRefusedNamingDraftMax) {
 // turn of that last id (then undone, back to the same cache).
 std::vector<int64_t> pairs(const Model& model, const std::vector<int32_t>& prompt,
                            SamplerConfig sc, Drafter* drafter, int n) {
-  Built b = build(model, CacheOptions{.kind = "sequence", .capacity = 256});
+  CacheOptions o;
+  o.kind = "sequence";
+  o.capacity = 256;
+  Built b = build(model, o);
   Session s(*b.engine, b.setup.step_tokens, b.seq);
   EXPECT_TRUE(s.set_drafter(drafter, SpecOptions{.draft_max = 4}).ok());
   Sampler none(SamplerConfig{});
@@ -310,7 +327,7 @@ TEST_F(Speculative, SampledOutputHasTheTargetsDistribution) {
   // The model itself as drafter at another temperature: q differs from p, so rejections
   // draw from the residual max(0, p - q).
   Result<std::unique_ptr<ModelDrafter>> d = ModelDrafter::create(
-      model, CacheOptions{.capacity = 256}, SamplerConfig{.temperature = 1.4f, .seed = 9}, "q");
+      model, capacity(256), hot_sampler(), "q");
   ASSERT_TRUE(d.ok()) << d.status().to_string();
   const double p_model = homogeneity(plain, pairs(model, prompt, sc, d->get(), kSeeds), &df);
   EXPECT_GT(p_model, 1e-4) << "model drafts: chi-square survival over " << df << " df";
@@ -365,8 +382,9 @@ class RowDriver {
     std::vector<float> x;
     for (size_t i = 0; i < tokens.size(); ++i)
       for (int64_t j = 0; j < width; ++j)
-        x.push_back(std::sin(0.37f * tokens[i] + 0.011f * static_cast<float>(pos[i]) +
-                             1.3f * layer + 0.07f * j + salt));
+        x.push_back(std::sin(0.37f * static_cast<float>(tokens[i]) +
+                             0.011f * static_cast<float>(pos[i]) + 1.3f * static_cast<float>(layer) +
+                             0.07f * static_cast<float>(j) + salt));
     return x;
   }
   const Model& model_;

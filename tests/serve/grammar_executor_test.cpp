@@ -194,7 +194,9 @@ TEST(ExecutorLogits, LogprobsAreTheLogSoftmaxOfTheDistributionSampledFrom) {
       EXPECT_EQ(first.top[k].first, order[k]) << k;
       EXPECT_NEAR(first.top[k].second, log_softmax_at(row, order[k], t), 1e-3) << k;
     }
-    if (temperature == 0.0f) EXPECT_EQ(first.token, order[0]);  // greedy took the top one
+    if (temperature == 0.0f) {
+      EXPECT_EQ(first.token, order[0]);  // greedy took the top one
+    }
     for (size_t i = 0; i < c.tokens.size(); ++i) {
       EXPECT_EQ(c.logprobs[i].token, c.tokens[i]);
       EXPECT_LE(c.logprobs[i].logprob, 0.0f);

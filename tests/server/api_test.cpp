@@ -146,7 +146,13 @@ TEST(ApiParse, NoFieldIsSilentlyIgnored) {
 
 TEST(ApiParse, LogprobsAreReadInEachEndpointsShape) {
   const char* kChat = R"("messages":[{"role":"user","content":"x"}])";
-  auto chat = [&](const std::string& rest) { return "{" + std::string(kChat) + rest + "}"; };
+  auto chat = [&](const std::string& rest) {
+    std::string b = "{";
+    b += kChat;
+    b += rest;
+    b += "}";
+    return b;
+  };
   ApiRequest r;
   ASSERT_FALSE(parse_request(chat(""), true, kLimits, r));
   EXPECT_EQ(r.params.logprobs, -1);

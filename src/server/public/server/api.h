@@ -159,7 +159,7 @@ struct ResponseMeta {
   // With logprobs asked for (GenerateParams::logprobs >= 0): a token id's bytes, for the
   // entries' "token" and "bytes".
   bool logprobs = false;
-  std::function<std::string(int32_t)> token_bytes;
+  std::function<std::string(int32_t)> token_bytes{};
   bool tools = false;                      // answers are parsed for tool calls
   text::ToolSyntax syntax = text::ToolSyntax::kHermes;
   std::string forced_prefix{};             // ApiRequest::forced_prefix
