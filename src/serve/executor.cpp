@@ -631,8 +631,10 @@ ExecutorStats Executor::stats() const {
   for (const auto& [seq, r] : retained_) s.checkpoints += r.checkpoint ? 1 : 0;
   s.grammar_matchers = 0;
   for (const auto& [g, m] : maskers_) s.grammar_matchers += m.expired() ? 0 : 1;
-  if (store_) s.store = store_->stats();
+  s.store = store_stats();
   return s;
 }
+
+StoreStats Executor::store_stats() const { return store_ ? store_->stats() : StoreStats{}; }
 
 }  // namespace kvcache::serve

@@ -142,8 +142,13 @@ void EngineLoop::stop() {
 }
 
 EngineSnapshot EngineLoop::snapshot() const {
-  std::lock_guard<std::mutex> lk(snap_mu_);
-  return snap_;
+  EngineSnapshot s;
+  {
+    std::lock_guard<std::mutex> lk(snap_mu_);
+    s = snap_;
+  }
+  s.stats.store = ex_.store_stats();  // live: blocks are written after the step that made them
+  return s;
 }
 
 void EngineLoop::deliver_finished() {

@@ -55,7 +55,7 @@ wait_puts() {
     [ "$(metric "$1" kvcache_store_puts_total)" -ge "$2" ] && return 0
     sleep 0.1
   done
-  fail "$1 wrote $(metric "$1" kvcache_store_puts_total) blocks, expected $2"
+  fail "$1 wrote $(metric "$1" kvcache_store_puts_total) blocks, expected $2; $(curl -sS --max-time 10 "$1/metrics" | grep '^kvcache_store' | tr '\n' ' ')"
 }
 text() { $py -c 'import json,sys; print(json.load(open(sys.argv[1]))["choices"][0]["text"])' "$1"; }
 

@@ -230,6 +230,10 @@ class Executor {
   bool flush_store(std::chrono::milliseconds timeout);
 
   ExecutorStats stats() const;
+  // The store thread's counters as of now (zeros without a store). Unlike stats(), safe to call
+  // from another thread while the executor runs: the store keeps counting after the last step
+  // (writes finish in the background), so a reader must not wait for a step to see them.
+  StoreStats store_stats() const;
   const engine::CacheSetup& setup() const { return setup_; }
   const CacheControl& cache() const { return *cache_; }
   int64_t max_session_tokens() const { return max_session_tokens_; }
