@@ -456,7 +456,9 @@ TEST(QuantCache, ReadRowsThenWriteRowsIntoAFreshCacheIsBitwise) {
     auto wrong = make_cpu_cache(kind, quant_layers(), quant_config(32, DType::kF16,
                                                                    DType::kQ4_0, 3));
     ASSERT_TRUE(wrong.ok());
-    if (kind == kCellKind) ASSERT_TRUE((*wrong)->seq_new().ok());
+    if (kind == kCellKind) {
+      ASSERT_TRUE((*wrong)->seq_new().ok());
+    }
     const Status st = (*wrong)->write_rows(seq, 0, 8, *rows);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(st.message().find("f16"), std::string::npos) << st.message();

@@ -149,8 +149,11 @@ TEST_P(QuantRoundTrip, DecodeOfEncodeStaysWithinTheFormatError) {
     for (int64_t i = b0; i < b0 + block; ++i) amax = std::max(amax, std::fabs(double{x[i]}));
     for (int64_t i = b0; i < b0 + block; ++i) {
       const double err = std::fabs(double{y[i]} - x[i]);
-      if (amax == 0.0) ASSERT_EQ(y[i], 0.0f) << i;
-      else worst = std::max(worst, err / amax);
+      if (amax == 0.0) {
+        ASSERT_EQ(y[i], 0.0f) << i;
+      } else {
+        worst = std::max(worst, err / amax);
+      }
     }
   }
   EXPECT_LE(worst, p.bound_per_amax) << to_string(p.type);
