@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Quantized files from an independent writer: scripts/make_quant_gguf.py encodes a tiny llama
-# as Q8_0, Q4_K or MXFP4 with its own numpy code; scripts/reference_forward.py decodes the same file
-# with its own numpy code and computes float64 logits. kvcache runs the file (prefill in one
+# as Q8_0, Q4_K or MXFP4 with its own numpy code; scripts/reference_forward.py decodes the same
+# file with its own numpy code and computes float64 logits. kvcache runs the file (prefill in one
 # chunk of 20 > kSmallBatch tokens: decoded tiles + sgemm, tolerance 1e-4 — but where the int8
 # GEMM runs (below) it takes int8 activations like decode; then one token per
 # step: int8 activations, tolerance 3e-2, see quant_matvec_test.cpp; the same with the file
@@ -30,7 +30,8 @@ PY
 "$bin" run "$tmp/m.gguf" --max-step-tokens 20 --prompt-ids "$ids" --max-new-tokens 0 \
   --dump-logits "$tmp/prefill.npy" 2>/dev/null
 # The int8 GEMM runs at the int8 level in force (KVCACHE_ISA caps it): AVX2 (no VNNI, or capped
-# at avx2) for every block type, AVX-512 VNNI for Q8_0 and MXFP4; elsewhere decoded tiles + sgemm.
+# at avx2) for every block type, AVX-512 VNNI for Q8_0 and MXFP4; elsewhere decoded tiles +
+# sgemm.
 flags=$(grep -m1 '^flags' /proc/cpuinfo)
 has() { [[ " $flags " == *" $1 "* ]]; }
 int8=scalar

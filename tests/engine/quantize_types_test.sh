@@ -2,8 +2,8 @@
 # `kvcache quantize --type MIX` for one mix: a random-weight llama file whose rows are whole
 # 256-value blocks (so no tensor falls back) is quantized; every tensor's type in the output,
 # read from the GGUF header here, is what docs/model_format.md promises for the mix (vectors
-# F32; output.weight Q6_K except q8_0 and mxfp4 (Q8_0); attn_v/ffn_down Q6_K in the "more bits" layers 2 and 3 of
-# 4 for the _M mixes; the rest the mix's base type); the output runs, and its logits stay within
+# F32; output.weight Q6_K except q8_0 and mxfp4 (Q8_0); attn_v/ffn_down Q6_K in the "more
+# bits" layers 2 and 3 of 4 for the _M mixes; the rest the mix's base type); the output runs, and its logits stay within
 # the mix's bound of the f32 file's (relative RMS difference; the bounds are 1.5x what was
 # measured, and ordered as the bits are).
 # Usage: quantize_types_test.sh KVCACHE_BIN REPO_DIR MIX
