@@ -1,7 +1,8 @@
 // The AVX-512 VNNI build of the matrix-vector row kernels (quant_matvec_simd.inc): each integer
 // dot product is one vpdpbusd on 256-bit vectors (AVX-512 VL), where AVX2 needs maddubs + madd
 // (the Q4_K / Q6_K kernels sum maddubs pairs in 16-bit lanes and run the same in both builds);
-// F16/BF16 rows use 512-bit vectors over tiles of weight rows x activation rows (below).
+// F16/BF16 rows use 512-bit vectors over tiles of weight rows x activation rows, and MXFP4 rows
+// four blocks per 512-bit vector (below).
 // Entered only through matvec's run-time dispatch, which checks avx512vnni. All headers are
 // included before the target pragma so nothing shared is compiled for AVX-512.
 // GCC 12's AVX-512 headers build _mm512_undefined_* from a self-initialized variable, which
