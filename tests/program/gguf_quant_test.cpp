@@ -77,6 +77,12 @@ TEST(GgufQuant, HandBuiltMxfp4BlocksDecodeAsTheLayoutDefines) {
   EXPECT_EQ(v[2], std::ldexp(1.0f, 127));  // code 2: 1 * 2^127
 }
 
+// The scale is built from the exponent's bits: every byte gives 2^(e - 128) exactly.
+TEST(GgufQuant, Mxfp4HalfScaleIsTwoToTheExponentLess128ForEveryByte) {
+  for (int e = 0; e < 256; ++e)
+    ASSERT_EQ(mxfp4_half_scale(static_cast<uint8_t>(e)), std::ldexp(1.0f, e - 128)) << e;
+}
+
 // Values the format holds exactly (E2M1 values times a power of two) come back exactly, the
 // exponent the smallest that covers the block's largest value.
 TEST(GgufQuant, Mxfp4EncodesRepresentableBlocksExactly) {
