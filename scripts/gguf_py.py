@@ -30,9 +30,11 @@ GGML_F32 = 0
 GGML_F16 = 1
 GGML_Q8_0 = 8
 GGML_Q4_K = 12
+GGML_MXFP4 = 39
 _TENSOR_NP = {GGML_F32: np.dtype("<f4"), GGML_F16: np.dtype("<f2")}
 # Block types: (values per block, bytes per block).
-BLOCKS = {GGML_Q8_0: (32, 34), GGML_Q4_K: (256, 144), 11: (256, 110)}  # 11 = Q3_K (raw only)
+BLOCKS = {GGML_Q8_0: (32, 34), GGML_Q4_K: (256, 144), GGML_MXFP4: (32, 17),
+          11: (256, 110)}  # 11 = Q3_K (raw only)
 _NP_TENSOR = {np.dtype("float32"): GGML_F32, np.dtype("float16"): GGML_F16}
 
 
@@ -114,7 +116,38 @@ def decode_q4_k(raw, n):
     return out.reshape(-1)
 
 
-_DECODERS = {GGML_Q8_0: decode_q8_0, GGML_Q4_K: decode_q4_k}
+# E2M1 (1 sign, 2 exponent, 1 mantissa bits): code c -> value; bit 3 is the sign.
+E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0] * 2) * np.repeat([1.0, -1.0], 8)
+
+
+def encode_mxfp4(x):
+    """Blocks of 32: one E8M0 byte e (scale 2^(e - 127)), then 16 bytes of E2M1 codes, value j
+    in the low nibble of byte j and value j + 16 in the high one.
+
+    e is the smallest exponent whose largest value 6 * 2^(e - 127) covers the block's largest
+    |x| (127 for an all-zero block); each value takes the nearest E2M1 value of x / scale.
+    """
+    b = x.reshape(-1, 32).astype(np.float64)
+    amax = np.abs(b).max(axis=1)
+    safe = np.where(amax > 0, amax, 6.0)
+    e = np.clip(np.ceil(np.log2(safe / 6.0)) + 127, 0, 254).astype(np.int64)
+    scale = np.ldexp(1.0, e - 127)
+    # the nearest of the 16 code values (argmin takes the first of a tie: the positive code)
+    q = np.abs(b[:, :, None] / scale[:, None, None] - E2M1[None, None, :]).argmin(axis=2)
+    q = q.astype(np.uint8)
+    qs = q[:, :16] | (q[:, 16:] << 4)
+    return np.concatenate([e.astype(np.uint8)[:, None], qs], axis=1).tobytes()
+
+
+def decode_mxfp4(raw, n):
+    b = np.frombuffer(raw, dtype=np.uint8).reshape(n // 32, 17)
+    scale = np.ldexp(1.0, b[:, 0].astype(np.int64) - 127)
+    codes = np.concatenate([b[:, 1:] & 0x0F, b[:, 1:] >> 4], axis=1)
+    return (E2M1[codes] * scale[:, None]).astype(np.float32).reshape(-1)
+
+
+_DECODERS = {GGML_Q8_0: decode_q8_0, GGML_Q4_K: decode_q4_k, GGML_MXFP4: decode_mxfp4}
+_ENCODERS = {GGML_Q8_0: encode_q8_0, GGML_Q4_K: encode_q4_k, GGML_MXFP4: encode_mxfp4}
 
 
 class GGUFWriter:
@@ -159,9 +192,9 @@ class GGUFWriter:
         self.tensors.append((name, arr))
 
     def add_quantized_tensor(self, name, array, ttype):
-        """Encode a float array [.., row] as Q8_0 or Q4_K (rows must be whole blocks)."""
+        """Encode a float array [.., row] as Q8_0, Q4_K or MXFP4 (rows must be whole blocks)."""
         arr = np.ascontiguousarray(array, dtype=np.float32)
-        enc = {GGML_Q8_0: encode_q8_0, GGML_Q4_K: encode_q4_k}[ttype]
+        enc = _ENCODERS[ttype]
         self.add_raw_tensor(name, arr.shape, ttype, enc(arr))
 
     def add_raw_tensor(self, name, shape, ttype, data):
@@ -299,7 +332,7 @@ class GGUFFile:
         self.tensors, self.tensor_types = {}, {}
         for name, dims, ttype, off in infos:
             if ttype not in _TENSOR_NP and ttype not in _DECODERS:
-                raise GGUFError(f"tensor {name}: type {ttype} unsupported (F32/F16/Q8_0/Q4_K)")
+                raise GGUFError(f"tensor {name}: type {ttype} unsupported (F32/F16/Q8_0/Q4_K/MXFP4)")
             if off % self.alignment:
                 raise GGUFError(f"tensor {name}: offset {off} not aligned to {self.alignment}")
             shape = tuple(reversed(dims))
@@ -377,6 +410,16 @@ def _selftest():
     one[4 + 2] = 3; one[4 + 6] = 2; one[16 + 32] = 0x75  # sub-block 2: sc 3, m 2
     v = decode_q4_k(one.tobytes(), 256)
     assert v[64] == 3 * 5 - 1.0 and v[65] == -1.0, (v[64], v[65])
+    # MXFP4 by hand: e = 130 (scale 8); byte 1 + j = code j | code 15 - j << 4.
+    blk = bytes([130] + [j | (15 - j) << 4 for j in range(16)])
+    v = decode_mxfp4(blk, 32)
+    assert v[7] == 48.0 and v[16] == -48.0 and v[3] == 12.0 and v[20] == -12.0, v  # v[20]: code 11
+    w = GGUFWriter()
+    w.add_quantized_tensor("mx", x, GGML_MXFP4)
+    g = GGUFFile(w.to_bytes())
+    blocks = x.reshape(-1, 32)
+    err = np.abs(g.tensors["mx"].reshape(-1, 32) - blocks).max(axis=1)
+    assert (err <= np.abs(blocks).max(axis=1) / 3).all() and err.max() > 0  # gap 4..6 steps
     print("gguf_py selftest ok")
 
 

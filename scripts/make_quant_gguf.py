@@ -1,7 +1,7 @@
-"""A tiny random llama GGUF whose matrices are Q8_0 or Q4_K blocks, written by gguf_py's own
-numpy encoders (independent of kvcache's C++ writer), for the engine's quantized-file tests.
+"""A tiny random llama GGUF whose matrices are Q8_0, Q4_K or MXFP4 blocks, written by gguf_py's
+own numpy encoders (independent of kvcache's C++ writer), for the engine's quantized-file tests.
 
-  /usr/bin/python3 scripts/make_quant_gguf.py --type q4_k --out m.gguf [--raw-q3k NAME]
+  /usr/bin/python3 scripts/make_quant_gguf.py --type q4_k|q8_0|mxfp4 --out m.gguf [--raw-q3k NAME]
 
 --raw-q3k NAME stores tensor NAME as zero bytes of type Q3_K (ggml type 11), a type kvcache
 reads the metadata of but does not compute with. Vectors (norms) stay F32; matrices are
@@ -17,7 +17,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf_py  # noqa: E402
 
-TYPES = {"q8_0": gguf_py.GGML_Q8_0, "q4_k": gguf_py.GGML_Q4_K}
+TYPES = {"q8_0": gguf_py.GGML_Q8_0, "q4_k": gguf_py.GGML_Q4_K, "mxfp4": gguf_py.GGML_MXFP4}
 
 
 def main():

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -48,11 +49,40 @@ constexpr FieldFlag kInspectFieldFlags[] = {
     {"pool_cells", "--capacity"},
 };
 
+// Tensors and their data bytes per stored type (MXFP4 experts, Q4_K matrices, F32 norms ...),
+// in type-number order; a type of unknown block size counts with 0 bytes (never refused).
+struct TypeCount {
+  int64_t tensors = 0;
+  uint64_t bytes = 0;
+};
+std::map<gguf::TensorType, TypeCount> weight_types(const gguf::GgufFile& f) {
+  std::map<gguf::TensorType, TypeCount> types;
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    TypeCount& c = types[t.type];
+    ++c.tensors;
+    c.bytes += t.bytes.size();
+  }
+  return types;
+}
+
+std::string weight_types_text(const std::map<gguf::TensorType, TypeCount>& types) {
+  std::string s;
+  uint64_t bytes = 0;
+  for (const auto& [type, c] : types) {
+    s += str_cat(s.empty() ? "weights: " : ", ", c.tensors, " ", gguf::to_string(type));
+    bytes += c.bytes;
+  }
+  char mb[32];
+  std::snprintf(mb, sizeof mb, "%.2f", static_cast<double>(bytes) / 1e6);
+  return s.empty() ? "weights: none\n" : str_cat(s, " (", mb, " MB of tensor data)\n");
+}
+
 int run_inspect(const InspectArgs& a) {
   if (a.example == !a.file.empty())
     return fail(invalid_argument("give either a model FILE or --example"));
   ModelGeometry g;
   std::string arch;
+  std::map<gguf::TensorType, TypeCount> types;
   if (a.example) {
     g = example_model_geometry();
     arch = "example (Gemma-3-like)";
@@ -62,6 +92,7 @@ int run_inspect(const InspectArgs& a) {
     auto geometry = read_model_geometry(*file);
     if (!geometry.ok()) return fail(geometry.status());
     g = std::move(geometry).value();
+    types = weight_types(*file);
     if (auto name = file->get_string(gguf::key_pattern(gguf::Key::kGeneralArchitecture));
         name.ok())
       arch = *name;
@@ -111,11 +142,18 @@ int run_inspect(const InspectArgs& a) {
   if (a.json) {
     j["file"] = a.example ? "" : a.file;
     j["architecture"] = arch;
+    if (!a.example) {
+      j["weights"] = nlohmann::json::array();
+      for (const auto& [type, c] : types)
+        j["weights"].push_back(
+            {{"type", gguf::to_string(type)}, {"tensors", c.tensors}, {"bytes", c.bytes}});
+    }
     // A path or a GGUF string need not be UTF-8: invalid bytes print as U+FFFD.
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     std::cout << (a.example ? std::string("example geometry") : "file " + a.file)
               << (arch.empty() ? "" : ", architecture " + arch) << "\n"
+              << (a.example ? std::string() : weight_types_text(types))
               << cache_summary_text(g, o);
   }
   return 0;

@@ -1,4 +1,4 @@
-// kvcache quantize IN.gguf OUT.gguf --type q8_0|q4_0|q4_k_m|q5_k_m|q6_k: a float model file
+// kvcache quantize IN.gguf OUT.gguf --type q8_0|q4_0|q4_k_m|q5_k_m|q6_k|mxfp4: a float model file
 // re-encoded with quantized matrices (docs/model_format.md, "Quantized files"). Thin over
 // program/gguf_quantize.h.
 #include <cstdio>
@@ -28,7 +28,7 @@ int run_quantize(const QuantizeArgs& a) {
   const auto mix = gguf::parse_quant_mix(a.type);
   if (!mix)
     return fail(invalid_argument("--type = '" + a.type +
-                                 "', expected q8_0, q4_0, q4_k_m, q5_k_m or q6_k"));
+                                 "', expected q8_0, q4_0, q4_k_m, q5_k_m, q6_k or mxfp4"));
   if (a.in == a.out) return fail(invalid_argument("IN and OUT are the same file '" + a.in + "'"));
   Result<gguf::GgufFile> in = gguf::GgufFile::open(a.in);
   if (!in.ok()) return fail(in.status());
@@ -55,7 +55,7 @@ Runner add_quantize(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("quantize", "Re-encode a float GGUF model with quantized matrices");
   sub->add_option("in", args->in, "Input .gguf (F32/F16/BF16 tensors)")->required();
   sub->add_option("out", args->out, "Output .gguf")->required();
-  sub->add_option("--type", args->type, "q8_0, q4_0, q4_k_m, q5_k_m or q6_k")->required();
+  sub->add_option("--type", args->type, "q8_0, q4_0, q4_k_m, q5_k_m, q6_k or mxfp4")->required();
   return [args] { return run_quantize(*args); };
 }
 

@@ -114,7 +114,7 @@ void BM_Matvec(benchmark::State& bs) {
 
 void matvec_args(benchmark::internal::Benchmark* b) {
   for (TensorType t : {TensorType::kF16, TensorType::kBF16, TensorType::kQ8_0, TensorType::kQ4_0,
-                       TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K})
+                       TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kMXFP4})
     for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512})
       for (int threads : {1, 2})
         b->Args({static_cast<int64_t>(t), static_cast<int64_t>(isa), threads});
@@ -172,7 +172,7 @@ void BM_MatvecShape(benchmark::State& bs) {
 }
 
 void matvec_shape_args(benchmark::internal::Benchmark* b) {
-  for (TensorType t : {TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K})
+  for (TensorType t : {TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K, TensorType::kMXFP4})
     for (int64_t mib : {64, 1})
       for (int threads : {1, 2}) {
         b->Args({static_cast<int64_t>(t), 2048, 768, mib, threads});
@@ -185,10 +185,10 @@ void matvec_shape_args(benchmark::internal::Benchmark* b) {
 // ---- prefill products ---------------------------------------------------------------------
 
 // One product of a 512-token chunk, Y[512, 2048] = X[512, 768] W^T (the benchmark model's FFN
-// up projection), through matmul's dispatch. range(0): the weight type — Q8_0 takes the int8
-// GEMM at AVX2 and AVX-512 VNNI, Q4_K and Q6_K at AVX2 (quant_gemm.h; KVCACHE_ISA picks the
-// level), F16 the tiles decoded to f32 + sgemm that every other case takes (the label says
-// which); range(1): threads. Multiply-adds per second and their ratio to the
+// up projection), through matmul's dispatch. range(0): the weight type — Q8_0 and MXFP4 take
+// the int8 GEMM at AVX2 and AVX-512 VNNI, Q4_K and Q6_K at AVX2 (quant_gemm.h; KVCACHE_ISA
+// picks the level), F16 the tiles decoded to f32 + sgemm that every other case takes (the
+// label says which); range(1): threads. Multiply-adds per second and their ratio to the
 // f32 multiply-add probe of this process (the int8 GEMM may pass 1).
 void BM_PrefillProduct(benchmark::State& bs) {
   constexpr int64_t kT = 512, kIn = 768, kOut = 2048;
@@ -218,8 +218,8 @@ void BM_PrefillProduct(benchmark::State& bs) {
 }
 
 void prefill_product_args(benchmark::internal::Benchmark* b) {
-  for (TensorType type :
-       {TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K, TensorType::kF16})
+  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K,
+                          TensorType::kMXFP4, TensorType::kF16})
     for (int threads : {1, 2}) b->Args({static_cast<int64_t>(type), threads});
 }
 

@@ -73,8 +73,8 @@ Result<Weight> load_weight(const GgufFile& f, const std::string& name, int64_t r
   if (!gguf::is_computable(info->type))
     return invalid_argument("load model: tensor " + name + " has type " +
                             gguf::to_string(info->type) +
-                            ", expected F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K "
-                            "or Q6_K");
+                            ", expected F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, "
+                            "Q6_K or MXFP4");
   const std::optional<int64_t> rb = gguf::row_bytes(info->type, cols);
   if (!rb || static_cast<int64_t>(info->bytes.size()) != rows * *rb)
     return invalid_argument(str_cat("load model: tensor ", name, " holds ",

@@ -32,7 +32,8 @@ Q8GemmKernel q8_gemm_kernel(cpu::Isa isa) {
 
 bool is_int_block_type(gguf::TensorType type) {
   using T = gguf::TensorType;
-  for (T b : {T::kQ4_0, T::kQ4_1, T::kQ5_0, T::kQ5_1, T::kQ8_0, T::kQ4_K, T::kQ5_K, T::kQ6_K})
+  for (T b : {T::kQ4_0, T::kQ4_1, T::kQ5_0, T::kQ5_1, T::kQ8_0, T::kQ4_K, T::kQ5_K, T::kQ6_K,
+              T::kMXFP4})
     if (type == b) return true;
   return false;
 }
@@ -47,7 +48,8 @@ quant_detail::IntGemmForm quant_detail::int_gemm_form(gguf::TensorType type) {
 bool q8_gemm_available(const Weight& w, cpu::Isa isa) {
   if (isa == cpu::Isa::kAuto) isa = matvec_best_isa();
   if (q8_gemm_kernel(isa).rows == nullptr) return false;
-  return isa == cpu::Isa::kAvx2 ? is_int_block_type(w.type) : w.type == gguf::TensorType::kQ8_0;
+  if (isa == cpu::Isa::kAvx2) return is_int_block_type(w.type);
+  return w.type == gguf::TensorType::kQ8_0 || w.type == gguf::TensorType::kMXFP4;
 }
 
 void q8_gemm(const Weight& w, const float* x, float* y, int64_t t, bool accumulate,

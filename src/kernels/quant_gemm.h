@@ -1,10 +1,10 @@
 // Prefill products (T > kSmallBatch) of block-type weights as an integer GEMM: every row of X
 // is quantized to int8 blocks of 32 as quantize_activations does, each weight sub-block of 32
 // is taken in integer form (quant_matvec.h's IntBlock), block dot products are exact int32
-// sums, each scaled in f32. Layer: kernels. Kernels: AVX-512 VNNI for Q8_0 (rows packed 16 to
-// a vector), AVX2 for every block type (vpmaddubsw + vpmaddwd, rows packed 8 to a vector),
-// both tested bitwise against the scalar reference; other cases keep matmul's decoded-tile
-// sgemm (weight.cpp). It does not handle F32/F16/BF16 weights.
+// sums, each scaled in f32. Layer: kernels. Kernels: AVX-512 VNNI for Q8_0 and MXFP4 (rows
+// packed 16 to a vector), AVX2 for every block type (vpmaddubsw + vpmaddwd, rows packed 8 to a
+// vector), both tested bitwise against the scalar reference; other cases keep matmul's
+// decoded-tile sgemm (weight.cpp). It does not handle F32/F16/BF16 weights.
 #pragma once
 
 #include <cstdint>
@@ -16,10 +16,11 @@
 namespace kvcache::engine {
 
 // Whether q8_gemm has a kernel for w on `isa` (kAuto = the level matvec runs, cpu/isa.h's
-// kInt8Dot family under the ceilings): Q8_0 at AVX-512 VNNI; every block type (Q4_0, Q4_1,
-// Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) at AVX2. Measured on 2 Zen 4 cores (kvcache_quant_bench
-// BM_PrefillProduct, a 512 x 768 -> 2048 product): VNNI ~2.8x the multiply-adds per second of
-// f32 tiles + sgemm; the AVX2 kernel ~1.45x OpenBLAS's Haswell sgemm alone (CPU time).
+// kInt8Dot family under the ceilings): Q8_0 and MXFP4 at AVX-512 VNNI; every block type
+// (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4) at AVX2. Measured on 2 Zen 4 cores
+// (kvcache_quant_bench BM_PrefillProduct, a 512 x 768 -> 2048 product): VNNI ~2.8x the
+// multiply-adds per second of f32 tiles + sgemm; the AVX2 kernel ~1.45x OpenBLAS's Haswell
+// sgemm alone (CPU time).
 bool q8_gemm_available(const Weight& w, cpu::Isa isa = cpu::Isa::kAuto);
 
 // Y[t, w.rows] = X[t, w.cols] W^T (+ Y when accumulate), w a block type. y[j, r] sums, sub-block

@@ -1,8 +1,9 @@
-// The AVX-512 VNNI kernel of the Q8_0 integer GEMM (quant_gemm.h). Weight rows are packed 16
-// to a vector, four columns to a 32-bit lane ("VNNI layout"), so one vpdpbusd multiplies four
-// columns of 16 rows by four broadcast activation bytes and eight of them finish a block's
-// int32 dot for 16 rows at once: the f32 scaling (convert, scale, fma) is paid once per block
-// and 16 rows, not once per row. Entered only through q8_gemm's dispatch (avx512vnni checked).
+// The AVX-512 VNNI kernel of the Q8_0 and MXFP4 integer GEMM (quant_gemm.h). Weight rows are
+// packed 16 to a vector, four columns to a 32-bit lane ("VNNI layout"), so one vpdpbusd
+// multiplies four columns of 16 rows by four broadcast activation bytes and eight of them
+// finish a block's int32 dot for 16 rows at once: the f32 scaling (convert, scale, fma) is
+// paid once per block and 16 rows, not once per row. Entered only through q8_gemm's dispatch
+// (avx512vnni checked).
 #pragma GCC diagnostic ignored "-Wuninitialized"  // GCC 12's AVX-512 headers, not this code
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
@@ -14,6 +15,8 @@
 #include "core/half.h"
 #include "cpu/simd_target.h"
 #include "kernels/quant_gemm.h"
+#include "kernels/quant_matvec.h"
+#include "program/gguf_quant.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -25,13 +28,14 @@ namespace {
 
 using quant_detail::Q8GemmActs;
 
-constexpr int64_t kBlockBytes = 34;
+constexpr int64_t kQ8Bytes = 34, kMxfp4Bytes = 17;
 constexpr int kLanes = 16;  // weight rows per vector
 constexpr int kTokens = 6;  // activation rows per micro-tile
 
-// Rows tile r0 .. r0 + 16 (fewer at the end: zero rows) of a Q8_0 weight, per block b:
-// q[b][k][i] = the 4 bytes of columns 32 b + 4 k .. + 3 of row r0 + i (as one int32), d[b][i]
-// its scale, corr[b][i] = -128 x the sum of its 32 values (undoes the activations' +128).
+// Rows tile r0 .. r0 + 16 (fewer at the end: zero rows) of a Q8_0 or MXFP4 weight, per block
+// b: q[b][k][i] = the 4 int8 of columns 32 b + 4 k .. + 3 of row r0 + i (as one int32; MXFP4
+// in IntBlock form: the doubled E2M1 values), d[b][i] its scale, corr[b][i] = -128 x the sum
+// of its 32 values (undoes the activations' +128).
 struct Panel {
   std::vector<int32_t> q, corr;
   std::vector<float> d;
@@ -39,15 +43,24 @@ struct Panel {
     q.assign(static_cast<size_t>(blocks * 8 * kLanes), 0);
     corr.assign(static_cast<size_t>(blocks * kLanes), 0);
     d.assign(static_cast<size_t>(blocks * kLanes), 0.0f);
+    const bool q8 = w.type == gguf::TensorType::kQ8_0;
+    quant_detail::IntBlock ib;
     for (int64_t i = 0; i < n; ++i) {
       const uint8_t* row = w.row_data(r0 + i);
       for (int64_t b = 0; b < blocks; ++b) {
-        const uint8_t* blk = row + b * kBlockBytes;
-        d[b * kLanes + i] = _cvtsh_ss(static_cast<uint16_t>(blk[0] | blk[1] << 8));
+        const int8_t* v = ib.w;
+        if (q8) {
+          const uint8_t* blk = row + b * kQ8Bytes;
+          d[b * kLanes + i] = _cvtsh_ss(static_cast<uint16_t>(blk[0] | blk[1] << 8));
+          v = reinterpret_cast<const int8_t*>(blk + 2);
+        } else {
+          quant_detail::int_block(w.type, row + b * kMxfp4Bytes, 0, ib);
+          d[b * kLanes + i] = ib.s[0];
+        }
         int32_t sum = 0;
-        for (int l = 0; l < 32; ++l) sum += static_cast<int8_t>(blk[2 + l]);
+        for (int l = 0; l < 32; ++l) sum += v[l];
         corr[b * kLanes + i] = -128 * sum;
-        for (int k = 0; k < 8; ++k) std::memcpy(&q[(b * 8 + k) * kLanes + i], blk + 2 + 4 * k, 4);
+        for (int k = 0; k < 8; ++k) std::memcpy(&q[(b * 8 + k) * kLanes + i], v + 4 * k, 4);
       }
     }
   }

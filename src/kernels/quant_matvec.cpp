@@ -80,6 +80,13 @@ void quant_detail::int_block(TensorType type, const uint8_t* b, int sb, IntBlock
       }
       return;
     }
+    case TensorType::kMXFP4:  // the doubled E2M1 table, so half the block's scale
+      o.s[0] = o.s[1] = gguf::mxfp4_half_scale(b[0]);
+      for (int j = 0; j < 16; ++j) {
+        o.w[j] = gguf::kMxfp4Doubled[b[1 + j] & 0x0F];
+        o.w[j + 16] = gguf::kMxfp4Doubled[b[1 + j] >> 4];
+      }
+      return;
     default: return;
   }
 }

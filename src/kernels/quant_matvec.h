@@ -1,9 +1,10 @@
 // Matrix-vector products (decode, T = 1) for weights kept in their file format: F16, BF16 and
-// the block types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K. Layer: engine. Block types
-// quantize the activation to int8 blocks of 32 (one f32 scale each) and take integer dot
-// products; a scalar kernel, an AVX2+FMA+F16C one and an AVX-512 VNNI one (256-bit vectors)
-// compute the same sums, chosen at run time. matvec_reference is the readable form
-// (dequantize, then double dot) everything is tested against. F32 weights go to BLAS elsewhere.
+// the block types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4. Layer: engine. Block
+// types quantize the activation to int8 blocks of 32 (one f32 scale each) and take integer dot
+// products; a scalar kernel, an AVX2+FMA+F16C one and an AVX-512 VNNI one (256-bit vectors;
+// 512-bit for MXFP4) compute the same sums, chosen at run time. matvec_reference is the
+// readable form (dequantize, then double dot) everything is tested against. F32 weights go to
+// BLAS elsewhere.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,8 @@
 // The AVX-512 VNNI build of the matrix-vector row kernels (quant_matvec_simd.inc): each integer
 // dot product is one vpdpbusd on 256-bit vectors (AVX-512 VL), where AVX2 needs maddubs + madd
 // (the Q4_K / Q6_K kernels sum maddubs pairs in 16-bit lanes and run the same in both builds);
-// F16/BF16 rows use 512-bit vectors over tiles of weight rows x activation rows (below).
+// F16/BF16 rows use 512-bit vectors over tiles of weight rows x activation rows, and MXFP4 rows
+// four blocks per 512-bit vector (below).
 // Entered only through matvec's run-time dispatch, which checks avx512vnni. All headers are
 // included before the target pragma so nothing shared is compiled for AVX-512.
 // GCC 12's AVX-512 headers build _mm512_undefined_* from a self-initialized variable, which
@@ -172,11 +173,65 @@ void half_rows_512(const Weight& w, int64_t r0, int64_t r1, const Q8Activations&
   half_rows_batch_512<kBf16>(w, r0, r1, x, 1, y, 1, accumulate);
 }
 
+// MXFP4 with 512-bit vectors: four blocks' codes in one vector (16 bytes each), so one byte
+// shuffle per nibble half looks up 64 values and two vpdpbusd take four blocks, where the
+// 256-bit kernel (mxfp4_pair) takes two; the activation's 16-value halves are regrouped to
+// match by one 128-bit shuffle each. The same integer sums, finished by mxfp4_finish.
+inline __m512i mxfp4_quad(const uint8_t* row, const Q8Activations& a, int64_t xb,
+                          __m512i table) {
+  auto codes = [&](int k) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 17 * (xb + k) + 1));
+  };
+  __m512i q = _mm512_castsi128_si512(codes(0));
+  q = _mm512_inserti32x4(q, codes(1), 1);
+  q = _mm512_inserti32x4(q, codes(2), 2);
+  q = _mm512_inserti32x4(q, codes(3), 3);
+  const __m512i mask = _mm512_set1_epi8(0x0F);
+  const __m512i w0 = _mm512_shuffle_epi8(table, _mm512_and_si512(q, mask));
+  const __m512i w1 = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(q, 4), mask));
+  // x of blocks 0, 1 and 2, 3: [0 lo, 0 hi, 1 lo, 1 hi] -> [0 lo, 1 lo, 2 lo, 3 lo] and his
+  const __m512i x01 = _mm512_loadu_si512(a.q.data() + 32 * xb);
+  const __m512i x23 = _mm512_loadu_si512(a.q.data() + 32 * xb + 64);
+  const __m512i xlo = _mm512_shuffle_i64x2(x01, x23, _MM_SHUFFLE(2, 0, 2, 0));
+  const __m512i xhi = _mm512_shuffle_i64x2(x01, x23, _MM_SHUFFLE(3, 1, 3, 1));
+  return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w0, xlo), w1, xhi);
+}
+
+// Int32 lane k of the result: the sum of 128-bit block k % 4 of z[k / 4] (blocks 0..7).
+inline __m256i mxfp4_block_sums(__m512i z0, __m512i z1) {
+  // per 128 bits: [z0 0+2, z1 0+2, z0 1+3, z1 1+3], then + its 64-bit swap: z0's, z1's total
+  __m512i t = _mm512_add_epi32(_mm512_unpacklo_epi32(z0, z1), _mm512_unpackhi_epi32(z0, z1));
+  t = _mm512_add_epi32(t, _mm512_shuffle_epi32(t, _MM_PERM_BADC));
+  const __m512i pick = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_castsi512_si256(_mm512_permutexvar_epi32(pick, t));
+}
+
+void mxfp4_rows_512(const Weight& w, int64_t r0, int64_t r1, const Q8Activations& a,
+                    const float*, float* y, bool accumulate) {
+  const int64_t stride = w.row_bytes();
+  const __m512i table = _mm512_broadcast_i32x4(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Plus12)));
+  const uint8_t* row = w.row_data(r0);
+  for (int64_t r = r0; r < r1; ++r, row += stride) {
+    __m256 acc = _mm256_setzero_ps();
+    int64_t xb = 0;
+    for (; xb + 8 <= a.blocks; xb += 8) {
+      const __m256i sums =
+          mxfp4_block_sums(mxfp4_quad(row, a, xb, table), mxfp4_quad(row, a, xb + 4, table));
+      acc = mxfp4_finish(row, a, xb, sums, acc);
+    }
+    if (xb < a.blocks) acc = mxfp4_tail(row, a, xb, static_cast<int>(a.blocks - xb), acc);
+    const float v = hsum(acc);
+    y[r - r0] = accumulate ? y[r - r0] + v : v;
+  }
+}
+
 }  // namespace
 
 quant_detail::RowKernel quant_detail::avx512_kernel(gguf::TensorType type) {
   if (type == gguf::TensorType::kF16) return half_rows_512<false>;
   if (type == gguf::TensorType::kBF16) return half_rows_512<true>;
+  if (type == gguf::TensorType::kMXFP4) return mxfp4_rows_512;
   return pick(type);
 }
 quant_detail::HalfBatchKernel quant_detail::avx512_half_batch(gguf::TensorType type) {

@@ -2,6 +2,7 @@
 #include "program/gguf_quant.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -78,6 +79,15 @@ void decode_q6_k(const uint8_t* b, float* out) {
         const int idx = 128 * h + 32 * g + l;
         out[idx] = d * static_cast<float>(sc[idx / 16]) * static_cast<float>(v);
       }
+}
+
+// MXFP4 (17 B): exponent byte, then 16 bytes of codes (value j low nibble, j + 16 high).
+void decode_mxfp4(const uint8_t* b, float* out) {
+  const float half = mxfp4_half_scale(b[0]);
+  for (int j = 0; j < 16; ++j) {
+    out[j] = static_cast<float>(kMxfp4Doubled[b[1 + j] & 0x0F]) * half;
+    out[j + 16] = static_cast<float>(kMxfp4Doubled[b[1 + j] >> 4]) * half;
+  }
 }
 
 // ---- encoders --------------------------------------------------------------------------
@@ -194,7 +204,62 @@ void encode_q6_k(const float* x, uint8_t* b) {
       }
 }
 
+// The E2M1 code nearest to v (a value in units of the block's step 2^(e - 127)): magnitudes
+// {0, .5, 1, 1.5, 2, 3, 4, 6}, a tie to the smaller one, beyond 6 clamped; bit 3 the sign
+// (a value that rounds to zero takes code 0, never -0).
+uint8_t e2m1_code(float v) {
+  static constexpr float kMid[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  const float m = std::fabs(v);
+  uint8_t i = 0;
+  while (i < 7 && m > kMid[i]) ++i;
+  return i != 0 && v < 0.0f ? static_cast<uint8_t>(i | 8) : i;
+}
+
+// Squared error of 32 values encoded with exponent e; codes into q.
+double mxfp4_try(const float* x, int e, uint8_t q[32]) {
+  const float half = mxfp4_half_scale(static_cast<uint8_t>(e));
+  const float inv = 1.0f / (2.0f * half);  // exact: 2^(127 - e), a float for every e < 255
+  double err = 0.0;
+  for (int j = 0; j < 32; ++j) {
+    q[j] = e2m1_code(x[j] * inv);
+    const double d = double{x[j]} - double{static_cast<float>(kMxfp4Doubled[q[j]]) * half};
+    err += d * d;
+  }
+  return err;
+}
+
+// MXFP4: the smallest exponent whose largest value 6 * 2^(e - 127) covers the block's largest
+// |x| (nothing clipped), or one below it (finer steps, the largest values clipped to 6 steps)
+// when that has the smaller squared error. An all-zero block is exponent 127 and zero codes.
+void encode_mxfp4(const float* x, uint8_t* b) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+  uint8_t q[32] = {}, alt[32];
+  int e = 127;
+  if (amax > 0.0f) {
+    int k = 0;
+    std::frexp(double{amax} / 6.0, &k);  // amax / 6 in [2^(k-1), 2^k)
+    e = std::clamp(k + 127, 0, 254);
+    while (e > 0 && 6.0 * std::ldexp(1.0, e - 128) >= amax) --e;  // smallest that covers
+    while (e < 254 && 6.0 * std::ldexp(1.0, e - 127) < amax) ++e;
+    const double err = mxfp4_try(x, e, q);
+    if (e > 0 && mxfp4_try(x, e - 1, alt) < err) {
+      --e;
+      std::memcpy(q, alt, 32);
+    }
+  }
+  b[0] = static_cast<uint8_t>(e);
+  for (int j = 0; j < 16; ++j) b[1 + j] = static_cast<uint8_t>(q[j] | (q[j + 16] << 4));
+}
+
 }  // namespace
+
+// Built from the bits (the packers call it per block): 2^(e - 128) is the normal float with
+// exponent field e - 1 from e = 2 on, and the subnormals 2^21 << e (2^-128, 2^-127) below.
+float mxfp4_half_scale(uint8_t e) {
+  const uint32_t bits = e < 2 ? uint32_t{1} << (21 + e) : uint32_t{e - 1u} << 23;
+  return std::bit_cast<float>(bits);
+}
 
 std::optional<BlockGeometry> block_geometry(TensorType type) {
   switch (type) {
@@ -236,7 +301,7 @@ bool is_computable(TensorType type) {
     case TensorType::kF32: case TensorType::kF16: case TensorType::kBF16:
     case TensorType::kQ4_0: case TensorType::kQ4_1: case TensorType::kQ5_0:
     case TensorType::kQ5_1: case TensorType::kQ8_0: case TensorType::kQ4_K:
-    case TensorType::kQ5_K: case TensorType::kQ6_K: return true;
+    case TensorType::kQ5_K: case TensorType::kQ6_K: case TensorType::kMXFP4: return true;
     default: return false;
   }
 }
@@ -288,6 +353,7 @@ bool dequantize(TensorType type, std::span<const uint8_t> src, std::span<float> 
       case TensorType::kQ4_K: decode_k(p, false, out); break;
       case TensorType::kQ5_K: decode_k(p, true, out); break;
       case TensorType::kQ6_K: decode_q6_k(p, out); break;
+      case TensorType::kMXFP4: decode_mxfp4(p, out); break;
       default: return false;
     }
   }
@@ -318,6 +384,7 @@ bool quantize(TensorType type, std::span<const float> src, std::span<uint8_t> ds
       case TensorType::kQ4_K: encode_k(x, false, b); break;
       case TensorType::kQ5_K: encode_k(x, true, b); break;
       case TensorType::kQ6_K: encode_q6_k(x, b); break;
+      case TensorType::kMXFP4: encode_mxfp4(x, b); break;
       default: return false;
     }
   }

@@ -39,6 +39,7 @@ TensorType base_type(QuantMix mix) {
     case QuantMix::kQ4_K_M: return TensorType::kQ4_K;
     case QuantMix::kQ5_K_M: return TensorType::kQ5_K;
     case QuantMix::kQ6_K: return TensorType::kQ6_K;
+    case QuantMix::kMxfp4: return TensorType::kMXFP4;
   }
   return TensorType::kQ8_0;
 }
@@ -46,7 +47,9 @@ TensorType base_type(QuantMix mix) {
 // The mix's choice for a matrix, before the row-length check.
 TensorType choose(QuantMix mix, std::string_view name, bool tied, int64_t layers) {
   const bool is_output = name == "output.weight" || (tied && name == "token_embd.weight");
-  if (is_output) return mix == QuantMix::kQ8_0 ? TensorType::kQ8_0 : TensorType::kQ6_K;
+  if (is_output)  // the 32-value block types keep a 32-value block type there
+    return mix == QuantMix::kQ8_0 || mix == QuantMix::kMxfp4 ? TensorType::kQ8_0
+                                                             : TensorType::kQ6_K;
   const bool m_mix = mix == QuantMix::kQ4_K_M || mix == QuantMix::kQ5_K_M;
   if (m_mix && (ends_with(name, ".attn_v.weight") || ends_with(name, ".ffn_down.weight")) &&
       more_bits_layer(layer_of(name), layers))
@@ -58,7 +61,7 @@ TensorType choose(QuantMix mix, std::string_view name, bool tied, int64_t layers
 
 std::optional<QuantMix> parse_quant_mix(std::string_view name) {
   for (QuantMix m : {QuantMix::kQ8_0, QuantMix::kQ4_0, QuantMix::kQ4_K_M, QuantMix::kQ5_K_M,
-                     QuantMix::kQ6_K})
+                     QuantMix::kQ6_K, QuantMix::kMxfp4})
     if (to_string(m) == name) return m;
   return std::nullopt;
 }
@@ -70,6 +73,7 @@ std::string_view to_string(QuantMix mix) {
     case QuantMix::kQ4_K_M: return "q4_k_m";
     case QuantMix::kQ5_K_M: return "q5_k_m";
     case QuantMix::kQ6_K: return "q6_k";
+    case QuantMix::kMxfp4: return "mxfp4";
   }
   return "unknown";
 }
@@ -81,6 +85,7 @@ uint32_t file_type_of(QuantMix mix) {
     case QuantMix::kQ4_K_M: return 15;
     case QuantMix::kQ5_K_M: return 17;
     case QuantMix::kQ6_K: return 18;
+    case QuantMix::kMxfp4: return 38;  // the number GGUF tools give their MXFP4 (MoE) files
   }
   return 0;
 }

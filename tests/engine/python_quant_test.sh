@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Quantized files from an independent writer: scripts/make_quant_gguf.py encodes a tiny llama
-# as Q8_0 or Q4_K with its own numpy code; scripts/reference_forward.py decodes the same file
-# with its own numpy code and computes float64 logits. kvcache runs the file (prefill in one
+# as Q8_0, Q4_K or MXFP4 with its own numpy code; scripts/reference_forward.py decodes the same
+# file with its own numpy code and computes float64 logits. kvcache runs the file (prefill in one
 # chunk of 20 > kSmallBatch tokens: decoded tiles + sgemm, tolerance 1e-4 — but where the int8
 # GEMM runs (below) it takes int8 activations like decode; then one token per
 # step: int8 activations, tolerance 3e-2, see quant_matvec_test.cpp; the same with the file
-# mapped in place, bit for bit). inspect reads a file with a Q3_K tensor, which
-# run refuses naming the tensor and the type.
+# mapped in place, bit for bit). inspect names the stored types; it reads a file with a Q3_K
+# tensor, which run refuses naming the tensor and the type.
 # Usage: python_quant_test.sh KVCACHE_BIN REPO_DIR TYPE
 set -euo pipefail
 bin=$1; repo=$2; type=$3
@@ -30,7 +30,8 @@ PY
 "$bin" run "$tmp/m.gguf" --max-step-tokens 20 --prompt-ids "$ids" --max-new-tokens 0 \
   --dump-logits "$tmp/prefill.npy" 2>/dev/null
 # The int8 GEMM runs at the int8 level in force (KVCACHE_ISA caps it): AVX2 (no VNNI, or capped
-# at avx2) for every block type, AVX-512 VNNI for Q8_0 only; elsewhere decoded tiles + sgemm.
+# at avx2) for every block type, AVX-512 VNNI for Q8_0 and MXFP4; elsewhere decoded tiles +
+# sgemm.
 flags=$(grep -m1 '^flags' /proc/cpuinfo)
 has() { [[ " $flags " == *" $1 "* ]]; }
 int8=scalar
@@ -40,7 +41,9 @@ if has avx2 && has fma && has f16c && [[ ${KVCACHE_ISA:-auto} != scalar ]]; then
      [[ ${KVCACHE_ISA:-auto} == auto || ${KVCACHE_ISA:-auto} == avx512 ]]; then int8=avx512; fi
 fi
 prefill_tol=1e-4
-if [[ $int8 == avx2 || ($int8 == avx512 && $type == q8_0) ]]; then prefill_tol=3e-2; fi
+if [[ $int8 == avx2 || ($int8 == avx512 && ($type == q8_0 || $type == mxfp4)) ]]; then
+  prefill_tol=3e-2
+fi
 check "$tmp/prefill.npy" "$prefill_tol" "$type prefill"
 "$bin" run "$tmp/m.gguf" --max-step-tokens 1 --prompt-ids "$ids" --max-new-tokens 0 \
   --dump-logits "$tmp/decode.npy" 2>/dev/null
@@ -50,6 +53,14 @@ check "$tmp/decode.npy" 3e-2 "$type decode"
 "$bin" run "$tmp/m.gguf" --max-step-tokens 1 --prompt-ids "$ids" --max-new-tokens 0 \
   --map-weights --dump-logits "$tmp/mapped.npy" 2>/dev/null
 cmp "$tmp/decode.npy" "$tmp/mapped.npy" || { echo "--map-weights changed the logits"; exit 1; }
+# inspect names the stored types: the 16 matrices in the file's type, the 5 norms F32.
+upper=$(tr a-z A-Z <<<"$type")
+"$bin" inspect "$tmp/m.gguf" >"$tmp/inspect.txt"
+grep -q "^weights: 5 F32, 16 $upper (" "$tmp/inspect.txt" || { cat "$tmp/inspect.txt"; exit 1; }
+"$bin" inspect "$tmp/m.gguf" --json | $py -c '
+import json, sys
+w = {e["type"]: e for e in json.load(sys.stdin)["weights"]}
+assert w[sys.argv[1]]["tensors"] == 16 and w["F32"]["tensors"] == 5, w' "$upper"
 $py "$repo/scripts/make_quant_gguf.py" --type "$type" --out "$tmp/q3k.gguf" \
   --raw-q3k blk.1.ffn_up.weight
 "$bin" inspect "$tmp/q3k.gguf" >/dev/null

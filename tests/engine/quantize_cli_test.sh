@@ -34,6 +34,6 @@ refused() {
   grep -q -- "$pattern" "$tmp/err" || { cat "$tmp/err"; echo "quantize $*: no '$pattern'"; exit 1; }
 }
 refused "tensor 'token_embd.weight' is already Q8_0" "$tmp/q8.gguf" "$tmp/again.gguf" --type q4_0
-refused "^kvcache quantize: --type = 'q3_k', expected q8_0, q4_0, q4_k_m, q5_k_m or q6_k$" \
+refused "^kvcache quantize: --type = 'q3_k', expected q8_0, q4_0, q4_k_m, q5_k_m, q6_k or mxfp4$" \
   "$repo/models/tiny.gguf" "$tmp/x.gguf" --type q3_k
 echo "quantize cli: ok"

@@ -2,8 +2,8 @@
 # `kvcache quantize --type MIX` for one mix: a random-weight llama file whose rows are whole
 # 256-value blocks (so no tensor falls back) is quantized; every tensor's type in the output,
 # read from the GGUF header here, is what docs/model_format.md promises for the mix (vectors
-# F32; output.weight Q6_K except q8_0; attn_v/ffn_down Q6_K in the "more bits" layers 2 and 3 of
-# 4 for the _M mixes; the rest the mix's base type); the output runs, and its logits stay within
+# F32; output.weight Q6_K except q8_0 and mxfp4 (Q8_0); attn_v/ffn_down Q6_K in the "more
+# bits" layers 2 and 3 of 4 for the _M mixes; the rest the mix's base type); the output runs, and its logits stay within
 # the mix's bound of the f32 file's (relative RMS difference; the bounds are 1.5x what was
 # measured, and ordered as the bits are).
 # Usage: quantize_types_test.sh KVCACHE_BIN REPO_DIR MIX
@@ -56,10 +56,12 @@ sys.path.insert(0, sys.argv[1])
 import gguf_py
 path, mix = sys.argv[2], sys.argv[3]
 # ggml type ids
-F32, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K = 0, 2, 8, 12, 13, 14
-names = {0: "F32", 1: "F16", 2: "Q4_0", 8: "Q8_0", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K"}
-base = {"q8_0": Q8_0, "q4_0": Q4_0, "q4_k_m": Q4_K, "q5_k_m": Q5_K, "q6_k": Q6_K}[mix]
-file_type = {"q8_0": 7, "q4_0": 2, "q4_k_m": 15, "q5_k_m": 17, "q6_k": 18}[mix]
+F32, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4 = 0, 2, 8, 12, 13, 14, 39
+names = {0: "F32", 1: "F16", 2: "Q4_0", 8: "Q8_0", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K",
+         39: "MXFP4"}
+base = {"q8_0": Q8_0, "q4_0": Q4_0, "q4_k_m": Q4_K, "q5_k_m": Q5_K, "q6_k": Q6_K,
+        "mxfp4": MXFP4}[mix]
+file_type = {"q8_0": 7, "q4_0": 2, "q4_k_m": 15, "q5_k_m": 17, "q6_k": 18, "mxfp4": 38}[mix]
 # The header only (the reader here decodes no K types): kv pairs, then tensor infos.
 buf = open(path, "rb").read()
 cur = gguf_py._Cursor(buf)
@@ -89,7 +91,7 @@ for name, t in sorted(types.items()):
     if not name.endswith(".weight") or "norm" in name:
         want = F32
     elif name == "output.weight":
-        want = Q8_0 if mix == "q8_0" else Q6_K
+        want = Q8_0 if mix in ("q8_0", "mxfp4") else Q6_K
     elif m_mix and name.split(".")[-2] in ("attn_v", "ffn_down") and int(name.split(".")[1]) in (2, 3):
         want = Q6_K
     else:
@@ -113,12 +115,31 @@ import numpy as np
 got, want, mix = np.load(sys.argv[1]).astype(np.float64), np.load(sys.argv[2]), sys.argv[3]
 # RMS of the difference over the RMS of the f32 logits. Four random layers pass the weights'
 # rounding (and q8_0's int8 activations) on at several times its per-weight size; measured
-# 2.1e-2 (q8_0), 5.7e-2 (q6_k), 1.08e-1 (q5_k_m), 2.0e-1 (q4_k_m), 2.26e-1 (q4_0) at every
-# ISA ceiling: each bound is 1.5x its measure. A wrong block decoder gives ~1.
-bound = {"q8_0": 0.032, "q6_k": 0.085, "q5_k_m": 0.16, "q4_k_m": 0.3, "q4_0": 0.34}[mix]
+# 2.1e-2 (q8_0), 5.7e-2 (q6_k), 1.08e-1 (q5_k_m), 2.0e-1 (q4_k_m), 2.26e-1 (q4_0), 3.0e-1
+# (mxfp4) at every ISA ceiling: each bound is 1.5x its measure. A wrong block decoder gives ~1.
+bound = {"q8_0": 0.032, "q6_k": 0.085, "q5_k_m": 0.16, "q4_k_m": 0.3, "q4_0": 0.34,
+         "mxfp4": 0.45}[mix]
 assert got.shape == want.shape == (16, 300), (got.shape, want.shape)
 rel = np.sqrt(np.mean((got - want) ** 2) / np.mean(want ** 2))
 print(f"quantize {mix}: logits vs the f32 file, relative RMS difference = {rel:.3e} "
       f"(bound {bound})")
 sys.exit(0 if 0 < rel <= bound else 1)
 PY
+# Where scripts/gguf_py.py decodes every type of the output (Q8_0, MXFP4), its own numpy
+# decoder and float64 forward (scripts/reference_forward.py) on the quantized file agree with
+# kvcache's logits of it within the int8 activations' tolerance (3e-2, python_quant_test.sh):
+# the C++ encoder writes the bytes an independent reader expects.
+if [[ $mix == q8_0 || $mix == mxfp4 ]]; then
+  "$py" "$repo/scripts/reference_forward.py" --model "$tmp/q.gguf" --tokens "$ids" \
+    --out "$tmp/ref.npy" >/dev/null
+  "$py" - "$tmp/q.npy" "$tmp/ref.npy" "$mix" <<'PY'
+import sys
+import numpy as np
+got, want = np.load(sys.argv[1]).astype(np.float64), np.load(sys.argv[2])
+assert got.shape == want.shape, (got.shape, want.shape)
+rel = np.abs(got - want).max() / max(1.0, np.abs(want).max())
+print(f"quantize {sys.argv[3]}: kvcache vs the numpy decoder's float64 forward, max abs diff "
+      f"relative to logit scale = {rel:.3e} (tolerance 3e-2)")
+sys.exit(0 if rel <= 3e-2 else 1)
+PY
+fi

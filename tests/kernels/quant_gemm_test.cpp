@@ -29,7 +29,7 @@ using gguf::TensorType;
 // Every block type the integer GEMM takes at AVX2.
 constexpr TensorType kBlockTypes[] = {TensorType::kQ4_0, TensorType::kQ4_1, TensorType::kQ5_0,
                                       TensorType::kQ5_1, TensorType::kQ8_0, TensorType::kQ4_K,
-                                      TensorType::kQ5_K, TensorType::kQ6_K};
+                                      TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kMXFP4};
 
 Weight block_weight(TensorType type, int64_t rows, int64_t cols, uint64_t seed) {
   const std::vector<float> dense = rnd(static_cast<size_t>(rows * cols), seed);
@@ -68,16 +68,20 @@ void expect_kernel_equals_reference(const Weight& w, const std::vector<float>& x
   cpu::set_global_threads(2);
 }
 
-// Rows 1..100 leave the last 16-row vector partial or pair an odd vector out; t covers the
-// 6-token tile and every tail (1..5); cols 1, 3 and 10 blocks. Both sum block by block with
+// Q8_0 and MXFP4 (its doubled E2M1 values as int8, half its scale): rows 1..100 leave the
+// last 16-row vector partial or pair an odd vector out; t covers the 6-token tile and every
+// tail (1..5); cols 1, 3 and 10 blocks. Both sum block by block with
 // the same fma, so the results are equal bit for bit.
 TEST(QuantGemm, Avx512KernelEqualsTheReferenceBitwise) {
   if (!q8_gemm_available(q8_weight(1, 32, 1), cpu::Isa::kAvx512))
     GTEST_SKIP() << "no AVX-512 VNNI here (CPU or KVCACHE_ISA)";
+  for (TensorType type : {TensorType::kQ8_0, TensorType::kMXFP4})
   for (int64_t cols : {32, 96, 320})
     for (int64_t rows : {1, 15, 16, 17, 33, 100})
       for (int64_t t : {1, 5, 6, 7, 17, 40, 100}) {
-        const Weight w = q8_weight(rows, cols, 10 + rows);
+        const Weight w = block_weight(type, rows, cols, 10 + rows);
+        ASSERT_TRUE(q8_gemm_available(w, cpu::Isa::kAvx512)) << gguf::to_string(type);
+        SCOPED_TRACE(gguf::to_string(type));
         const std::vector<float> x = rnd(static_cast<size_t>(t * cols), 20 + t);
         expect_kernel_equals_reference(w, x, t, cpu::Isa::kAvx512);
         if (HasFatalFailure()) return;

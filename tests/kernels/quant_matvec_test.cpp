@@ -38,7 +38,7 @@ Weight quantized(TensorType type, int64_t rows, int64_t cols, uint64_t seed) {
 const TensorType kTypes[] = {TensorType::kF16,  TensorType::kBF16, TensorType::kQ4_0,
                              TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1,
                              TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ5_K,
-                             TensorType::kQ6_K};
+                             TensorType::kQ6_K, TensorType::kMXFP4};
 
 std::vector<int64_t> col_grid(TensorType t) {
   const int64_t block = gguf::block_geometry(t)->elements;
@@ -119,7 +119,7 @@ TEST(QuantMatvec, ScalarKernelIsWithinTheActivationRoundingOfTheDoubleReference)
 // AVX-512 VNNI — is tested there: quant_gemm_test.cpp; the scalar ceiling runs them all here.)
 TEST(QuantMatvec, PrefillProductsMatchTheReferenceOverTilesAndThreads) {
   for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K,
-                          TensorType::kBF16, TensorType::kQ5_1})
+                          TensorType::kBF16, TensorType::kQ5_1, TensorType::kMXFP4})
     for (int threads : {1, 2})
       for (int64_t t : {kSmallBatch + 1, kSmallBatch + 4}) {  // above: decoded tiles + sgemm
         cpu::set_global_threads(threads);
@@ -167,6 +167,10 @@ std::vector<uint8_t> extreme_row(TensorType type, int64_t cols, int variant) {
         std::memset(p + 192, variant == 0 ? 0x7F : 0x80, 16);
         store_f16(p + 208, 1.0f);
         break;
+      case TensorType::kMXFP4:  // step 1 (e = 127); every code 6 (variant 1: -6), 12 doubled
+        p[0] = 127;
+        std::memset(p + 1, variant == 0 ? 0x77 : 0xFF, 16);
+        break;
       default: ADD_FAILURE() << "no extreme row for " << gguf::to_string(type);
     }
   }
@@ -174,7 +178,8 @@ std::vector<uint8_t> extreme_row(TensorType type, int64_t cols, int variant) {
 }
 
 TEST(QuantMatvec, ExtremeBlocksKeepEveryIsasIntegerSumsExact) {
-  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K})
+  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K,
+                          TensorType::kMXFP4})
     for (int64_t cols : {int64_t{256}, int64_t{768}})
       for (float sign : {1.0f, -1.0f}) {
         const int64_t rows = 3;  // two extreme rows and a random one between them
@@ -207,6 +212,47 @@ TEST(QuantMatvec, ExtremeBlocksKeepEveryIsasIntegerSumsExact) {
           }
       }
   cpu::set_global_threads(2);
+}
+
+// MXFP4's block scale 2^(e - 128) times the doubled codes, over the exponent range (the SIMD
+// kernels build the scale from the exponent's bits, subnormal below e = 2): the scalar kernel
+// against the double reference within the activation's rounding, and every ISA against the
+// scalar kernel within f32 summation noise of sum |w x|. A row's blocks take exponents 0, 1,
+// 2, 60, 127, 128, 190 in turn (scales 2^-128 .. 2^62); 21 blocks: two of eight and a tail.
+TEST(QuantMatvec, Mxfp4ExponentsAcrossTheRangeGiveTheSameProductsOnEveryIsa) {
+  const uint8_t exps[] = {0, 1, 2, 60, 127, 128, 190};
+  const int64_t rows = 5, cols = 32 * 21;
+  std::vector<uint8_t> bytes(static_cast<size_t>(rows * cols / 32 * 17));
+  for (size_t b = 0; b < bytes.size() / 17; ++b) {
+    uint8_t* p = bytes.data() + 17 * b;
+    p[0] = exps[(b * 3) % 7];
+    for (int j = 0; j < 16; ++j) p[1 + j] = static_cast<uint8_t>(((j + b) % 16) | ((15 - j) << 4));
+  }
+  const Weight w = Weight::from_bytes(TensorType::kMXFP4, rows, cols, std::move(bytes));
+  const std::vector<float> x = rnd(static_cast<size_t>(cols), 91);
+  std::vector<float> dense(static_cast<size_t>(cols)), want(rows), ref(rows);
+  matvec(w, x.data(), want.data(), false, cpu::Isa::kScalar);
+  matvec_reference(w, x.data(), ref.data(), false);
+  for (int64_t r = 0; r < rows; ++r) {
+    w.row(r, dense);
+    double bound = 0.0, abs_sum = 0.0;
+    for (int64_t b = 0; b < cols / 32; ++b) {
+      double amax = 0.0, wsum = 0.0;
+      for (int64_t i = 32 * b; i < 32 * b + 32; ++i) {
+        amax = std::max(amax, std::fabs(double{x[i]}));
+        wsum += std::fabs(double{dense[i]});
+        abs_sum += std::fabs(double{dense[i]} * x[i]);
+      }
+      bound += amax / 127.0 / 2.0 * wsum * 1.001;
+    }
+    ASSERT_NEAR(want[r], ref[r], bound) << "row " << r;
+    for (cpu::Isa isa : isas()) {
+      std::vector<float> y(rows);
+      matvec(w, x.data(), y.data(), false, isa);
+      ASSERT_NEAR(y[r], want[r], 1e-5 * abs_sum) << "row " << r << " isa " << cpu::to_string(isa);
+    }
+  }
+  EXPECT_GT(std::fabs(ref[0]), 1e12);  // the 2^62 blocks count: the large scales were applied
 }
 
 // The AVX2 activation quantizer (what matvec runs above the scalar ceiling) gives the scalar
@@ -245,7 +291,8 @@ TEST(QuantMatvec, Avx2ActivationQuantizationEqualsTheScalarOneBitwise) {
 // kernels take 8 at a time, then the last 2), K types one and three super-blocks.
 TEST(QuantMatvec, BatchedDecodeRowsEqualTheirSingleRowProducts) {
   for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K,
-                          TensorType::kBF16, TensorType::kQ5_1, TensorType::kF16})
+                          TensorType::kBF16, TensorType::kQ5_1, TensorType::kF16,
+                          TensorType::kMXFP4})
     for (int64_t cols : gguf::block_geometry(type)->elements == 1
                             ? std::vector<int64_t>{256, 100, 17}
                             : std::vector<int64_t>{256, gguf::block_geometry(type)->elements == 32
@@ -394,6 +441,7 @@ INSTANTIATE_TEST_SUITE_P(Types, QuantizedModel,
                                            LogitCase{TensorType::kQ4_K, 3e-2},
                                            LogitCase{TensorType::kQ5_K, 3e-2},
                                            LogitCase{TensorType::kQ6_K, 3e-2},
+                                           LogitCase{TensorType::kMXFP4, 3e-2},
                                            LogitCase{TensorType::kBF16, 1e-4}),
                          [](const auto& case_info) {
                            return gguf::to_string(case_info.param.type);
@@ -436,7 +484,7 @@ TEST(QuantizedModelErrors, UnsupportedTypesTruncatedDataAndPartialBlocksNameTheT
                            std::vector<uint8_t>(256 * 110)).ok());
   EXPECT_EQ(load_error(w.bytes()),
             "load model: tensor blk.0.attn_q.weight has type Q3_K, expected F32, F16, BF16, "
-            "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K");
+            "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K or MXFP4");
   // The writer refuses a quantized tensor of the wrong byte size, naming it.
   Status wrong = w.add_tensor("extra", TensorType::kQ8_0, {64, 2}, std::vector<uint8_t>(135));
   EXPECT_EQ(wrong.code(), StatusCode::kInvalidArgument);

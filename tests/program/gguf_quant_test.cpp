@@ -43,7 +43,62 @@ TEST(GgufQuant, BlockGeometryFollowsTheSpecification) {
   EXPECT_EQ(row_bytes(TensorType::kQ4_K, 512), 288);
   EXPECT_FALSE(row_bytes(TensorType::kQ4_K, 300).has_value());
   EXPECT_EQ(to_string(TensorType::kQ5_K), "Q5_K");
+  EXPECT_EQ(block_geometry(TensorType::kMXFP4)->bytes, 17);  // E8M0 byte + 16 code bytes
+  EXPECT_EQ(block_geometry(TensorType::kMXFP4)->elements, 32);
+  EXPECT_TRUE(is_computable(TensorType::kMXFP4));
+  EXPECT_EQ(row_bytes(TensorType::kMXFP4, 2880), 1530);  // gpt-oss width: 90 blocks
+  EXPECT_FALSE(row_bytes(TensorType::kMXFP4, 48).has_value());
+  EXPECT_EQ(static_cast<uint32_t>(TensorType::kMXFP4), 39u);  // ggml's number
+  EXPECT_EQ(to_string(TensorType::kMXFP4), "MXFP4");
 }
+
+// MXFP4 by hand: value = E2M1(code) * 2^(e - 127), E2M1 = {0, .5, 1, 1.5, 2, 3, 4, 6} with
+// bit 3 the sign; code j in the low nibble of byte 1 + j, code j + 16 in the high one.
+TEST(GgufQuant, HandBuiltMxfp4BlocksDecodeAsTheLayoutDefines) {
+  std::vector<uint8_t> b(17, 0);
+  b[0] = 127 + 3;  // step 2^3 = 8
+  for (int j = 0; j < 16; ++j) b[1 + j] = static_cast<uint8_t>(j | (15 - j) << 4);
+  std::vector<float> v = decode(TensorType::kMXFP4, b, 32);
+  const float e2m1[16] = {0, .5, 1, 1.5, 2, 3, 4, 6, -0.0f, -.5, -1, -1.5, -2, -3, -4, -6};
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(v[j], 8.0f * e2m1[j]) << j;
+    EXPECT_EQ(v[j + 16], 8.0f * e2m1[15 - j]) << j;
+  }
+  EXPECT_EQ(v[7], 48.0f);    // code 7: 6 * 8
+  EXPECT_EQ(v[16], -48.0f);  // high nibble of byte 1 = code 15: -6 * 8
+  EXPECT_EQ(v[8], 0.0f);  // code 8, E2M1's -0: zero (the integer table has no signed zero)
+  // The ends of the exponent range: e = 0 is a step of 2^-127 (subnormal), e = 254 of 2^127.
+  b[0] = 0;
+  v = decode(TensorType::kMXFP4, b, 32);
+  EXPECT_EQ(v[2], std::ldexp(1.0f, -127));  // code 2: 1 * 2^-127
+  EXPECT_EQ(v[1], std::ldexp(1.0f, -128));  // code 1: 0.5 * 2^-127
+  b[0] = 254;
+  v = decode(TensorType::kMXFP4, b, 32);
+  EXPECT_EQ(v[2], std::ldexp(1.0f, 127));  // code 2: 1 * 2^127
+}
+
+// The scale is built from the exponent's bits: every byte gives 2^(e - 128) exactly.
+TEST(GgufQuant, Mxfp4HalfScaleIsTwoToTheExponentLess128ForEveryByte) {
+  for (int e = 0; e < 256; ++e)
+    ASSERT_EQ(mxfp4_half_scale(static_cast<uint8_t>(e)), std::ldexp(1.0f, e - 128)) << e;
+}
+
+// Values the format holds exactly (E2M1 values times a power of two) come back exactly, the
+// exponent the smallest that covers the block's largest value.
+TEST(GgufQuant, Mxfp4EncodesRepresentableBlocksExactly) {
+  std::vector<float> x(64);
+  const float e2m1[8] = {0, .5, 1, 1.5, 2, 3, 4, 6};
+  for (int j = 0; j < 32; ++j) x[j] = (j % 2 ? -1.0f : 1.0f) * e2m1[j % 8] * 0.25f;
+  for (int j = 32; j < 64; ++j) x[j] = e2m1[(j * 5) % 8] * 1024.0f;
+  std::vector<uint8_t> b(34);
+  ASSERT_TRUE(quantize(TensorType::kMXFP4, x, b));
+  EXPECT_EQ(b[0], 127 - 2);   // step 0.25
+  EXPECT_EQ(b[17], 127 + 10);  // step 1024
+  EXPECT_EQ(b[1], 0x00);  // values 0 and 16: +0, code 0
+  EXPECT_EQ(b[2], 0x99);  // values 1 and 17: -0.5 steps, code 9 (sign bit 8 + code 1)
+  EXPECT_EQ(decode(TensorType::kMXFP4, b, 64), x);
+}
+
 
 TEST(GgufQuant, KScalesPackAndUnpackEverySixBitValue) {
   std::mt19937 g(5);
@@ -163,7 +218,9 @@ TEST_P(QuantRoundTrip, DecodeOfEncodeStaysWithinTheFormatError) {
 // Bounds: Q8_0 0.5/127 (+f16); Q4_0 1/8, Q5_0 1/16 (one step at the far end); Q4_1 / Q5_1
 // half of range/15, range/31 with range <= 2 amax; K types: half a step of range/15 (/31),
 // a step rounded up by <= d, and 6-bit mins (<= amax/126 each way); Q6_K one step of
-// amax/32 plus int8 scale rounding.
+// amax/32 plus int8 scale rounding. MXFP4: with the covering step u (6u >= amax > 3u) the
+// widest gap (4u to 6u) loses at most u < amax / 3; one step finer clips the top to 3u < amax,
+// losing less than amax / 2, and is taken only when the block's squared error is smaller.
 INSTANTIATE_TEST_SUITE_P(
     Types, QuantRoundTrip,
     ::testing::Values(RoundTrip{TensorType::kQ8_0, 0.5 / 127 + 1e-3},
@@ -174,6 +231,7 @@ INSTANTIATE_TEST_SUITE_P(
                       RoundTrip{TensorType::kQ4_K, 2.0 / 15 / 2 + 2.0 / 63 + 1.0 / 63},
                       RoundTrip{TensorType::kQ5_K, 2.0 / 31 / 2 + 2.0 / 63 + 1.0 / 63},
                       RoundTrip{TensorType::kQ6_K, 1.0 / 32 + 1.0 / 127 + 1e-3},
+                      RoundTrip{TensorType::kMXFP4, 0.5},
                       RoundTrip{TensorType::kF16, 1.0 / 1024},
                       RoundTrip{TensorType::kBF16, 1.0 / 128}),
     [](const auto& case_info) { return to_string(case_info.param.type); });
@@ -196,6 +254,39 @@ TEST(GgufQuant, QuantizedTensorsThroughTheWriterAndReader) {
   EXPECT_EQ(*f->tensor_f32("k"), decode(TensorType::kQ4_K, k, 512));
   auto q = *f->tensor_f32("q");
   for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(q[i], x[i], 0.5 / 127 + 1e-3) << i;
+}
+
+// MXFP4 tensors of two and three dimensions (an expert stack [in, out, experts]) through the
+// writer and the reader: 17 bytes per 32 values whatever the row count, the data placed at
+// aligned offsets although the sizes are odd, and the values decoded as written.
+TEST(GgufQuant, Mxfp4TensorsOfAnyRowCountThroughTheWriterAndReader) {
+  std::vector<float> x(64 * 3 * 5);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.37f * static_cast<float>(i));
+  GgufWriter w;
+  ASSERT_TRUE(w.add_tensor_f32("experts", {64, 3, 5}, x, TensorType::kMXFP4).ok());
+  ASSERT_TRUE(w.add_tensor_f32("one", {32, 1}, std::span<const float>(x).first(32),
+                               TensorType::kMXFP4).ok());
+  ASSERT_TRUE(w.add_tensor_f32("after", {64, 1}, std::span<const float>(x).first(64),
+                               TensorType::kQ8_0).ok());
+  const Status partial = w.add_tensor_f32("p", {48, 2}, std::span<const float>(x).first(96),
+                                          TensorType::kMXFP4);
+  EXPECT_EQ(partial.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(partial.message().find("row length 48"), std::string::npos) << partial.message();
+  EXPECT_EQ(tensor_bytes(TensorType::kMXFP4, 64 * 3 * 5), 15u * 2 * 17);  // 15 rows of 2 blocks
+  auto f = GgufFile::parse(w.bytes());
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  const TensorInfo* e = f->tensor("experts");
+  EXPECT_EQ(e->type, TensorType::kMXFP4);
+  EXPECT_EQ(e->dims, (std::vector<int64_t>{64, 3, 5}));
+  EXPECT_EQ(e->bytes.size(), 510u);
+  EXPECT_EQ(f->tensor("one")->bytes.size(), 17u);
+  EXPECT_EQ(f->tensor("after")->offset % f->alignment(), 0u);
+  const std::vector<float> got = *f->tensor_f32("experts");
+  ASSERT_EQ(got.size(), x.size());
+  // Each value within the covering step's largest gap of its block's largest |x| (<= 1): 1/2.
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(got[i], x[i], 0.5) << i;
+  std::vector<uint8_t> raw(e->bytes.begin(), e->bytes.end());
+  EXPECT_EQ(got, decode(TensorType::kMXFP4, raw, 64 * 15));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // unknown-type inputs refused naming the tensor.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -112,6 +113,47 @@ TEST(GgufQuantize, QuantizedOrUnknownInputsAreRefusedNamingTheTensor) {
   EXPECT_TRUE(twice.bytes().size() < 64);  // untouched: an empty writer's header only
   EXPECT_EQ(parse_quant_mix("q4_k_m"), QuantMix::kQ4_K_M);
   EXPECT_FALSE(parse_quant_mix("q4_k_s").has_value());
+}
+
+// mxfp4: every matrix MXFP4 (ffn_down's rows of 96 are three 32-value blocks: no fallback),
+// the output Q8_0, odd rows F16; file type 38. An expert stack [in, out, experts] is a matrix
+// too: it keeps its three dimensions and decodes within MXFP4's error of the input. An MXFP4
+// file is already quantized: refused, naming the tensor and its type.
+TEST(GgufQuantize, Mxfp4EncodesEveryMatrixButTheOutputAndKeepsExpertStacksWhole) {
+  GgufFile f = GgufFile::parse(eight_layer_file(/*tied=*/false)).value();
+  std::vector<TensorPlan> plans = plan_quantization(f, QuantMix::kMxfp4).value();
+  EXPECT_EQ(planned(plans, "output.weight"), TensorType::kQ8_0);
+  EXPECT_EQ(planned(plans, "token_embd.weight"), TensorType::kMXFP4);
+  EXPECT_EQ(planned(plans, "blk.3.attn_v.weight"), TensorType::kMXFP4);
+  EXPECT_EQ(planned(plans, "blk.3.ffn_down.weight"), TensorType::kMXFP4);
+  EXPECT_EQ(planned(plans, "blk.0.attn_norm.weight"), TensorType::kF32);
+  EXPECT_EQ(planned(plans, "odd.weight"), TensorType::kF16);
+  EXPECT_EQ(parse_quant_mix("mxfp4"), QuantMix::kMxfp4);
+  EXPECT_EQ(file_type_of(QuantMix::kMxfp4), 38u);
+
+  GgufWriter src;
+  src.set_string("general.architecture", "llama");
+  std::vector<float> experts(64 * 32 * 4);
+  for (size_t i = 0; i < experts.size(); ++i) experts[i] = std::sin(0.05f * static_cast<float>(i));
+  ASSERT_TRUE(src.add_tensor_f32("blk.0.ffn_up_exps.weight", {64, 32, 4}, experts,
+                                 TensorType::kF32).ok());
+  GgufFile in = GgufFile::parse(src.bytes()).value();
+  GgufWriter w;
+  QuantizeReport r = quantize_model(in, QuantMix::kMxfp4, w).value();
+  EXPECT_EQ(r.tensors_by_type[TensorType::kMXFP4], 1);
+  EXPECT_EQ(r.bytes_out, 128u * 2 * 17);  // 128 rows of two blocks
+  GgufFile g = GgufFile::parse(w.bytes()).value();
+  const TensorInfo* t = g.tensor("blk.0.ffn_up_exps.weight");
+  EXPECT_EQ(t->type, TensorType::kMXFP4);
+  EXPECT_EQ(t->dims, (std::vector<int64_t>{64, 32, 4}));
+  const std::vector<float> back = g.tensor_f32(t->name).value();
+  ASSERT_EQ(back.size(), experts.size());
+  for (size_t i = 0; i < back.size(); ++i) ASSERT_NEAR(back[i], experts[i], 0.5) << i;
+  GgufWriter twice;
+  Result<QuantizeReport> again = quantize_model(g, QuantMix::kQ8_0, twice);
+  ASSERT_EQ(again.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(again.status().message().find("tensor 'blk.0.ffn_up_exps.weight' is already MXFP4"),
+            std::string::npos) << again.status().message();
 }
 
 }  // namespace

@@ -21,7 +21,8 @@ struct BlockGeometry {
 // nullopt for a type number whose block size this project does not know.
 std::optional<BlockGeometry> block_geometry(TensorType type);
 
-// F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K: the types the engine reads.
+// F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4: the types the engine
+// reads.
 bool is_computable(TensorType type);
 // Bytes of one row of `cols` values; nullopt when cols is not a whole number of blocks or the
 // type is unknown.
@@ -35,6 +36,15 @@ bool dequantize(TensorType type, std::span<const uint8_t> src, std::span<float> 
 // row_bytes(type, n) bytes. Returns false for another type or a partial block. Non-finite
 // inputs give non-finite scales; callers check their inputs.
 bool quantize(TensorType type, std::span<const float> src, std::span<uint8_t> dst);
+
+// MXFP4 (17 bytes per 32 values): byte 0 is an E8M0 exponent e, bytes 1..16 hold 4-bit E2M1
+// codes (value j in the low nibble of byte 1 + j, value j + 16 in the high one). Value =
+// E2M1(code) * 2^(e - 127) = kMxfp4Doubled[code] * mxfp4_half_scale(e): the E2M1 values
+// {0, .5, 1, 1.5, 2, 3, 4, 6} (code bit 3 = sign) doubled into integers, and half the scale.
+// e = 255 (NaN in the OCP format) decodes as 2^127 like every other byte: files never hold it.
+inline constexpr int8_t kMxfp4Doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12,
+                                             0, -1, -2, -3, -4, -6, -8, -12};
+float mxfp4_half_scale(uint8_t e);  // 2^(e - 128), exact for every byte (e < 2: subnormal)
 
 // Q4_K / Q5_K pack eight 6-bit scales and eight 6-bit mins into 12 bytes; sub-block j's pair.
 struct ScaleMin {

@@ -16,8 +16,9 @@
 
 namespace kvcache::gguf {
 
-enum class QuantMix { kQ8_0, kQ4_0, kQ4_K_M, kQ5_K_M, kQ6_K };
-// "q8_0", "q4_0", "q4_k_m", "q5_k_m", "q6_k"; nullopt otherwise.
+// Append-only. kMxfp4: every matrix MXFP4 but the output (Q8_0).
+enum class QuantMix { kQ8_0, kQ4_0, kQ4_K_M, kQ5_K_M, kQ6_K, kMxfp4 };
+// "q8_0", "q4_0", "q4_k_m", "q5_k_m", "q6_k", "mxfp4"; nullopt otherwise.
 std::optional<QuantMix> parse_quant_mix(std::string_view name);
 std::string_view to_string(QuantMix mix);
 // The general.file_type value files of this mix carry (the numbering GGUF files use).
