@@ -5,6 +5,10 @@ Writes a small file for one of:
   gemma3          5 sliding : 1 full, q/k norms, rope.freq_base on full layers (+ linear
                   scaling), 10000 on sliding layers
   llama-rope-freqs  llama with a rope_freqs.weight tensor (Llama 3.1 per-pair divisors)
+  llama-swa       llama with sliding_window 5 and sliding_window_pattern 2 (layers 0 and 2
+                  slide, 1 and 3 are full: gpt-oss's alternation)
+--sinks adds blk.N.attn_sinks.weight (one f32 logit per query head, learned attention sinks)
+to every layer of any of them.
 with llama.cpp's key and tensor names and no kvcache.* keys, so the cache geometry must be
 derived from the architecture. Norm weights hold the final multiplier (llama.cpp's converter
 stores Gemma's 1 + w). No tokenizer keys: ids are raw bytes (vocab >= 256).
@@ -29,12 +33,15 @@ CONFIGS = {
                    eps=1e-6, base=1000000.0, window=5, linear=4.0, qk_norm=True),
     "llama-rope-freqs": dict(arch="llama", layers=3, d=32, ff=48, vocab=300, heads=4,
                              kv_heads=2, dk=8, eps=1e-5, base=10000.0, rope_freqs=True),
+    "llama-swa": dict(arch="llama", layers=4, d=32, ff=48, vocab=300, heads=4, kv_heads=2, dk=8,
+                      eps=1e-5, base=10000.0, window=5, pattern=2),
 }
 
 
-def build(name, seed, arch=None, rope_scaling=None, f16=False, context=256):
+def build(name, seed, arch=None, rope_scaling=None, f16=False, context=256, sinks=False):
     """arch / rope_scaling override general.architecture (keys follow it) and write
-    rope.scaling.type: files the engine must refuse by name. f16: matrices stored as F16."""
+    rope.scaling.type: files the engine must refuse by name. f16: matrices stored as F16.
+    sinks: every layer gets attn_sinks (one logit per query head)."""
     c = dict(CONFIGS[name])
     if arch:
         c["arch"] = arch
@@ -57,6 +64,8 @@ def build(name, seed, arch=None, rope_scaling=None, f16=False, context=256):
     w.add_float32(a + "rope.freq_base", c["base"])
     if "window" in c:
         w.add_uint32(a + "attention.sliding_window", c["window"])
+    if "pattern" in c:
+        w.add_uint32(a + "attention.sliding_window_pattern", c["pattern"])
     if "attn_cap" in c:
         w.add_float32(a + "attn_logit_softcapping", c["attn_cap"])
         w.add_float32(a + "final_logit_softcapping", c["final_cap"])
@@ -93,6 +102,9 @@ def build(name, seed, arch=None, rope_scaling=None, f16=False, context=256):
             w.add_tensor(p + "attn_q_norm.weight", norm(dk))
             w.add_tensor(p + "attn_k_norm.weight", norm(dk))
         w.add_tensor(p + "attn_output.weight", mat(d, qd))
+        if sinks:  # around the logits' scale, some heads' sinks well above it
+            w.add_tensor(p + "attn_sinks.weight",
+                         (1.5 * rng.standard_normal(c["heads"]) + 0.5).astype(np.float32))
         w.add_tensor(p + "ffn_norm.weight", norm(d))
         w.add_tensor(p + "ffn_gate.weight", mat(ff, d))
         w.add_tensor(p + "ffn_up.weight", mat(ff, d))
@@ -116,9 +128,11 @@ def main():
     ap.add_argument("--rope-scaling", help="write this rope.scaling.type (refusal tests)")
     ap.add_argument("--f16", action="store_true", help="store the matrices as F16")
     ap.add_argument("--context", type=int, default=256, help="context_length (tool prompts)")
+    ap.add_argument("--sinks", action="store_true",
+                    help="write blk.N.attn_sinks.weight (learned attention sinks) on every layer")
     args = ap.parse_args()
     build(args.arch, args.seed, args.set_arch, args.rope_scaling, args.f16,
-          args.context).write(args.out)
+          args.context, args.sinks).write(args.out)
     print(f"wrote {args.out} ({args.arch})")
 
 

@@ -133,6 +133,7 @@ Status load_layer(const GgufFile& f, const HParams& hp, int32_t i, const LoadOpt
   }
   KVCACHE_RETURN_IF_ERROR(
       get(w.q_norm, "attn_q_norm.weight", hp.head_dim, 0, !hp.qk_norm_required));
+  KVCACHE_RETURN_IF_ERROR(get(w.attn_sinks, "attn_sinks.weight", hp.q_heads, 0, true));
   if (hp.post_norms) {
     KVCACHE_RETURN_IF_ERROR(get(w.post_attn_norm, "post_attention_norm.weight", d, 0, false));
     KVCACHE_RETURN_IF_ERROR(get(w.post_ffn_norm, "post_ffw_norm.weight", d, 0, false));
@@ -390,7 +391,8 @@ int64_t Model::n_params() const {
     for (const Weight* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down})
       n += m->n_elements();
     for (const std::vector<float>* v : {&w.attn_norm, &w.bq, &w.bk, &w.bv, &w.q_norm, &w.k_norm,
-                                        &w.ffn_norm, &w.post_attn_norm, &w.post_ffn_norm})
+                                        &w.ffn_norm, &w.post_attn_norm, &w.post_ffn_norm,
+                                        &w.attn_sinks})
       n += static_cast<int64_t>(v->size());
   }
   return n;

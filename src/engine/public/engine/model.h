@@ -59,6 +59,9 @@ struct LayerWeights {
   Weight wq, wk, wv, wo, w_gate, w_up, w_down;
   std::vector<float> attn_norm, bq, bk, bv, q_norm, k_norm, ffn_norm;  // vectors, f32
   std::vector<float> post_attn_norm, post_ffn_norm;  // [d]; empty unless gemma
+  // [q_heads] learned attention-sink logits (blk.N.attn_sinks.weight), handed to the cache
+  // with every attend call; empty when the file has none (the geometry's flag says the same).
+  std::vector<float> attn_sinks;
 };
 
 struct LoadOptions {
