@@ -14,6 +14,10 @@ Mixtures of experts (qwen3moe, as Qwen3-MoE; llama with expert_count, as Mixtral
 block has ffn_gate_inp: per token the router's softmax over all experts, the expert_used_count
 most probable kept and their weights renormalised to sum 1 (expert_weights_norm, default true;
 false keeps the softmax values), the weighted sum of those experts' SwiGLU MLPs.
+Other architectures slide where the file gives attention.sliding_window and an integer
+attention.sliding_window_pattern (period p: layer i slides iff (i + 1) % p != 0). Learned
+attention sinks (blk.N.attn_sinks.weight, one logit per query head, as gpt-oss): the sink joins
+each softmax's denominator as exp(sink) and contributes no value.
 
   /usr/bin/python3 scripts/reference_forward.py --model models/tiny.gguf --tokens 1,2,3 --out logits.npy
 """
@@ -102,6 +106,10 @@ class Hparams:
         if self.arch == "gemma3":
             w = int(g.get(a + "attention.sliding_window", 0))
             return [w if (i + 1) % 6 != 0 else 0 for i in range(n)]
+        w = int(g.get(a + "attention.sliding_window", 0))
+        period = g.get(a + "attention.sliding_window_pattern")
+        if w > 0 and isinstance(period, int):
+            return [w if period == 0 or (i + 1) % period != 0 else 0 for i in range(n)]
         return [0] * n
 
 
@@ -139,9 +147,10 @@ def rope(x, pos, hp, sliding=False):
     return out
 
 
-def attend(q, k, v, window, hp):
+def attend(q, k, v, window, hp, sinks=None):
     """q [T, Hq, Dk], k [T, Hkv, Dk], v [T, Hkv, Dv] -> [T, Hq*Dv]; causal, optional window
-    (query p sees keys p - window < j <= p), scaled then soft-capped logits."""
+    (query p sees keys p - window < j <= p), scaled then soft-capped logits; sinks [Hq] (or
+    None): head h's softmax denominator gains exp(sinks[h])."""
     t, hq, _ = q.shape
     rep = hq // k.shape[1]
     pos = np.arange(t)
@@ -153,8 +162,11 @@ def attend(q, k, v, window, hp):
     for h in range(hq):
         s = softcap(q[:, h, :] @ k[:, h // rep, :].T * hp.attn_scale, hp.attn_cap)
         s = np.where(allowed, s, -np.inf)
-        s = np.exp(s - s.max(axis=-1, keepdims=True))
-        out[:, h, :] = (s / s.sum(axis=-1, keepdims=True)) @ v[:, h // rep, :]
+        sink = -np.inf if sinks is None else float(sinks[h])
+        m = np.maximum(s.max(axis=-1, keepdims=True), sink)
+        s = np.exp(s - m)
+        denom = s.sum(axis=-1, keepdims=True) + np.exp(sink - m)
+        out[:, h, :] = (s / denom) @ v[:, h // rep, :]
     return out.reshape(t, -1)
 
 
@@ -205,7 +217,8 @@ def forward(g, tokens):
         elif p + "attn_k.weight" in W:
             raise ValueError(f"layer {i} reads cache {c} written by an earlier layer but has attn_k")
         k, v = caches[c]
-        o = attend(q, k, v, hp.windows[c], hp) @ W[p + "attn_output.weight"].T
+        o = attend(q, k, v, hp.windows[c], hp, W.get(p + "attn_sinks.weight")) @ \
+            W[p + "attn_output.weight"].T
         if hp.gemma:
             o = rmsnorm(o, W[p + "post_attention_norm.weight"], hp.eps)
         x = x + o

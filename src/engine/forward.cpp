@@ -44,6 +44,10 @@ Status check_cache_fits(const Model& model, const CacheGeometry& g) {
                                       "head_dim/value_dim ", a.kv_heads, "/", a.head_dim, "/",
                                       a.value_dim, ", the model needs ", b.kv_heads, "/",
                                       b.head_dim, "/", b.value_dim));
+    if (a.sinks != b.sinks)
+      return invalid_argument(str_cat("engine: cache layer ", i, " has sinks = ", a.sinks,
+                                      ", the model's has ", b.sinks,
+                                      " (attention sinks are the model's to publish)"));
   }
   return ok_status();
 }
@@ -99,6 +103,7 @@ Status Engine::run_layer(int32_t i, int64_t t, std::span<const int64_t> position
   }
   args.scale = hp.attn_scale;
   args.softcap = hp.attn_softcap;
+  args.sinks = w.attn_sinks;  // empty unless the file carries blk.N.attn_sinks.weight
   args.out = std::span<float>(att_.data(), t * hq * dv);
   // A KV-shared layer reads the cache layer an earlier layer of this step wrote.
   Status attended = w.kv_shared ? kernel_.attend(args) : kernel_.update_and_attend(args);

@@ -174,6 +174,7 @@ Status load_layer(const GgufFile& f, const HParams& hp, int32_t i, const LoadOpt
   }
   KVCACHE_RETURN_IF_ERROR(
       get(w.q_norm, "attn_q_norm.weight", hp.head_dim, 0, !hp.qk_norm_required));
+  KVCACHE_RETURN_IF_ERROR(get(w.attn_sinks, "attn_sinks.weight", hp.q_heads, 0, true));
   if (hp.post_norms) {
     KVCACHE_RETURN_IF_ERROR(get(w.post_attn_norm, "post_attention_norm.weight", d, 0, false));
     KVCACHE_RETURN_IF_ERROR(get(w.post_ffn_norm, "post_ffw_norm.weight", d, 0, false));
@@ -475,7 +476,8 @@ int64_t Model::n_params() const {
     for (const std::vector<Weight>* stack : {&w.gate_exps, &w.up_exps, &w.down_exps})
       for (const Weight& x : *stack) n += x.n_elements();
     for (const std::vector<float>* v : {&w.attn_norm, &w.bq, &w.bk, &w.bv, &w.q_norm, &w.k_norm,
-                                        &w.ffn_norm, &w.post_attn_norm, &w.post_ffn_norm})
+                                        &w.ffn_norm, &w.post_attn_norm, &w.post_ffn_norm,
+                                        &w.attn_sinks})
       n += static_cast<int64_t>(v->size());
   }
   return n;

@@ -56,9 +56,11 @@ void rope(Vec& x, int64_t t, int64_t heads, const HParams& hp, bool sliding,
 }
 
 // out[T, Hq, Dv]: query p sees keys (p - W, p] (W = 0: all of [0, p]); logits scaled, then
-// soft-capped when cap > 0.
+// soft-capped when cap > 0; head h's sink logit (when `sinks` is not empty) joins the
+// denominator.
 Vec attend(const Vec& q, const Vec& k, const Vec& v, int64_t t, int64_t hq, int64_t hkv,
-           int64_t dk, int64_t dv, int32_t window, double scale, double cap) {
+           int64_t dk, int64_t dv, int32_t window, double scale, double cap,
+           const std::vector<float>& sinks) {
   Vec out(t * hq * dv, 0.0);
   const int64_t group = hq / hkv;
   Vec w(t);
@@ -74,7 +76,8 @@ Vec attend(const Vec& q, const Vec& k, const Vec& v, int64_t t, int64_t hq, int6
         w[j] = cap > 0.0 ? cap * std::tanh(s * scale / cap) : s * scale;
         mx = std::max(mx, w[j]);
       }
-      double sum = 0.0;
+      if (!sinks.empty()) mx = std::max(mx, double(sinks[h]));
+      double sum = sinks.empty() ? 0.0 : std::exp(double(sinks[h]) - mx);
       for (int64_t j = lo; j <= p; ++j) sum += (w[j] = std::exp(w[j] - mx));
       for (int64_t j = lo; j <= p; ++j)
         for (int64_t i = 0; i < dv; ++i)
@@ -151,7 +154,7 @@ std::vector<double> reference_logits(const Model& model, std::span<const int32_t
       cache_v[w.cache] = linear(h, w.wv, w.bv, t);
     }
     Vec att = attend(q, cache_k[w.cache], cache_v[w.cache], t, hq, hkv, dk, dv,
-                     geo.layers[w.cache].window, hp.attn_scale, hp.attn_softcap);
+                     geo.layers[w.cache].window, hp.attn_scale, hp.attn_softcap, w.attn_sinks);
     add_residual(x, linear(att, w.wo, {}, t), w.post_attn_norm, t, d, hp.rms_eps);
     h = x;
     rmsnorm(h, w.ffn_norm, t, d, hp.rms_eps);

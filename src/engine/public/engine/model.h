@@ -74,6 +74,9 @@ struct LayerWeights {
   // 3-D tensors ffn_{gate,up}_exps [d_ff_expert, d] and ffn_down_exps [d, d_ff_expert].
   Weight router;
   std::vector<Weight> gate_exps, up_exps, down_exps;
+  // [q_heads] learned attention-sink logits (blk.N.attn_sinks.weight), handed to the cache
+  // with every attend call; empty when the file has none (the geometry's flag says the same).
+  std::vector<float> attn_sinks;
 };
 
 struct LoadOptions {
