@@ -14,6 +14,13 @@ Mixtures of experts (qwen3moe, as Qwen3-MoE; llama with expert_count, as Mixtral
 block has ffn_gate_inp: per token the router's softmax over all experts, the expert_used_count
 most probable kept and their weights renormalised to sum 1 (expert_weights_norm, default true;
 false keeps the softmax values), the weighted sum of those experts' SwiGLU MLPs.
+gpt-oss (the published model definition): rotate-half RoPE with YaRN (rope.scaling.type yarn:
+per pair an interpolation between the original frequency and frequency / factor along a linear
+ramp between the correction dims of beta_fast 32 and beta_slow 1, floored and ceiled as the
+YaRN paper's code does, and cos/sin times 0.1 ln(factor) + 1), even layers sliding, the sinks,
+q/k/v/output biases, the MLP input norm post_attention_norm, a router with bias whose top-k
+logits are softmaxed among themselves, experts with biases and the clamped SwiGLU:
+g = min(g, 7), u = clamp(u, -7, 7), g * sigmoid(1.702 g) * (u + 1).
 Other architectures slide where the file gives attention.sliding_window and an integer
 attention.sliding_window_pattern (period p: layer i slides iff (i + 1) % p != 0). Learned
 attention sinks (blk.N.attn_sinks.weight, one logit per query head, as gpt-oss): the sink joins
@@ -32,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf_py  # noqa: E402
 
 INTERLEAVED_ARCHS = {"llama"}
-ROTATE_HALF_ARCHS = {"qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3"}
+ROTATE_HALF_ARCHS = {"qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "gpt-oss"}
 GEMMA_ARCHS = {"gemma2", "gemma3"}
 
 
@@ -49,7 +56,7 @@ class Hparams:
         self.arch = g.get("general.architecture")
         if self.arch not in INTERLEAVED_ARCHS | ROTATE_HALF_ARCHS:
             raise ValueError(f"general.architecture {self.arch!r} unsupported "
-                             "(llama, qwen2, qwen3, qwen3moe, gemma2, gemma3)")
+                             "(llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, gpt-oss)")
         a = self.arch + "."
         self.n_layers = int(g.kv[a + "block_count"])
         self.d = int(g.kv[a + "embedding_length"])
@@ -62,8 +69,18 @@ class Hparams:
         self.base = float(g.get(a + "rope.freq_base", 10000.0))
         self.rope_dim = int(g.get(a + "rope.dimension_count", self.dk))
         self.rope_factor = 1.0
-        if g.get(a + "rope.scaling.type", "none") == "linear":
+        self.yarn = None  # (factor, original context, attention factor)
+        scaling = g.get(a + "rope.scaling.type", "none")
+        if scaling == "linear":
             self.rope_factor = float(g.kv[a + "rope.scaling.factor"])
+        elif scaling == "yarn" and float(g.get(a + "rope.scaling.factor", 1.0)) > 1.0:
+            self.yarn = (float(g.kv[a + "rope.scaling.factor"]),
+                         int(g.get(a + "rope.scaling.original_context_length",
+                                   g.get(a + "context_length", 0))),
+                         float(g.get(a + "rope.scaling.attn_factor", 1.0)))
+        elif scaling not in ("none", "yarn"):
+            raise ValueError(f"rope.scaling.type {scaling!r} unsupported")
+        self.gpt_oss = self.arch == "gpt-oss"
         self.layer_cache = [int(c) for c in g.get("kvcache.layer_cache", range(self.n_layers))]
         if len(self.layer_cache) != self.n_layers:
             raise ValueError(f"kvcache.layer_cache has {len(self.layer_cache)} entries, "
@@ -106,6 +123,9 @@ class Hparams:
         if self.arch == "gemma3":
             w = int(g.get(a + "attention.sliding_window", 0))
             return [w if (i + 1) % 6 != 0 else 0 for i in range(n)]
+        if self.arch == "gpt-oss":  # sliding and full attention alternate, layer 0 sliding
+            w = int(g.get(a + "attention.sliding_window", 0))
+            return [w if i % 2 == 0 else 0 for i in range(n)]
         w = int(g.get(a + "attention.sliding_window", 0))
         period = g.get(a + "attention.sliding_window_pattern")
         if w > 0 and isinstance(period, int):
@@ -133,8 +153,11 @@ def rope(x, pos, hp, sliding=False):
     freq = base ** (-2.0 * j / r)
     if hp.rope_freqs is not None:
         freq = freq / np.asarray(hp.rope_freqs, dtype=np.float64)
+    mscale = 1.0
+    if hp.yarn is not None and not (hp.arch == "gemma3" and sliding):
+        freq, mscale = yarn(freq, r, base, hp.yarn)
     ang = (pos.astype(np.float64)[:, None] / factor) * freq
-    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    cos, sin = mscale * np.cos(ang)[:, None, :], mscale * np.sin(ang)[:, None, :]
     out = x.copy()
     if hp.arch in INTERLEAVED_ARCHS:
         a, b = x[..., 0:r:2], x[..., 1:r:2]
@@ -145,6 +168,22 @@ def rope(x, pos, hp, sliding=False):
         out[..., : r // 2] = a * cos - b * sin
         out[..., r // 2: r] = b * cos + a * sin
     return out
+
+
+def yarn(freq, r, base, params, beta_fast=32.0, beta_slow=1.0):
+    """YaRN: the pair index at which a wavelength turns `beta` times in the original context
+    is r * ln(ctx / (2 pi beta)) / (2 ln base); pairs below the fast one keep their frequency,
+    pairs above the slow one are interpolated (freq / factor), a linear ramp between."""
+    factor, ctx, attn = params
+
+    def corr(beta):
+        return r * np.log(ctx / (2.0 * np.pi * beta)) / (2.0 * np.log(base))
+
+    low = max(0.0, np.floor(corr(beta_fast)))
+    high = min(r - 1.0, np.ceil(corr(beta_slow)))
+    ramp = np.clip((np.arange(len(freq)) - low) / max(high - low, 0.001), 0.0, 1.0)
+    keep = 1.0 - ramp  # share of the original (extrapolated) frequency
+    return freq * keep + (freq / factor) * ramp, (0.1 * np.log(factor) + 1.0) * attn
 
 
 def attend(q, k, v, window, hp, sinks=None):
@@ -188,6 +227,26 @@ def moe_mlp(h, W, p, hp):
     return out
 
 
+def gpt_oss_mlp(h, W, p, hp):
+    """gpt-oss's MLP of h [T, d]: router logits (+ bias), the top-k logits softmaxed among
+    themselves, each chosen expert's clamped SwiGLU with biases, weighted and summed."""
+    logits = h @ W[p + "ffn_gate_inp.weight"].T + W[p + "ffn_gate_inp.bias"]
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        chosen = np.argsort(-logits[t], kind="stable")[: hp.n_expert_used]
+        top = logits[t, chosen]
+        weights = np.exp(top - top.max())
+        weights /= weights.sum()
+        for e, wt in zip(chosen, weights):
+            gate = W[p + "ffn_gate_exps.weight"][e] @ h[t] + W[p + "ffn_gate_exps.bias"][e]
+            up = W[p + "ffn_up_exps.weight"][e] @ h[t] + W[p + "ffn_up_exps.bias"][e]
+            gate = np.minimum(gate, 7.0)
+            up = np.clip(up, -7.0, 7.0)
+            act = gate / (1.0 + np.exp(-1.702 * gate)) * (up + 1.0)
+            out[t] += wt * (W[p + "ffn_down_exps.weight"][e] @ act + W[p + "ffn_down_exps.bias"][e])
+    return out
+
+
 def forward(g, tokens):
     hp = Hparams(g)
     W = {n: np.asarray(a, dtype=np.float64) for n, a in g.tensors.items()}
@@ -219,6 +278,10 @@ def forward(g, tokens):
         k, v = caches[c]
         o = attend(q, k, v, hp.windows[c], hp, W.get(p + "attn_sinks.weight")) @ \
             W[p + "attn_output.weight"].T
+        if hp.gpt_oss:
+            x = x + o + W[p + "attn_output.bias"]
+            x = x + gpt_oss_mlp(rmsnorm(x, W[p + "post_attention_norm.weight"], hp.eps), W, p, hp)
+            continue
         if hp.gemma:
             o = rmsnorm(o, W[p + "post_attention_norm.weight"], hp.eps)
         x = x + o

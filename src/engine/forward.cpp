@@ -57,9 +57,13 @@ Engine::Engine(const Model& model, std::shared_ptr<Cache> cache)
   const HParams& hp = model_.hparams();
   rope_ = RopeParams{hp.head_dim, hp.rope_dim, hp.rope_base, hp.rope_linear,
                      hp.rope_interleaved, model_.rope_freqs()};
+  rope_.yarn_factor = hp.rope_yarn_factor;
+  rope_.yarn_orig_ctx = hp.rope_yarn_orig_ctx;
+  rope_.yarn_attn_factor = hp.rope_yarn_attn_factor;
   rope_swa_ = rope_;
   rope_swa_.base = hp.rope_base_swa;
   rope_swa_.linear = hp.rope_linear_swa;
+  rope_swa_.yarn_factor = hp.rope_yarn_factor_swa;
 }
 
 void Engine::add_residual(std::span<float> y, const std::vector<float>& post_norm, int64_t t) {
@@ -110,6 +114,7 @@ Status Engine::run_layer(int32_t i, int64_t t, std::span<const int64_t> position
   KVCACHE_RETURN_IF_ERROR_CTX(std::move(attended), str_cat("engine: layer ", i));
   if (w.post_attn_norm.empty()) {
     matmul(att_, w.wo, x_, t, /*accumulate=*/true);
+    add_bias(x_, w.bo, t);
   } else {
     matmul(att_, w.wo, h_, t);
     add_residual(h_, w.post_attn_norm, t);

@@ -138,17 +138,71 @@ TEST(Architecture, UnknownArchitectureIsRefusedByNameBeforeAnyOtherKey) {
   EXPECT_NE(h.status().message().find("gemma3"), std::string::npos);
 }
 
-TEST(Architecture, YarnRopeScalingIsRefusedByName) {
+TEST(Architecture, LongropeScalingIsRefusedByName) {
   Result<HParams> h = read_hparams(header("llama", 2, [](gguf::GgufWriter& w,
                                                          const std::string& a) {
-    w.set_string(a + "rope.scaling.type", "yarn");
+    w.set_string(a + "rope.scaling.type", "longrope");
     w.set_float32(a + "rope.scaling.factor", 4.0f);
   }));
   ASSERT_FALSE(h.ok());
   EXPECT_EQ(h.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(h.status().message().find("llama.rope.scaling.type = \"yarn\" is not supported"),
+  EXPECT_NE(h.status().message().find("llama.rope.scaling.type = \"longrope\" is not supported"),
             std::string::npos)
       << h.status().message();
+}
+
+TEST(Architecture, GptOssReadsYarnExpertsAndItsTraits) {
+  Result<HParams> h = read_hparams(header("gpt-oss", 2, [](gguf::GgufWriter& w,
+                                                           const std::string& a) {
+    w.set_uint32(a + "context_length", 131072);
+    w.set_string(a + "rope.scaling.type", "yarn");
+    w.set_float32(a + "rope.scaling.factor", 32.0f);
+    w.set_uint32(a + "rope.scaling.original_context_length", 4096);
+    w.set_uint32(a + "expert_count", 4);
+    w.set_uint32(a + "expert_used_count", 2);
+    w.set_uint32(a + "expert_feed_forward_length", 32);
+    w.set_bool(a + "expert_weights_norm", false);  // gpt-oss softmaxes the chosen logits
+  }));
+  ASSERT_TRUE(h.ok()) << h.status().message();
+  EXPECT_TRUE(h->gpt_oss);
+  EXPECT_FALSE(h->rope_interleaved);  // NEOX pairs (i, i + r/2)
+  EXPECT_EQ(h->ffn_act, FfnActivation::kSwigluOai);
+  EXPECT_FLOAT_EQ(h->attn_scale, 0.25f);  // 1 / sqrt(16)
+  EXPECT_FLOAT_EQ(h->rope_yarn_factor, 32.0f);
+  EXPECT_FLOAT_EQ(h->rope_yarn_factor_swa, 32.0f);  // sliding layers are scaled alike
+  EXPECT_EQ(h->rope_yarn_orig_ctx, 4096);
+  EXPECT_FLOAT_EQ(h->rope_linear, 1.0f);
+  EXPECT_EQ(h->n_expert, 4);
+  EXPECT_EQ(h->n_expert_used, 2);
+  EXPECT_TRUE(h->expert_weights_norm);
+  // Without original_context_length YaRN takes context_length; a factor of 0 is refused.
+  Result<HParams> fallback = read_hparams(header("llama", 2, [](gguf::GgufWriter& w,
+                                                                const std::string& a) {
+    w.set_uint32(a + "context_length", 8192);
+    w.set_string(a + "rope.scaling.type", "yarn");
+    w.set_float32(a + "rope.scaling.factor", 4.0f);
+  }));
+  ASSERT_TRUE(fallback.ok()) << fallback.status().message();
+  EXPECT_EQ(fallback->rope_yarn_orig_ctx, 8192);
+  Result<HParams> zero = read_hparams(header("llama", 2, [](gguf::GgufWriter& w,
+                                                            const std::string& a) {
+    w.set_string(a + "rope.scaling.type", "yarn");
+    w.set_float32(a + "rope.scaling.factor", 0.0f);
+  }));
+  ASSERT_FALSE(zero.ok());
+  EXPECT_EQ(zero.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(zero.status().message().find("llama.rope.scaling.factor = 0, expected finite and > 0"),
+            std::string::npos)
+      << zero.status().message();
+  Result<HParams> no_ctx = read_hparams(header("llama", 2, [](gguf::GgufWriter& w,
+                                                              const std::string& a) {
+    w.set_string(a + "rope.scaling.type", "yarn");
+    w.set_float32(a + "rope.scaling.factor", 4.0f);
+  }));
+  ASSERT_FALSE(no_ctx.ok());
+  EXPECT_NE(no_ctx.status().message().find("llama.rope.scaling.original_context_length = 0"),
+            std::string::npos)
+      << no_ctx.status().message();
 }
 
 TEST(Architecture, RopeFreqsAreLoadedAndBadOnesRefusedByIndex) {
