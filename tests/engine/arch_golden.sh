@@ -5,9 +5,11 @@
 # logits (24 positions, windows of 5-6: most of them past the window) must match
 # scripts/reference_forward.py within 1e-4 of the logit scale. For gemma3 also checks what
 # `kvcache inspect` derives: 5 sliding : 1 full and the ring saving of the sliding layers.
+# The mixtures of experts (qwen3moe, llama-moe) do not slide: for them the test pins routing,
+# the top-k weights and the per-expert SwiGLU, prefill chunks of 3 grouping tokens by expert.
 # Usage: arch_golden.sh KVCACHE_BIN REPO_DIR ARCH [--f16]
-#   (ARCH: gemma2, gemma3, llama-rope-freqs; --f16 stores the matrices as F16, which the
-#   reference reads exactly as stored)
+#   (ARCH: gemma2, gemma3, llama-rope-freqs, qwen3moe, llama-moe; --f16 stores the matrices
+#   as F16, which the reference reads exactly as stored)
 set -euo pipefail
 bin=$1; repo=$2; arch=$3; shift 3
 tmp=$(mktemp -d)
