@@ -33,11 +33,12 @@ CONFIGS = {
                    eps=1e-6, base=1000000.0, window=5, linear=4.0, qk_norm=True),
     "llama-rope-freqs": dict(arch="llama", layers=3, d=32, ff=48, vocab=300, heads=4,
                              kv_heads=2, dk=8, eps=1e-5, base=10000.0, rope_freqs=True),
-    # feed_forward_length 64 is the dense width Qwen3-MoE files also carry; the experts use
-    # expert_feed_forward_length.
-    "qwen3moe": dict(arch="qwen3moe", layers=3, d=48, ff=64, vocab=300, heads=4, kv_heads=2,
+    # feed_forward_length 96 is the dense width Qwen3-MoE files also carry; the experts use
+    # expert_feed_forward_length. Widths are multiples of 32 so that `kvcache quantize` can
+    # encode every matrix as Q8_0 / Q4_0.
+    "qwen3moe": dict(arch="qwen3moe", layers=3, d=64, ff=96, vocab=300, heads=6, kv_heads=2,
                      dk=16, eps=1e-6, base=1000000.0, qk_norm=True, experts=8, used=3,
-                     expert_ff=24),
+                     expert_ff=32),
     "llama-moe": dict(arch="llama", layers=3, d=32, ff=40, vocab=300, heads=4, kv_heads=2,
                       dk=8, eps=1e-5, base=10000.0, experts=8, used=2),
 }
