@@ -193,6 +193,23 @@ TEST(MoeForward, CachedLogitsEqualTheReferenceInBothLayoutsAndChunkSizes) {
   }
 }
 
+TEST(MoeForward, RequantizedDrafterEncodesEveryExpertAndKeepsTheRouter) {
+  Model model = tiny_model(qwen3moe_spec());
+  Result<Model> q8 = model.requantized(gguf::TensorType::kQ8_0);
+  ASSERT_TRUE(q8.ok()) << q8.status().to_string();
+  const LayerWeights& w = q8->layers()[1];
+  for (const std::vector<Weight>* stack : {&w.gate_exps, &w.up_exps, &w.down_exps})
+    for (const Weight& e : *stack) EXPECT_EQ(e.type, gguf::TensorType::kQ8_0);
+  EXPECT_EQ(w.router.type, gguf::TensorType::kF32);
+  EXPECT_EQ(q8->n_params(), model.n_params());
+  // Q8_0 experts (and int8 activations) move the logits by about 1e-2 of their scale.
+  CacheOptions o;
+  o.capacity = 32;
+  Built b = build(*q8, o);
+  const std::vector<int32_t> tokens = some_tokens(9, 260, 6);
+  EXPECT_LE(rel_diff(cached_logits(b, tokens, 3), reference_logits(model, tokens)), 5e-2);
+}
+
 // Logits of every token of `tokens` through the sequence layout in chunks of 4, and which
 // experts of layer 0 any token chose.
 std::vector<float> run(const Model& model, std::span<const int32_t> tokens,
