@@ -2,8 +2,9 @@
 // load as in every weight type, the router's top-k and weights, refusals naming the key or
 // tensor, the cached forward equal to the no-cache reference, and that only the chosen
 // experts are read: changing an expert no token chose changes no logit, decode runs k experts
-// per layer and a prefill chunk reads each chosen expert once. The interpretation itself is
-// pinned against the independent Python reference by engine_arch_golden_{qwen3moe,llama-moe}.
+// per layer and a prefill chunk reads each chosen expert once; the requantized drafter encodes
+// every expert. The interpretation itself is pinned against the independent Python reference
+// by engine_arch_golden_{qwen3moe,llama-moe}.
 #include <gtest/gtest.h>
 
 #include <cmath>
