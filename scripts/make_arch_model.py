@@ -5,6 +5,10 @@ Writes a small file for one of:
   gemma3          5 sliding : 1 full, q/k norms, rope.freq_base on full layers (+ linear
                   scaling), 10000 on sliding layers
   llama-rope-freqs  llama with a rope_freqs.weight tensor (Llama 3.1 per-pair divisors)
+  qwen3moe        mixture of experts: router ffn_gate_inp, 8 experts of which 3 are used,
+                  3-D ffn_{gate,up,down}_exps stacks, expert_feed_forward_length, q/k norms
+  llama-moe       Mixtral's layout: llama with expert_count 8, expert_used_count 2, the expert
+                  width in feed_forward_length
 with llama.cpp's key and tensor names and no kvcache.* keys, so the cache geometry must be
 derived from the architecture. Norm weights hold the final multiplier (llama.cpp's converter
 stores Gemma's 1 + w). No tokenizer keys: ids are raw bytes (vocab >= 256).
@@ -29,17 +33,41 @@ CONFIGS = {
                    eps=1e-6, base=1000000.0, window=5, linear=4.0, qk_norm=True),
     "llama-rope-freqs": dict(arch="llama", layers=3, d=32, ff=48, vocab=300, heads=4,
                              kv_heads=2, dk=8, eps=1e-5, base=10000.0, rope_freqs=True),
+    # feed_forward_length 96 is the dense width Qwen3-MoE files also carry; the experts use
+    # expert_feed_forward_length. Widths are multiples of 32 so that `kvcache quantize` can
+    # encode every matrix as Q8_0 / Q4_0.
+    "qwen3moe": dict(arch="qwen3moe", layers=3, d=64, ff=96, vocab=300, heads=6, kv_heads=2,
+                     dk=16, eps=1e-6, base=1000000.0, qk_norm=True, experts=8, used=3,
+                     expert_ff=32),
+    "llama-moe": dict(arch="llama", layers=3, d=32, ff=40, vocab=300, heads=4, kv_heads=2,
+                      dk=8, eps=1e-5, base=10000.0, experts=8, used=2),
 }
 
 
-def build(name, seed, arch=None, rope_scaling=None, f16=False, context=256):
+def add_experts(w, p, c, mat, rng):
+    """A mixture-of-experts MLP with llama.cpp's names: the router ffn_gate_inp [experts, d]
+    (f32, as converters keep it) and the experts stacked in 3-D tensors of numpy shape
+    [experts, out, in] (GGUF dims [in, out, experts]). Router logits of about unit scale times
+    2 keep the top-k choice far from ties."""
+    n, d, ff = c["experts"], c["d"], c.get("expert_ff", c["ff"])
+    router = 2.0 * rng.standard_normal((n, d)) / np.sqrt(d)
+    w.add_tensor(p + "ffn_gate_inp.weight", router.astype(np.float32))
+    w.add_tensor(p + "ffn_gate_exps.weight", np.stack([mat(ff, d) for _ in range(n)]))
+    w.add_tensor(p + "ffn_up_exps.weight", np.stack([mat(ff, d) for _ in range(n)]))
+    w.add_tensor(p + "ffn_down_exps.weight", np.stack([mat(d, ff) for _ in range(n)]))
+
+
+def build(name, seed, arch=None, rope_scaling=None, f16=False, context=256, expert_used=None):
     """arch / rope_scaling override general.architecture (keys follow it) and write
-    rope.scaling.type: files the engine must refuse by name. f16: matrices stored as F16."""
+    rope.scaling.type: files the engine must refuse by name. f16: matrices stored as F16.
+    expert_used: write this expert_used_count instead (refusal tests)."""
     c = dict(CONFIGS[name])
     if arch:
         c["arch"] = arch
     if rope_scaling:
         c["scaling"] = rope_scaling
+    if expert_used is not None:
+        c["used"] = expert_used
     rng = np.random.default_rng(seed)
     a = c["arch"] + "."
     w = gguf_py.GGUFWriter()
@@ -60,6 +88,11 @@ def build(name, seed, arch=None, rope_scaling=None, f16=False, context=256):
     if "attn_cap" in c:
         w.add_float32(a + "attn_logit_softcapping", c["attn_cap"])
         w.add_float32(a + "final_logit_softcapping", c["final_cap"])
+    if "experts" in c:
+        w.add_uint32(a + "expert_count", c["experts"])
+        w.add_uint32(a + "expert_used_count", c["used"])
+        if "expert_ff" in c:
+            w.add_uint32(a + "expert_feed_forward_length", c["expert_ff"])
     if "linear" in c or "scaling" in c:
         w.add_string(a + "rope.scaling.type", c.get("scaling", "linear"))
         w.add_float32(a + "rope.scaling.factor", c.get("linear", 4.0))
@@ -94,9 +127,12 @@ def build(name, seed, arch=None, rope_scaling=None, f16=False, context=256):
             w.add_tensor(p + "attn_k_norm.weight", norm(dk))
         w.add_tensor(p + "attn_output.weight", mat(d, qd))
         w.add_tensor(p + "ffn_norm.weight", norm(d))
-        w.add_tensor(p + "ffn_gate.weight", mat(ff, d))
-        w.add_tensor(p + "ffn_up.weight", mat(ff, d))
-        w.add_tensor(p + "ffn_down.weight", mat(d, ff))
+        if "experts" in c:
+            add_experts(w, p, c, mat, rng)
+        else:
+            w.add_tensor(p + "ffn_gate.weight", mat(ff, d))
+            w.add_tensor(p + "ffn_up.weight", mat(ff, d))
+            w.add_tensor(p + "ffn_down.weight", mat(d, ff))
         if gemma:
             w.add_tensor(p + "post_attention_norm.weight", norm(d))
             w.add_tensor(p + "post_ffw_norm.weight", norm(d))
@@ -116,9 +152,11 @@ def main():
     ap.add_argument("--rope-scaling", help="write this rope.scaling.type (refusal tests)")
     ap.add_argument("--f16", action="store_true", help="store the matrices as F16")
     ap.add_argument("--context", type=int, default=256, help="context_length (tool prompts)")
+    ap.add_argument("--expert-used", type=int,
+                    help="write this expert_used_count (refusal tests; MoE configs)")
     args = ap.parse_args()
     build(args.arch, args.seed, args.set_arch, args.rope_scaling, args.f16,
-          args.context).write(args.out)
+          args.context, args.expert_used).write(args.out)
     print(f"wrote {args.out} ({args.arch})")
 
 

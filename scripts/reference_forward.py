@@ -10,6 +10,10 @@ attention and MLP (the file holds the final multiplier 1 + w), attention scale
 query_pre_attn_scalar^-0.5, sliding layers (Gemma 2: even layers; Gemma 3: all but every
 sixth), Gemma 2 attention/final logit soft-caps, Gemma 3 q/k norms and a local RoPE base of
 10000 (unscaled) on sliding layers against rope.freq_base (+ linear scaling) on global ones.
+Mixtures of experts (qwen3moe, as Qwen3-MoE; llama with expert_count, as Mixtral), where a
+block has ffn_gate_inp: per token the router's softmax over all experts, the expert_used_count
+most probable kept and their weights renormalised to sum 1 (expert_weights_norm, default true;
+false keeps the softmax values), the weighted sum of those experts' SwiGLU MLPs.
 
   /usr/bin/python3 scripts/reference_forward.py --model models/tiny.gguf --tokens 1,2,3 --out logits.npy
 """
@@ -24,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf_py  # noqa: E402
 
 INTERLEAVED_ARCHS = {"llama"}
-ROTATE_HALF_ARCHS = {"qwen2", "qwen3", "gemma2", "gemma3"}
+ROTATE_HALF_ARCHS = {"qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3"}
 GEMMA_ARCHS = {"gemma2", "gemma3"}
 
 
@@ -41,7 +45,7 @@ class Hparams:
         self.arch = g.get("general.architecture")
         if self.arch not in INTERLEAVED_ARCHS | ROTATE_HALF_ARCHS:
             raise ValueError(f"general.architecture {self.arch!r} unsupported "
-                             "(llama, qwen2, qwen3, gemma2, gemma3)")
+                             "(llama, qwen2, qwen3, qwen3moe, gemma2, gemma3)")
         a = self.arch + "."
         self.n_layers = int(g.kv[a + "block_count"])
         self.d = int(g.kv[a + "embedding_length"])
@@ -83,6 +87,8 @@ class Hparams:
         self.rope_local = (float(g.get(a + "rope.freq_base_swa", 10000.0)), 1.0) \
             if self.arch == "gemma3" else self.rope_global
         self.rope_freqs = g.tensors.get("rope_freqs.weight")
+        self.n_expert_used = int(g.get(a + "expert_used_count", 0))
+        self.expert_norm = bool(g.get(a + "expert_weights_norm", True))
 
     def model_windows(self, g):
         """Windows per layer of a file without kvcache.* keys, from the published layer
@@ -152,6 +158,24 @@ def attend(q, k, v, window, hp):
     return out.reshape(t, -1)
 
 
+def moe_mlp(h, W, p, hp):
+    """Mixture-of-experts MLP of h [T, d]: the ffn_*_exps stacks hold numpy [experts, out, in]."""
+    logits = h @ W[p + "ffn_gate_inp.weight"].T                  # [T, experts]
+    probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    probs /= probs.sum(axis=-1, keepdims=True)
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        chosen = np.argsort(-probs[t], kind="stable")[: hp.n_expert_used]
+        weights = probs[t, chosen]
+        if hp.expert_norm:
+            weights = weights / weights.sum()
+        for e, wt in zip(chosen, weights):
+            gate = W[p + "ffn_gate_exps.weight"][e] @ h[t]
+            up = W[p + "ffn_up_exps.weight"][e] @ h[t]
+            out[t] += wt * (W[p + "ffn_down_exps.weight"][e] @ (gate / (1.0 + np.exp(-gate)) * up))
+    return out
+
+
 def forward(g, tokens):
     hp = Hparams(g)
     W = {n: np.asarray(a, dtype=np.float64) for n, a in g.tensors.items()}
@@ -186,6 +210,9 @@ def forward(g, tokens):
             o = rmsnorm(o, W[p + "post_attention_norm.weight"], hp.eps)
         x = x + o
         h = rmsnorm(x, W[p + "ffn_norm.weight"], hp.eps)
+        if p + "ffn_gate_inp.weight" in W:
+            x = x + moe_mlp(h, W, p, hp)
+            continue
         gate = h @ W[p + "ffn_gate.weight"].T
         act = gelu_tanh(gate) if hp.gemma else gate / (1.0 + np.exp(-gate))
         m = (act * (h @ W[p + "ffn_up.weight"].T)) @ W[p + "ffn_down.weight"].T

@@ -77,12 +77,33 @@ std::string weight_types_text(const std::map<gguf::TensorType, TypeCount>& types
   return s.empty() ? "weights: none\n" : str_cat(s, " (", mb, " MB of tensor data)\n");
 }
 
+// A mixture of experts' expert_count / expert_used_count / expert width, as the file states
+// them (count 0: dense, or not stated). inspect describes; the loader validates.
+struct Experts {
+  int64_t count = 0, used = 0, width = 0;
+};
+
+Experts read_experts(const gguf::GgufFile& f) {
+  Experts e;
+  Result<gguf::KeyReader> keys = gguf::KeyReader::open(f);
+  if (!keys.ok()) return e;
+  auto get = [&](gguf::Key key, int64_t fallback) {
+    Result<int64_t> v = keys->get_int_or(key, fallback);
+    return v.ok() ? *v : fallback;
+  };
+  e.count = get(gguf::Key::kExpertCount, 0);
+  e.used = get(gguf::Key::kExpertUsedCount, 0);
+  e.width = get(gguf::Key::kExpertFeedForwardLength, get(gguf::Key::kFeedForwardLength, 0));
+  return e;
+}
+
 int run_inspect(const InspectArgs& a) {
   if (a.example == !a.file.empty())
     return fail(invalid_argument("give either a model FILE or --example"));
   ModelGeometry g;
   std::string arch;
   std::map<gguf::TensorType, TypeCount> types;
+  Experts experts;
   if (a.example) {
     g = example_model_geometry();
     arch = "example (Gemma-3-like)";
@@ -96,6 +117,7 @@ int run_inspect(const InspectArgs& a) {
     if (auto name = file->get_string(gguf::key_pattern(gguf::Key::kGeneralArchitecture));
         name.ok())
       arch = *name;
+    experts = read_experts(*file);
   }
   // The cache the options ask for, planned as run, batch and serve plan theirs.
   engine::CacheOptions co = cache_options(a.cache);
@@ -148,13 +170,19 @@ int run_inspect(const InspectArgs& a) {
         j["weights"].push_back(
             {{"type", gguf::to_string(type)}, {"tensors", c.tensors}, {"bytes", c.bytes}});
     }
+    if (experts.count > 0)
+      j["experts"] = {{"count", experts.count}, {"used", experts.used},
+                      {"feed_forward_length", experts.width}};
     // A path or a GGUF string need not be UTF-8: invalid bytes print as U+FFFD.
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     std::cout << (a.example ? std::string("example geometry") : "file " + a.file)
               << (arch.empty() ? "" : ", architecture " + arch) << "\n"
-              << (a.example ? std::string() : weight_types_text(types))
-              << cache_summary_text(g, o);
+              << (a.example ? std::string() : weight_types_text(types));
+    if (experts.count > 0)
+      std::cout << "experts: " << experts.count << " per layer, " << experts.used
+                << " used per token, width " << experts.width << "\n";
+    std::cout << cache_summary_text(g, o);
   }
   return 0;
 }

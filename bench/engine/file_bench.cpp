@@ -4,7 +4,8 @@
 // KVCACHE_BENCH_MAX_DEPTH=32768) and a 512-token prefill at depth 0 and 4K (sequence layout;
 // K/V type from KVCACHE_BENCH_KV, default f16, e.g. q8_0 or q4_0 with the rotation's default;
 // threads from KVCACHE_BENCH_THREADS, default 2), with decode's effective bandwidth: (weight
-// bytes + K/V bytes read per token) * tok/s, and its ratio to the read probe run in this
+// bytes — of a mixture of experts, the routers and the experts they chose — + K/V bytes read
+// per token) * tok/s, and its ratio to the read probe run in this
 // process. The file is read into huge pages as
 // `kvcache run` does; KVCACHE_BENCH_MAPPED=1 maps it in place instead (the --map-weights
 // comparison). Output: Google Benchmark JSON.
@@ -112,6 +113,7 @@ void run(benchmark::State& bs, Loaded& l, int64_t depth, int64_t tokens) {
   const int threads = static_cast<int>(cpu::global_pool().size());
   bench::ProbeAround probe(threads);
   Logits out;
+  l.engine->reset_moe_stats();
   for (auto _ : bs) {
     if (Status st = feed(l, depth, tokens, out); !st.ok())
       return bs.SkipWithError(st.to_string().c_str());
@@ -123,7 +125,11 @@ void run(benchmark::State& bs, Loaded& l, int64_t depth, int64_t tokens) {
   bs.counters["tokens_per_s"] = Counter(double(tokens) * double(bs.iterations()),
                                         Counter::kIsRate);
   if (tokens == 1) {
-    const double bytes = double(l.weight_bytes) + double(l.kv_bytes_per_pos) * double(depth);
+    // A mixture of experts reads its routers and the experts they chose (MoeStats).
+    const MoeStats& ms = l.engine->moe_stats();
+    const double moe = double(ms.router_bytes + ms.expert_bytes) / double(bs.iterations());
+    const double bytes =
+        double(l.weight_bytes) + moe + double(l.kv_bytes_per_pos) * double(depth);
     bs.counters["bytes_per_second"] = Counter(bytes, Counter::kIsIterationInvariantRate);
     bs.counters["probe_ratio"] =
         Counter(bytes / probe.best(), Counter::kIsIterationInvariantRate);

@@ -110,6 +110,13 @@ Status Engine::run_layer(int32_t i, int64_t t, std::span<const int64_t> position
     add_residual(h_, w.post_attn_norm, t);
   }
   rmsnorm_rows(x_, w.ffn_norm, h_, t, d, hp.rms_eps);
+  if (!w.router.empty()) {
+    grow(moe_.y, t * d);
+    const std::span<float> y(moe_.y.data(), t * d);
+    moe_ffn(w, hp, i, h_, t, y, moe_);
+    add_residual(y, w.post_ffn_norm, t);
+    return ok_status();
+  }
   matmul(h_, w.w_gate, gate_, t);
   matmul(h_, w.w_up, up_, t);
   const std::span<float> gate(gate_.data(), t * hp.d_ff);

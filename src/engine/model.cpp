@@ -57,16 +57,21 @@ Result<std::vector<float>> load_tensor(const GgufFile& f, const std::string& nam
 // The one place a GGUF tensor becomes a Weight [rows, cols]. Computable types stay in the
 // file's format as a view of the mapped bytes (no copy; the Weight shares the mapping), unless
 // the options ask for f32; F32/F16/BF16 data the file misaligns is copied. Other types are
-// refused naming the tensor and its type.
+// refused naming the tensor and its type. experts > 0: a 3-D stack, GGUF dims
+// [cols, rows, experts], returned as one Weight [experts * rows, cols] (split_experts).
 Result<Weight> load_weight(const GgufFile& f, const std::string& name, int64_t rows, int64_t cols,
-                           const LoadOptions& o, bool optional = false) {
+                           const LoadOptions& o, bool optional = false, int64_t experts = 0) {
   using gguf::TensorType;
   const gguf::TensorInfo* info = f.tensor(name);
   if (info == nullptr) {
     if (optional) return Weight{};
     return not_found("load model: tensor " + name + " is missing");
   }
-  const std::vector<int64_t> want{cols, rows};
+  std::vector<int64_t> want{cols, rows};
+  if (experts > 0) {
+    want.push_back(experts);
+    rows *= experts;
+  }
   if (info->dims != want)
     return invalid_argument("load model: tensor " + name + " has GGUF dims " +
                             dims_text(info->dims) + ", expected " + dims_text(want));
@@ -100,6 +105,42 @@ Result<Weight> load_weight(const GgufFile& f, const std::string& name, int64_t r
   w.bytes = info->bytes;
   w.owner = f.storage();
   return w;
+}
+
+// Expert e of a stack loaded as [experts * rows, cols]: a view of rows [e * rows, (e + 1) *
+// rows), sharing the stack's bytes (expert slices are contiguous in every weight type).
+std::vector<Weight> split_experts(const Weight& all, int64_t experts) {
+  std::vector<Weight> out(static_cast<size_t>(experts), all);
+  const int64_t rows = all.rows / experts;
+  const auto bytes = static_cast<size_t>(rows * all.row_bytes());
+  for (int64_t e = 0; e < experts; ++e) {
+    out[e].rows = rows;
+    out[e].bytes = all.bytes.subspan(static_cast<size_t>(e) * bytes, bytes);
+  }
+  return out;
+}
+
+// A mixture-of-experts MLP (prefix p = "blk.N."): the router ffn_gate_inp and the 3-D
+// ffn_{gate,up,down}_exps stacks, each checked against expert_count and the widths.
+Status load_experts(const GgufFile& f, const HParams& hp, const std::string& p,
+                    const LoadOptions& o, LayerWeights& w) {
+  const int64_t d = hp.d_model, ff = hp.d_ff_expert, n = hp.n_expert;
+  Result<Weight> r = load_weight(f, p + "ffn_gate_inp.weight", n, d, o);
+  if (!r.ok()) return r.status();
+  w.router = std::move(*r);
+  const struct {
+    std::vector<Weight>* dst;
+    const char* name;
+    int64_t rows, cols;
+  } stacks[] = {{&w.gate_exps, "ffn_gate_exps.weight", ff, d},
+                {&w.up_exps, "ffn_up_exps.weight", ff, d},
+                {&w.down_exps, "ffn_down_exps.weight", d, ff}};
+  for (const auto& s : stacks) {
+    Result<Weight> all = load_weight(f, p + s.name, s.rows, s.cols, o, false, n);
+    if (!all.ok()) return all.status();
+    *s.dst = split_experts(*all, n);
+  }
+  return ok_status();
 }
 
 Status load_layer(const GgufFile& f, const HParams& hp, int32_t i, const LoadOptions& o,
@@ -139,6 +180,7 @@ Status load_layer(const GgufFile& f, const HParams& hp, int32_t i, const LoadOpt
   }
   KVCACHE_RETURN_IF_ERROR(mat(w.wo, "attn_output.weight", d, int64_t{hp.q_heads} * hp.value_dim));
   KVCACHE_RETURN_IF_ERROR(get(w.ffn_norm, "ffn_norm.weight", d, 0, false));
+  if (hp.n_expert > 0) return load_experts(f, hp, p, o, w);
   KVCACHE_RETURN_IF_ERROR(mat(w.w_gate, "ffn_gate.weight", hp.d_ff, d));
   KVCACHE_RETURN_IF_ERROR(mat(w.w_up, "ffn_up.weight", hp.d_ff, d));
   KVCACHE_RETURN_IF_ERROR(mat(w.w_down, "ffn_down.weight", d, hp.d_ff));
@@ -146,7 +188,8 @@ Status load_layer(const GgufFile& f, const HParams& hp, int32_t i, const LoadOpt
 }
 
 
-constexpr const char* kArchitectures[] = {"llama", "qwen2", "qwen3", "gemma2", "gemma3"};
+constexpr const char* kArchitectures[] = {"llama",  "qwen2",  "qwen3",
+                                          "qwen3moe", "gemma2", "gemma3"};
 
 // A float key that must be finite and >= 0 (a soft-cap or a RoPE base); `fallback` if absent.
 Result<float> nonnegative_float(const gguf::KeyReader& keys, gguf::Key key, double fallback) {
@@ -202,6 +245,41 @@ Status apply_architecture(const gguf::KeyReader& keys, HParams& hp) {
   return ok_status();
 }
 
+// The expert keys: required by qwen3moe, optional for llama (absent or 0 = dense). Only the
+// softmax router without shared experts is implemented; other gating is refused by value.
+Status read_experts(const gguf::KeyReader& keys, HParams& hp) {
+  using gguf::Key;
+  const bool moe_arch = hp.arch == "qwen3moe";
+  if (!moe_arch && keys.find(Key::kExpertCount) == nullptr) return ok_status();
+  auto fail = [&](Key key, auto value, const std::string& expected) {
+    return invalid_argument(str_cat("load model: ", keys.name(key), " = ", value, ", expected ",
+                                    expected));
+  };
+  Result<int64_t> n = keys.get_int(Key::kExpertCount);
+  if (!n.ok()) return Status(n.status().code(), "load model: " + n.status().message());
+  if (*n == 0 && !moe_arch) return ok_status();
+  if (*n < 1 || *n > 4096) return fail(Key::kExpertCount, *n, "in [1, 4096]");
+  Result<int64_t> used = keys.get_int(Key::kExpertUsedCount);
+  if (!used.ok()) return Status(used.status().code(), "load model: " + used.status().message());
+  if (*used < 1 || *used > *n)
+    return fail(Key::kExpertUsedCount, *used, str_cat("in [1, expert_count = ", *n, "]"));
+  Result<int64_t> ff = keys.get_int_or(Key::kExpertFeedForwardLength, hp.d_ff);
+  Result<int64_t> shared = keys.get_int_or(Key::kExpertSharedCount, 0);
+  Result<int64_t> gating = keys.get_int_or(Key::kExpertGatingFunc, 1);
+  Result<bool> norm = keys.get_bool_or(Key::kExpertWeightsNorm, true);
+  for (const Status& s : {ff.status(), shared.status(), gating.status(), norm.status()})
+    if (!s.ok()) return Status(s.code(), "load model: " + s.message());
+  if (*ff < 1 || *ff > (int64_t{1} << 24))
+    return fail(Key::kExpertFeedForwardLength, *ff, "in [1, 16777216]");
+  if (*shared != 0) return fail(Key::kExpertSharedCount, *shared, "0 (no shared experts)");
+  if (*gating != 1) return fail(Key::kExpertGatingFunc, *gating, "1 (softmax)");
+  hp.n_expert = static_cast<int32_t>(*n);
+  hp.n_expert_used = static_cast<int32_t>(*used);
+  hp.d_ff_expert = static_cast<int32_t>(*ff);
+  hp.expert_weights_norm = *norm;
+  return ok_status();
+}
+
 // rope_freqs.weight (Llama 3.1/3.2): one positive finite divisor per rotated pair, or absent.
 Result<std::vector<float>> load_rope_freqs(const GgufFile& f, const HParams& hp) {
   Result<std::vector<float>> r = load_tensor(f, "rope_freqs.weight", hp.rope_dim / 2, 0, true);
@@ -226,8 +304,8 @@ Result<HParams> read_hparams(const GgufFile& f) {
   if (std::find(std::begin(kArchitectures), std::end(kArchitectures), hp.arch) ==
       std::end(kArchitectures))
     return invalid_argument("load model: general.architecture = \"" + hp.arch +
-                            "\" is not supported, expected one of llama, qwen2, qwen3, gemma2, "
-                            "gemma3");
+                            "\" is not supported, expected one of llama, qwen2, qwen3, "
+                            "qwen3moe, gemma2, gemma3");
   Result<int32_t> v = positive_int(keys, Key::kBlockCount);
   if (!v.ok()) return v.status();
   hp.n_layers = *v;
@@ -279,6 +357,7 @@ Result<HParams> read_hparams(const GgufFile& f) {
                             *scaling + "\" is not supported, expected \"linear\" or \"none\"");
   }
   KVCACHE_RETURN_IF_ERROR(apply_architecture(keys, hp));
+  KVCACHE_RETURN_IF_ERROR(read_experts(keys, hp));
   const gguf::TensorInfo* embd = f.tensor("token_embd.weight");
   if (embd == nullptr) return not_found("load model: tensor token_embd.weight is missing");
   if (embd->dims.size() != 2 || embd->dims[0] != hp.d_model || embd->dims[1] <= 0 ||
@@ -371,9 +450,12 @@ Result<Model> Model::requantized(gguf::TensorType type) const {
   m.hp_ = hp_;
   m.geometry_ = geometry_;
   m.layers_ = layers_;
-  for (LayerWeights& w : m.layers_)
+  for (LayerWeights& w : m.layers_) {
     for (Weight* x : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down})
       *x = requantize(*x, type);
+    for (std::vector<Weight>* stack : {&w.gate_exps, &w.up_exps, &w.down_exps})
+      for (Weight& x : *stack) x = requantize(x, type);  // the router keeps its type
+  }
   m.token_embd_ = token_embd_;
   m.output_ = requantize(output(), type);  // a tied output gets its own encoded copy
   m.tied_ = false;
@@ -387,8 +469,11 @@ int64_t Model::n_params() const {
   int64_t n = token_embd_.n_elements() + output_.n_elements() +
               static_cast<int64_t>(output_norm_.size());
   for (const LayerWeights& w : layers_) {
-    for (const Weight* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down})
+    for (const Weight* m :
+         {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down, &w.router})
       n += m->n_elements();
+    for (const std::vector<Weight>* stack : {&w.gate_exps, &w.up_exps, &w.down_exps})
+      for (const Weight& x : *stack) n += x.n_elements();
     for (const std::vector<float>* v : {&w.attn_norm, &w.bq, &w.bk, &w.bv, &w.q_norm, &w.k_norm,
                                         &w.ffn_norm, &w.post_attn_norm, &w.post_ffn_norm})
       n += static_cast<int64_t>(v->size());

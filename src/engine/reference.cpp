@@ -94,6 +94,35 @@ double gelu_tanh(double x) {
   return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
 }
 
+// The mixture-of-experts MLP of h [T, d], token by token: router logits, the top k (ties:
+// lower index), softmax weights (over the chosen when renormalised, else over all), and the
+// weighted sum of the chosen experts' SwiGLU outputs.
+Vec moe(const Vec& h, const LayerWeights& w, const HParams& hp, int64_t t) {
+  const int64_t d = hp.d_model, n = hp.n_expert, k = hp.n_expert_used;
+  const Vec logits = linear(h, w.router, {}, t);
+  Vec y(t * d, 0.0);
+  std::vector<int64_t> ids(n);
+  for (int64_t p = 0; p < t; ++p) {
+    const double* l = logits.data() + p * n;
+    for (int64_t e = 0; e < n; ++e) ids[e] = e;
+    std::stable_sort(ids.begin(), ids.end(), [&](int64_t a, int64_t b) { return l[a] > l[b]; });
+    double sum = 0.0;
+    for (int64_t e = 0; e < (hp.expert_weights_norm ? k : n); ++e)
+      sum += std::exp(l[ids[e]] - l[ids[0]]);
+    const Vec x(h.begin() + p * d, h.begin() + (p + 1) * d);
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t e = ids[j];
+      Vec g = linear(x, w.gate_exps[e], {}, 1);
+      const Vec u = linear(x, w.up_exps[e], {}, 1);
+      for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+      const Vec o = linear(g, w.down_exps[e], {}, 1);
+      const double weight = std::exp(l[e] - l[ids[0]]) / sum;
+      for (int64_t i = 0; i < d; ++i) y[p * d + i] += weight * o[i];
+    }
+  }
+  return y;
+}
+
 }  // namespace
 
 std::vector<double> reference_logits(const Model& model, std::span<const int32_t> tokens,
@@ -126,6 +155,10 @@ std::vector<double> reference_logits(const Model& model, std::span<const int32_t
     add_residual(x, linear(att, w.wo, {}, t), w.post_attn_norm, t, d, hp.rms_eps);
     h = x;
     rmsnorm(h, w.ffn_norm, t, d, hp.rms_eps);
+    if (!w.router.empty()) {
+      add_residual(x, moe(h, w, hp, t), w.post_ffn_norm, t, d, hp.rms_eps);
+      continue;
+    }
     Vec g = linear(h, w.w_gate, {}, t);
     Vec u = linear(h, w.w_up, {}, t);
     const bool gelu = hp.ffn_act == FfnActivation::kGeluTanh;

@@ -33,6 +33,12 @@ Result<double> KeyReader::get_float_or(Key key, double fallback) const {
   return file_->get_float(n);
 }
 
+Result<bool> KeyReader::get_bool_or(Key key, bool fallback) const {
+  const std::string n = name(key);
+  if (file_->find(n) == nullptr) return fallback;
+  return file_->get_bool(n);
+}
+
 Result<std::string> KeyReader::get_string(Key key) const { return file_->get_string(name(key)); }
 
 Result<std::vector<int64_t>> KeyReader::get_int_array(Key key) const {

@@ -44,15 +44,27 @@ TensorType base_type(QuantMix mix) {
   return TensorType::kQ8_0;
 }
 
-// The mix's choice for a matrix, before the row-length check.
-TensorType choose(QuantMix mix, std::string_view name, bool tied, int64_t layers) {
-  const bool is_output = name == "output.weight" || (tied && name == "token_embd.weight");
+// What the mix's choice depends on beyond the tensor's name.
+struct ModelFacts {
+  bool tied = true;     // no output.weight: the embedding is the output too
+  int64_t layers = 0;   // blk.N count
+  int64_t experts = 0;  // rows of the first router (ffn_gate_inp); 0 = dense
+};
+
+// The mix's choice for a matrix, before the row-length check. Mixtures of experts: expert
+// stacks (3-D, rows per expert) follow their dense names; with 8 experts attention's K and V,
+// small beside the experts, get Q8_0.
+TensorType choose(QuantMix mix, std::string_view name, const ModelFacts& m) {
+  const bool is_output = name == "output.weight" || (m.tied && name == "token_embd.weight");
   if (is_output)  // the 32-value block types keep a 32-value block type there
     return mix == QuantMix::kQ8_0 || mix == QuantMix::kMxfp4 ? TensorType::kQ8_0
                                                              : TensorType::kQ6_K;
+  if (m.experts == 8 && (ends_with(name, ".attn_v.weight") || ends_with(name, ".attn_k.weight")))
+    return TensorType::kQ8_0;
   const bool m_mix = mix == QuantMix::kQ4_K_M || mix == QuantMix::kQ5_K_M;
-  if (m_mix && (ends_with(name, ".attn_v.weight") || ends_with(name, ".ffn_down.weight")) &&
-      more_bits_layer(layer_of(name), layers))
+  const bool down = ends_with(name, ".ffn_down.weight") || ends_with(name, ".ffn_down_exps.weight");
+  if (m_mix && (ends_with(name, ".attn_v.weight") || down) &&
+      more_bits_layer(layer_of(name), m.layers))
     return TensorType::kQ6_K;
   return base_type(mix);
 }
@@ -91,11 +103,12 @@ uint32_t file_type_of(QuantMix mix) {
 }
 
 Result<std::vector<TensorPlan>> plan_quantization(const GgufFile& in, QuantMix mix) {
-  int64_t layers = 0;
-  bool tied = true;
+  ModelFacts facts;
   for (const TensorInfo& t : in.tensors()) {
-    layers = std::max(layers, layer_of(t.name) + 1);
-    if (t.name == "output.weight") tied = false;
+    facts.layers = std::max(facts.layers, layer_of(t.name) + 1);
+    if (t.name == "output.weight") facts.tied = false;
+    if (facts.experts == 0 && ends_with(t.name, ".ffn_gate_inp.weight") && t.dims.size() == 2)
+      facts.experts = t.dims[1];
   }
   std::vector<TensorPlan> plans;
   for (const TensorInfo& t : in.tensors()) {
@@ -110,10 +123,12 @@ Result<std::vector<TensorPlan>> plan_quantization(const GgufFile& in, QuantMix m
                               "the errors of both encodings)");
     if (is_float_type(t.type)) {
       const bool matrix = t.dims.size() >= 2 && ends_with(t.name, ".weight");
-      if (!matrix) {
-        p.to = TensorType::kF32;  // vectors (norms, biases) stay f32
+      // Vectors (norms, biases) and routers (ffn_gate_inp: a few rows that pick the experts)
+      // stay f32.
+      if (!matrix || ends_with(t.name, ".ffn_gate_inp.weight")) {
+        p.to = TensorType::kF32;
       } else {
-        p.to = choose(mix, t.name, tied, layers);
+        p.to = choose(mix, t.name, facts);
         const int64_t block = block_geometry(p.to)->elements;
         if (t.dims[0] % block != 0) {  // K types need 256, the others 32
           p.fallback = true;

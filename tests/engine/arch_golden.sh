@@ -4,10 +4,13 @@
 # `kvcache run --dump-logits` through both cache layouts in chunks of 3, and every position's
 # logits (24 positions, windows of 5-6: most of them past the window) must match
 # scripts/reference_forward.py within 1e-4 of the logit scale. For gemma3 also checks what
-# `kvcache inspect` derives: 5 sliding : 1 full and the ring saving of the sliding layers.
+# `kvcache inspect` derives: 5 sliding : 1 full and the ring saving of the sliding layers; for
+# the mixtures of experts, the experts inspect reports.
+# The mixtures of experts (qwen3moe, llama-moe) do not slide: for them the test pins routing,
+# the top-k weights and the per-expert SwiGLU, prefill chunks of 3 grouping tokens by expert.
 # Usage: arch_golden.sh KVCACHE_BIN REPO_DIR ARCH [--f16]
-#   (ARCH: gemma2, gemma3, llama-rope-freqs; --f16 stores the matrices as F16, which the
-#   reference reads exactly as stored)
+#   (ARCH: gemma2, gemma3, llama-rope-freqs, qwen3moe, llama-moe; --f16 stores the matrices
+#   as F16, which the reference reads exactly as stored)
 set -euo pipefail
 bin=$1; repo=$2; arch=$3; shift 3
 tmp=$(mktemp -d)
@@ -46,3 +49,24 @@ assert j["sliding_saving_bytes"] == 7 * 256 * 256 - (256 * 256 + 6 * 9 * 256), j
 print("gemma3 inspect: 6 sliding rings of 9 slots, saving", j["sliding_saving_bytes"], "bytes")
 PY
 fi
+
+case "$arch" in
+  qwen3moe | llama-moe)
+    # inspect names the experts: qwen3moe 8 (3 used, width 32 from expert_feed_forward_length),
+    # llama-moe 8 (2 used, width 40 = feed_forward_length, as Mixtral's files).
+    want='{"count": 8, "used": 3, "feed_forward_length": 32}'
+    line='experts: 8 per layer, 3 used per token, width 32'
+    if [ "$arch" = llama-moe ]; then
+      want='{"count": 8, "used": 2, "feed_forward_length": 40}'
+      line='experts: 8 per layer, 2 used per token, width 40'
+    fi
+    "$bin" inspect "$tmp/model.gguf" --json > "$tmp/inspect.json"
+    "$py" - "$tmp/inspect.json" "$want" <<'PY'
+import json, sys
+got, want = json.load(open(sys.argv[1]))["experts"], json.loads(sys.argv[2])
+assert got == want, (got, want)
+print("inspect experts:", got)
+PY
+    "$bin" inspect "$tmp/model.gguf" | grep -qxF "$line" || { echo "inspect: no '$line'" >&2; exit 1; }
+    ;;
+esac

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `kvcache run` and `inspect` on files the engine must refuse, each naming the value: an
-# unsupported general.architecture and rope.scaling.type "yarn" (scripts/make_arch_model.py).
+# unsupported general.architecture (phi3; qwen2moe, a mixture of experts outside the supported
+# ones), rope.scaling.type "yarn" and a qwen3moe expert_used_count of 0
+# (scripts/make_arch_model.py).
 # inspect only reads the geometry, so it still describes them.
 # Usage: arch_refusals.sh KVCACHE_BIN REPO_DIR
 set -euo pipefail
@@ -12,6 +14,8 @@ make() { /usr/bin/python3 "$repo/scripts/make_arch_model.py" --out "$tmp/$1.gguf
 make phi3 --arch llama-rope-freqs --set-arch phi3
 make yarn --arch llama-rope-freqs --rope-scaling yarn
 make gemma3yarn --arch gemma3 --rope-scaling yarn
+make qwen2moe --arch qwen3moe --set-arch qwen2moe
+make used0 --arch qwen3moe --expert-used 0
 
 expect_refusal() {  # expect_refusal FILE PATTERN: exit code 1 (a refusal, not a crash) and PATTERN
   local rc=0
@@ -22,6 +26,8 @@ expect_refusal() {  # expect_refusal FILE PATTERN: exit code 1 (a refusal, not a
 expect_refusal phi3 'general.architecture = "phi3" is not supported'
 expect_refusal yarn 'llama.rope.scaling.type = "yarn" is not supported'
 expect_refusal gemma3yarn 'gemma3.rope.scaling.type = "yarn" is not supported'
+expect_refusal qwen2moe 'general.architecture = "qwen2moe" is not supported'
+expect_refusal used0 'qwen3moe.expert_used_count = 0, expected in [1, expert_count = 8]'
 "$bin" inspect "$tmp/phi3.gguf" >"$tmp/out" 2>&1 || { cat "$tmp/out"; fail "inspect phi3"; }
 grep -q "architecture phi3" "$tmp/out" || { cat "$tmp/out"; fail "inspect names phi3"; }
 echo "arch refusals: all checks passed"

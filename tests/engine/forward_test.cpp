@@ -1,6 +1,7 @@
 // The engine's central property: logits through the cache equal a full no-cache
 // recomputation, for both layouts, chunk sizes 1/3/max, with and without sliding windows,
-// with a KV-shared layer and per-layer kv heads; and several sequences in one forward.
+// with a KV-shared layer and per-layer kv heads; and several sequences in one forward (dense
+// and a mixture of experts).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -103,8 +104,13 @@ TEST(Forward, InterleavedAndRotateHalfPairingsGiveDifferentLogits) {
   EXPECT_GT(diff, 1e-3);
 }
 
-TEST(Forward, SeveralSequencesInOneForwardMatchSeparateRuns) {
-  Model model = tiny_model(TinySpec{});
+// Dense, and a mixture of experts (the step's tokens of both sequences grouped by expert).
+class SeveralSequences : public ::testing::TestWithParam<int32_t> {};  // experts (0 = dense)
+
+TEST_P(SeveralSequences, InOneForwardMatchSeparateRuns) {
+  TinySpec spec;
+  spec.n_expert = GetParam();
+  Model model = tiny_model(spec);
   CacheOptions o;
   o.kind = "cell";
   o.capacity = 64;
@@ -140,6 +146,8 @@ TEST(Forward, SeveralSequencesInOneForwardMatchSeparateRuns) {
   ASSERT_TRUE(b.engine->forward({tok, ids, pos}, LogitsMode::kLast, out).ok());
   EXPECT_EQ(out.token_index, (std::vector<int32_t>{1, 2}));
 }
+
+INSTANTIATE_TEST_SUITE_P(DenseAndMixture, SeveralSequences, ::testing::Values(0, 6));
 
 TEST(Forward, ReducedPrecisionStorageAgreesWithF32OnTheFirstTokens) {
   Model model = tiny_model(TinySpec{});

@@ -49,6 +49,12 @@ std::vector<uint8_t> tiny_model_bytes(const TinySpec& s) {
     w.set_string(a + "rope.scaling.type", "linear");
     w.set_float32(a + "rope.scaling.factor", s.rope_linear);
   }
+  if (s.n_expert > 0) {
+    w.set_uint32(a + "expert_count", static_cast<uint32_t>(s.n_expert));
+    w.set_uint32(a + "expert_used_count", static_cast<uint32_t>(s.n_expert_used));
+    w.set_uint32(a + "expert_feed_forward_length", static_cast<uint32_t>(s.d_ff_expert));
+  }
+  for (const auto& [key, value] : s.extra_ints) w.set_uint32(a + key, static_cast<uint32_t>(value));
   ModelGeometry g;
   for (size_t c = 0; c < s.cache_kv_heads.size(); ++c)
     g.cache.layers.push_back({s.cache_kv_heads[c], s.head_dim, s.head_dim, s.cache_windows[c]});
@@ -60,12 +66,15 @@ std::vector<uint8_t> tiny_model_bytes(const TinySpec& s) {
 
   Gen gen(s.seed);
   const int64_t d = s.d_model;
-  auto add = [&](const std::string& name, std::vector<int64_t> dims, const std::vector<float>& v) {
+  auto add = [&](const std::string& name, std::vector<int64_t> dims, std::vector<float> v) {
     if (std::find(s.skip_tensors.begin(), s.skip_tensors.end(), name) != s.skip_tensors.end())
       return;
-    const bool matrix = dims.size() == 2;
-    Status t = w.add_tensor_f32(name, std::move(dims), v,
-                                matrix ? s.store_as : gguf::TensorType::kF32);
+    if (s.edit) s.edit(name, v);
+    const bool router = name.find("ffn_gate_inp") != std::string::npos;
+    const gguf::TensorType type = dims.size() == 3 ? s.experts_as
+                                  : dims.size() == 2 && !router ? s.store_as
+                                                                : gguf::TensorType::kF32;
+    Status t = w.add_tensor_f32(name, std::move(dims), v, type);
     EXPECT_TRUE(t.ok()) << name << ": " << t.to_string();
   };
   auto mat = [&](int64_t out, int64_t in) {
@@ -100,9 +109,17 @@ std::vector<uint8_t> tiny_model_bytes(const TinySpec& s) {
     }
     add(p + "attn_output.weight", {qd, d}, mat(d, qd));
     add(p + "ffn_norm.weight", {d}, gen.normal(d, 0.1, 1.0));
-    add(p + "ffn_gate.weight", {d, s.d_ff}, mat(s.d_ff, d));
-    add(p + "ffn_up.weight", {d, s.d_ff}, mat(s.d_ff, d));
-    add(p + "ffn_down.weight", {s.d_ff, d}, mat(d, s.d_ff));
+    if (s.n_expert > 0) {
+      const int64_t n = s.stack_experts > 0 ? s.stack_experts : s.n_expert, ff = s.d_ff_expert;
+      add(p + "ffn_gate_inp.weight", {d, s.n_expert}, gen.normal(s.n_expert * d, 2.0 / std::sqrt(d)));
+      add(p + "ffn_gate_exps.weight", {d, ff, n}, mat(n * ff, d));
+      add(p + "ffn_up_exps.weight", {d, ff, n}, mat(n * ff, d));
+      add(p + "ffn_down_exps.weight", {ff, d, n}, mat(n * d, ff));
+    } else {
+      add(p + "ffn_gate.weight", {d, s.d_ff}, mat(s.d_ff, d));
+      add(p + "ffn_up.weight", {d, s.d_ff}, mat(s.d_ff, d));
+      add(p + "ffn_down.weight", {s.d_ff, d}, mat(d, s.d_ff));
+    }
     if (gemma) {
       add(p + "post_attention_norm.weight", {d}, gen.normal(d, 0.1, 1.0));
       add(p + "post_ffw_norm.weight", {d}, gen.normal(d, 0.1, 1.0));

@@ -1,11 +1,13 @@
 // Tiny random-weight GGUF models for the engine tests, written with gguf::GgufWriter in
 // memory. Layer: tests. Every knob the forward has (pairing, bias, q/k norm, per-layer kv
 // heads, windows, KV-shared layers, tied output, rope_dim, linear scaling, rope_freqs, Gemma's
-// post-norms and soft-caps) is a field.
+// post-norms and soft-caps, mixtures of experts) is a field.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/model.h"
@@ -38,6 +40,18 @@ struct TinySpec {
   uint64_t seed = 1;
   gguf::TensorType store_as = gguf::TensorType::kF32;
   std::vector<std::string> skip_tensors;  // for error tests
+  // Mixture of experts (arch qwen3moe, or llama): n_expert > 0 writes expert_count,
+  // expert_used_count, expert_feed_forward_length and per block the router ffn_gate_inp
+  // (always F32) and the 3-D ffn_{gate,up,down}_exps stacks instead of the dense MLP.
+  int32_t n_expert = 0;
+  int32_t n_expert_used = 2;
+  int32_t d_ff_expert = 16;
+  gguf::TensorType experts_as = gguf::TensorType::kF32;  // the stacks' type
+  int32_t stack_experts = 0;  // the experts dim written in the stacks (0 = n_expert; errors)
+  // Called with each tensor's name and values (numpy order) before it is written: tests
+  // change one expert's slice.
+  std::function<void(const std::string&, std::vector<float>&)> edit;
+  std::vector<std::pair<std::string, int64_t>> extra_ints;  // more uint32 keys (errors)
 };
 
 // The GGUF file bytes for the spec.

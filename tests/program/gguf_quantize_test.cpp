@@ -1,5 +1,5 @@
-// `kvcache quantize` plans and output: the _M mixes' higher-precision tensors, vectors kept
-// f32, row-length fallbacks, metadata copied with general.file_type set, and quantized or
+// `kvcache quantize` plans and output: the _M mixes' higher-precision tensors, vectors and
+// routers kept f32, expert stacks by their dense names, row-length fallbacks, metadata copied with general.file_type set, and quantized or
 // unknown-type inputs refused naming the tensor.
 #include <gtest/gtest.h>
 
@@ -76,6 +76,68 @@ TEST(GgufQuantize, TiedEmbeddingIsTheOutputAndQ8_0QuantizesEveryMatrixAlike) {
   EXPECT_EQ(planned(q8, "token_embd.weight"), TensorType::kQ8_0);
   EXPECT_EQ(planned(q8, "blk.0.attn_v.weight"), TensorType::kQ8_0);
   EXPECT_EQ(planned(q8, "blk.0.ffn_down.weight"), TensorType::kQ8_0);
+}
+
+// A mixture of experts of `experts` experts per block, 8 blocks, F16, rows of 256.
+std::vector<uint8_t> moe_file(int64_t experts) {
+  GgufWriter w;
+  w.set_string("general.architecture", "qwen3moe");
+  auto add = [&](const std::string& name, std::vector<int64_t> dims) {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    std::vector<float> v(static_cast<size_t>(n), 0.25f);
+    ASSERT_TRUE(w.add_tensor_f32(name, dims, v, TensorType::kF16).ok()) << name;
+  };
+  add("token_embd.weight", {256, 8});
+  for (int i = 0; i < 8; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    add(p + "ffn_norm.weight", {256});
+    for (const char* m : {"attn_q", "attn_k", "attn_v", "attn_output"})
+      add(p + m + ".weight", {256, 256});
+    add(p + "ffn_gate_inp.weight", {256, experts});
+    add(p + "ffn_gate_exps.weight", {256, 256, experts});
+    add(p + "ffn_up_exps.weight", {256, 256, experts});
+    add(p + "ffn_down_exps.weight", {256, 256, experts});
+  }
+  add("output.weight", {256, 8});
+  return w.bytes();
+}
+
+TEST(GgufQuantize, MixturesKeepTheRouterF32AndQuantizeExpertStacksByTheirDenseNames) {
+  GgufFile f = GgufFile::parse(moe_file(4)).value();
+  std::vector<TensorPlan> plans = plan_quantization(f, QuantMix::kQ4_K_M).value();
+  for (int i = 0; i < 8; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    EXPECT_EQ(planned(plans, p + "ffn_gate_inp.weight"), TensorType::kF32) << i;
+    EXPECT_EQ(planned(plans, p + "ffn_norm.weight"), TensorType::kF32) << i;
+    EXPECT_EQ(planned(plans, p + "ffn_gate_exps.weight"), TensorType::kQ4_K) << i;
+    // The down stacks take ffn_down's extra bits on layers 0, 3, 6 and 7.
+    const bool more = i == 0 || i == 3 || i == 6 || i == 7;
+    EXPECT_EQ(planned(plans, p + "ffn_down_exps.weight"),
+              more ? TensorType::kQ6_K : TensorType::kQ4_K) << i;
+    EXPECT_EQ(planned(plans, p + "attn_k.weight"), TensorType::kQ4_K) << i;
+  }
+  // Eight experts: K and V (small beside the experts) get Q8_0 in every mix.
+  GgufFile eight = GgufFile::parse(moe_file(8)).value();
+  for (QuantMix mix : {QuantMix::kQ4_0, QuantMix::kQ4_K_M}) {
+    std::vector<TensorPlan> p8 = plan_quantization(eight, mix).value();
+    EXPECT_EQ(planned(p8, "blk.2.attn_v.weight"), TensorType::kQ8_0);
+    EXPECT_EQ(planned(p8, "blk.2.attn_k.weight"), TensorType::kQ8_0);
+    EXPECT_EQ(planned(p8, "blk.2.attn_q.weight"), mix == QuantMix::kQ4_0 ? TensorType::kQ4_0
+                                                                          : TensorType::kQ4_K);
+  }
+  // The stacks are encoded row by row: each expert's slice decodes near its input.
+  GgufWriter out;
+  ASSERT_TRUE(quantize_model(f, QuantMix::kQ8_0, out).ok());
+  GgufFile q = GgufFile::parse(out.bytes()).value();
+  const TensorInfo* up = q.tensor("blk.5.ffn_up_exps.weight");
+  ASSERT_NE(up, nullptr);
+  EXPECT_EQ(up->type, TensorType::kQ8_0);
+  EXPECT_EQ(up->dims, (std::vector<int64_t>{256, 256, 4}));
+  EXPECT_EQ(q.tensor("blk.5.ffn_gate_inp.weight")->type, TensorType::kF32);
+  const std::vector<float> v = q.tensor_f32("blk.5.ffn_up_exps.weight").value();
+  ASSERT_EQ(v.size(), 256u * 256u * 4u);
+  EXPECT_NEAR(v.back(), 0.25f, 1e-3f);
 }
 
 TEST(GgufQuantize, OutputCopiesMetadataSetsTheFileTypeAndDecodesCloseToTheInput) {

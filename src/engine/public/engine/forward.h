@@ -13,6 +13,7 @@
 #include "core/status.h"
 #include "kernels/kernels.h"
 #include "engine/model.h"
+#include "engine/moe.h"
 
 namespace kvcache::engine {
 
@@ -55,6 +56,10 @@ class Engine {
   CacheControl& cache() { return *cache_; }
   const CacheControl& cache() const { return *cache_; }
   const std::shared_ptr<Cache>& shared_cache() const { return cache_; }  // the owner's handle
+  // What the mixture-of-experts MLPs read since construction or the last reset (all zero for
+  // a dense model).
+  const MoeStats& moe_stats() const { return moe_.stats; }
+  void reset_moe_stats() { moe_.stats = MoeStats{}; }
 
  private:
   Engine(const Model& model, std::shared_ptr<Cache> cache);
@@ -68,6 +73,7 @@ class Engine {
   RopeParams rope_, rope_swa_;  // full layers, sliding layers (gemma3: a different base)
   // Scratch, sized for the largest batch seen: x/h [T, d], q [T, Hq*Dk], k/v, att, ff.
   std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_;
+  MoeScratch moe_;  // mixture-of-experts blocks: routing, gathered rows, counters
 };
 
 // Checks that `g` (a cache's geometry) fits the model's cache layers; windows may differ.

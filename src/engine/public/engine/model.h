@@ -1,5 +1,6 @@
 // A Llama-family decoder's hyperparameters and weights, loaded from a GGUF file per
-// docs/model_format.md. Layer: engine. Matrices stay in the file's type (F32, F16, BF16, Q4_0,
+// docs/model_format.md (dense, or a mixture of experts: qwen3moe, llama with experts).
+// Layer: engine. Matrices stay in the file's type (F32, F16, BF16, Q4_0,
 // Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) as views of the memory-mapped file, which the
 // Model keeps mapped; vectors (norms, biases) are converted to float32 once at load.
 // The model knows nothing of
@@ -21,7 +22,8 @@ namespace kvcache::engine {
 enum class FfnActivation { kSilu, kGeluTanh };
 
 struct HParams {
-  // general.architecture: llama, qwen2, qwen3, gemma2, gemma3 (text); others are refused.
+  // general.architecture: llama, qwen2, qwen3, qwen3moe, gemma2, gemma3 (text); others are
+  // refused.
   std::string arch;
   int32_t n_layers = 0;        // block_count
   int32_t d_model = 0;         // embedding_length
@@ -48,6 +50,14 @@ struct HParams {
   float final_softcap = 0.0f;  // 0 = none; gemma2: {arch}.final_logit_softcapping
   bool post_norms = false;     // post_attention_norm / post_ffw_norm required (gemma)
   bool qk_norm_required = false;  // attn_q_norm / attn_k_norm required (gemma3)
+  // Mixture of experts (qwen3moe; llama with expert_count > 0): every block's MLP is
+  // n_expert SwiGLU experts of width d_ff_expert behind a router. 0 = dense blocks.
+  int32_t n_expert = 0;            // expert_count
+  int32_t n_expert_used = 0;       // expert_used_count: experts per token (top-k), <= n_expert
+  int32_t d_ff_expert = 0;         // expert_feed_forward_length, else feed_forward_length
+  // The chosen experts' softmax probabilities are renormalised to sum 1 (expert_weights_norm;
+  // Mixtral's softmax over the chosen logits is the same thing).
+  bool expert_weights_norm = true;
 };
 
 // One decoder block. Matrices are [out, in]. Empty = absent (optional / KV-shared).
@@ -59,6 +69,11 @@ struct LayerWeights {
   Weight wq, wk, wv, wo, w_gate, w_up, w_down;
   std::vector<float> attn_norm, bq, bk, bv, q_norm, k_norm, ffn_norm;  // vectors, f32
   std::vector<float> post_attn_norm, post_ffn_norm;  // [d]; empty unless gemma
+  // Mixture-of-experts blocks (HParams::n_expert > 0; w_gate/w_up/w_down are then empty):
+  // the router [n_expert, d] in the file's type, and per expert a view of its slice of the
+  // 3-D tensors ffn_{gate,up}_exps [d_ff_expert, d] and ffn_down_exps [d, d_ff_expert].
+  Weight router;
+  std::vector<Weight> gate_exps, up_exps, down_exps;
 };
 
 struct LoadOptions {

@@ -30,9 +30,11 @@ enum class Key : uint8_t {
   kTokenizerMerges, kTokenizerBosId, kTokenizerEosId, kTokenizerUnknownId, kTokenizerEotId,
   kTokenizerEomId, kTokenizerAddBos, kTokenizerAddEos, kTokenizerAddSpacePrefix,
   kTokenizerChatTemplate,
+  kExpertCount, kExpertUsedCount, kExpertFeedForwardLength, kExpertSharedCount,
+  kExpertWeightsNorm, kExpertGatingFunc,
 };
 
-inline constexpr std::array<std::string_view, 44> kKeyPatterns = {
+inline constexpr std::array<std::string_view, 50> kKeyPatterns = {
     "general.architecture", "general.name",
     "%s.block_count", "%s.context_length", "%s.embedding_length", "%s.feed_forward_length",
     "%s.vocab_size",
@@ -51,8 +53,10 @@ inline constexpr std::array<std::string_view, 44> kKeyPatterns = {
     "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.eot_token_id",
     "tokenizer.ggml.eom_token_id", "tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token",
     "tokenizer.ggml.add_space_prefix", "tokenizer.chat_template",
+    "%s.expert_count", "%s.expert_used_count", "%s.expert_feed_forward_length",
+    "%s.expert_shared_count", "%s.expert_weights_norm", "%s.expert_gating_func",
 };
-static_assert(kKeyPatterns.size() == static_cast<size_t>(Key::kTokenizerChatTemplate) + 1,
+static_assert(kKeyPatterns.size() == static_cast<size_t>(Key::kExpertGatingFunc) + 1,
               "one pattern per Key");
 
 // The pattern as the table holds it ("%s.block_count" or "kvcache.layer_cache").
@@ -80,6 +84,7 @@ class KeyReader {
   Result<int64_t> get_int(Key key) const;
   Result<int64_t> get_int_or(Key key, int64_t fallback) const;
   Result<double> get_float_or(Key key, double fallback) const;
+  Result<bool> get_bool_or(Key key, bool fallback) const;
   Result<std::string> get_string(Key key) const;
   Result<std::vector<int64_t>> get_int_array(Key key) const;
 
