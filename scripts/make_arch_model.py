@@ -7,6 +7,8 @@ Writes a small file for one of:
   llama-rope-freqs  llama with a rope_freqs.weight tensor (Llama 3.1 per-pair divisors)
   llama-swa       llama with sliding_window 5 and sliding_window_pattern 2 (layers 0 and 2
                   slide, 1 and 3 are full: gpt-oss's alternation)
+  llama-yarn      llama-swa with YaRN RoPE as gpt-oss's keys give it (rope.scaling.type yarn,
+                  factor 32, original_context_length 4096, freq_base 150000, head width 16)
 --sinks adds blk.N.attn_sinks.weight (one f32 logit per query head, learned attention sinks)
 to every layer of any of them.
 with llama.cpp's key and tensor names and no kvcache.* keys, so the cache geometry must be
@@ -35,6 +37,8 @@ CONFIGS = {
                              kv_heads=2, dk=8, eps=1e-5, base=10000.0, rope_freqs=True),
     "llama-swa": dict(arch="llama", layers=4, d=32, ff=48, vocab=300, heads=4, kv_heads=2, dk=8,
                       eps=1e-5, base=10000.0, window=5, pattern=2),
+    "llama-yarn": dict(arch="llama", layers=4, d=32, ff=48, vocab=300, heads=4, kv_heads=2, dk=16,
+                       eps=1e-5, base=150000.0, window=5, pattern=2, yarn=32.0, yarn_ctx=4096),
 }
 
 
@@ -69,7 +73,11 @@ def build(name, seed, arch=None, rope_scaling=None, f16=False, context=256, sink
     if "attn_cap" in c:
         w.add_float32(a + "attn_logit_softcapping", c["attn_cap"])
         w.add_float32(a + "final_logit_softcapping", c["final_cap"])
-    if "linear" in c or "scaling" in c:
+    if "yarn" in c:
+        w.add_string(a + "rope.scaling.type", "yarn")
+        w.add_float32(a + "rope.scaling.factor", c["yarn"])
+        w.add_uint32(a + "rope.scaling.original_context_length", c["yarn_ctx"])
+    elif "linear" in c or "scaling" in c:
         w.add_string(a + "rope.scaling.type", c.get("scaling", "linear"))
         w.add_float32(a + "rope.scaling.factor", c.get("linear", 4.0))
 

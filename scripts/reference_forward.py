@@ -13,7 +13,11 @@ sixth), Gemma 2 attention/final logit soft-caps, Gemma 3 q/k norms and a local R
 Other architectures slide where the file gives attention.sliding_window and an integer
 attention.sliding_window_pattern (period p: layer i slides iff (i + 1) % p != 0). Learned
 attention sinks (blk.N.attn_sinks.weight, one logit per query head, as gpt-oss): the sink joins
-each softmax's denominator as exp(sink) and contributes no value.
+each softmax's denominator as exp(sink) and contributes no value. YaRN RoPE (rope.scaling.type
+yarn; Peng et al. 2023): inverse frequencies blend extrapolation base^(-2j/d) and interpolation
+base^(-2j/d) / factor with a linear ramp between the correction dims of beta_fast (32) and
+beta_slow (1) rotations over original_context_length, and cos/sin are multiplied by the
+attention factor 0.1 ln(factor) + 1.
 
   /usr/bin/python3 scripts/reference_forward.py --model models/tiny.gguf --tokens 1,2,3 --out logits.npy
 """
@@ -58,8 +62,11 @@ class Hparams:
         self.base = float(g.get(a + "rope.freq_base", 10000.0))
         self.rope_dim = int(g.get(a + "rope.dimension_count", self.dk))
         self.rope_factor = 1.0
+        self.yarn = None  # (inverse frequencies [rope_dim / 2], attention factor)
         if g.get(a + "rope.scaling.type", "none") == "linear":
             self.rope_factor = float(g.kv[a + "rope.scaling.factor"])
+        elif g.get(a + "rope.scaling.type", "none") == "yarn":
+            self.yarn = self.yarn_inv_freq(g, a)
         self.layer_cache = [int(c) for c in g.get("kvcache.layer_cache", range(self.n_layers))]
         if len(self.layer_cache) != self.n_layers:
             raise ValueError(f"kvcache.layer_cache has {len(self.layer_cache)} entries, "
@@ -87,6 +94,26 @@ class Hparams:
         self.rope_local = (float(g.get(a + "rope.freq_base_swa", 10000.0)), 1.0) \
             if self.arch == "gemma3" else self.rope_global
         self.rope_freqs = g.tensors.get("rope_freqs.weight")
+
+    def yarn_inv_freq(self, g, a):
+        factor = float(g.kv[a + "rope.scaling.factor"])
+        orig = float(g.kv[a + "rope.scaling.original_context_length"])
+        beta_fast = float(g.get(a + "rope.scaling.yarn_beta_fast", 32.0))
+        beta_slow = float(g.get(a + "rope.scaling.yarn_beta_slow", 1.0))
+        dim, base = self.rope_dim, self.base
+
+        def correction_dim(rotations):  # the dim whose wavelength fits `rotations` times in orig
+            return dim * np.log(orig / (rotations * 2 * np.pi)) / (2 * np.log(base))
+
+        low = max(np.floor(correction_dim(beta_fast)), 0)
+        high = min(np.ceil(correction_dim(beta_slow)), dim - 1)
+        pos_freqs = base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+        extrapolation, interpolation = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
+        ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / max(high - low, 0.001), 0, 1)
+        extrapolation_weight = 1.0 - ramp
+        inv_freq = interpolation * (1 - extrapolation_weight) + extrapolation * extrapolation_weight
+        attention_factor = 0.1 * np.log(factor) + 1.0 if factor > 1 else 1.0
+        return inv_freq, attention_factor
 
     def model_windows(self, g):
         """Windows per layer of a file without kvcache.* keys, from the published layer
@@ -125,10 +152,13 @@ def rope(x, pos, hp, sliding=False):
     base, factor = hp.rope_local if sliding else hp.rope_global
     j = np.arange(r // 2, dtype=np.float64)
     freq = base ** (-2.0 * j / r)
+    mscale = 1.0
+    if hp.yarn is not None:
+        freq, mscale = hp.yarn
     if hp.rope_freqs is not None:
         freq = freq / np.asarray(hp.rope_freqs, dtype=np.float64)
     ang = (pos.astype(np.float64)[:, None] / factor) * freq
-    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    cos, sin = mscale * np.cos(ang)[:, None, :], mscale * np.sin(ang)[:, None, :]
     out = x.copy()
     if hp.arch in INTERLEAVED_ARCHS:
         a, b = x[..., 0:r:2], x[..., 1:r:2]

@@ -43,7 +43,9 @@ void rope(Vec& x, int64_t t, int64_t heads, const HParams& hp, bool sliding,
       double freq = std::pow(base, -2.0 * static_cast<double>(j) / hp.rope_dim);
       if (!factors.empty()) freq /= factors[j];
       const double angle = (static_cast<double>(p) / linear) * freq;
-      const double c = std::cos(angle), s = std::sin(angle);
+      // YaRN's magnitude factor scales cos and sin alike (1 without YaRN).
+      const double c = std::cos(angle) * hp.rope_attn_factor;
+      const double s = std::sin(angle) * hp.rope_attn_factor;
       const int64_t i0 = hp.rope_interleaved ? 2 * j : j;
       const int64_t i1 = hp.rope_interleaved ? 2 * j + 1 : j + half;
       for (int64_t h = 0; h < heads; ++h) {

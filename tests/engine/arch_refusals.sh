@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `kvcache run` and `inspect` on files the engine must refuse, each naming the value: an
-# unsupported general.architecture and rope.scaling.type "yarn" (scripts/make_arch_model.py).
+# unsupported general.architecture, rope.scaling.type "yarn" without its original context length,
+# and yarn on gemma3 (scripts/make_arch_model.py).
 # inspect only reads the geometry, so it still describes them.
 # Usage: arch_refusals.sh KVCACHE_BIN REPO_DIR
 set -euo pipefail
@@ -20,8 +21,8 @@ expect_refusal() {  # expect_refusal FILE PATTERN: exit code 1 (a refusal, not a
   grep -qF -- "$2" "$tmp/err" || { cat "$tmp/err" >&2; fail "run $1: no '$2'"; }
 }
 expect_refusal phi3 'general.architecture = "phi3" is not supported'
-expect_refusal yarn 'llama.rope.scaling.type = "yarn" is not supported'
-expect_refusal gemma3yarn 'gemma3.rope.scaling.type = "yarn" is not supported'
+expect_refusal yarn "key 'llama.rope.scaling.original_context_length' not found"
+expect_refusal gemma3yarn 'gemma3.rope.scaling.type = "yarn" is not supported for gemma3'
 "$bin" inspect "$tmp/phi3.gguf" >"$tmp/out" 2>&1 || { cat "$tmp/out"; fail "inspect phi3"; }
 grep -q "architecture phi3" "$tmp/out" || { cat "$tmp/out"; fail "inspect names phi3"; }
 echo "arch refusals: all checks passed"
