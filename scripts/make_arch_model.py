@@ -9,6 +9,12 @@ Writes a small file for one of:
                   3-D ffn_{gate,up,down}_exps stacks, expert_feed_forward_length, q/k norms
   llama-moe       Mixtral's layout: llama with expert_count 8, expert_used_count 2, the expert
                   width in feed_forward_length
+  llama-swa       llama with sliding_window 5 and sliding_window_pattern 2 (layers 0 and 2
+                  slide, 1 and 3 are full: gpt-oss's alternation)
+  llama-yarn      llama-swa with YaRN RoPE as gpt-oss's keys give it (rope.scaling.type yarn,
+                  factor 32, original_context_length 4096, freq_base 150000, head width 16)
+--sinks adds blk.N.attn_sinks.weight (one f32 logit per query head, learned attention sinks)
+to every layer of any of them.
 with llama.cpp's key and tensor names and no kvcache.* keys, so the cache geometry must be
 derived from the architecture. Norm weights hold the final multiplier (llama.cpp's converter
 stores Gemma's 1 + w). No tokenizer keys: ids are raw bytes (vocab >= 256).
@@ -41,6 +47,10 @@ CONFIGS = {
                      expert_ff=32),
     "llama-moe": dict(arch="llama", layers=3, d=32, ff=40, vocab=300, heads=4, kv_heads=2,
                       dk=8, eps=1e-5, base=10000.0, experts=8, used=2),
+    "llama-swa": dict(arch="llama", layers=4, d=32, ff=48, vocab=300, heads=4, kv_heads=2, dk=8,
+                      eps=1e-5, base=10000.0, window=5, pattern=2),
+    "llama-yarn": dict(arch="llama", layers=4, d=32, ff=48, vocab=300, heads=4, kv_heads=2, dk=16,
+                       eps=1e-5, base=150000.0, window=5, pattern=2, yarn=32.0, yarn_ctx=4096),
 }
 
 
@@ -57,10 +67,12 @@ def add_experts(w, p, c, mat, rng):
     w.add_tensor(p + "ffn_down_exps.weight", np.stack([mat(d, ff) for _ in range(n)]))
 
 
-def build(name, seed, arch=None, rope_scaling=None, f16=False, context=256, expert_used=None):
+def build(name, seed, arch=None, rope_scaling=None, f16=False, context=256, expert_used=None,
+          sinks=False):
     """arch / rope_scaling override general.architecture (keys follow it) and write
     rope.scaling.type: files the engine must refuse by name. f16: matrices stored as F16.
-    expert_used: write this expert_used_count instead (refusal tests)."""
+    expert_used: write this expert_used_count instead (refusal tests). sinks: every layer
+    gets attn_sinks (one logit per query head)."""
     c = dict(CONFIGS[name])
     if arch:
         c["arch"] = arch
@@ -85,6 +97,8 @@ def build(name, seed, arch=None, rope_scaling=None, f16=False, context=256, expe
     w.add_float32(a + "rope.freq_base", c["base"])
     if "window" in c:
         w.add_uint32(a + "attention.sliding_window", c["window"])
+    if "pattern" in c:
+        w.add_uint32(a + "attention.sliding_window_pattern", c["pattern"])
     if "attn_cap" in c:
         w.add_float32(a + "attn_logit_softcapping", c["attn_cap"])
         w.add_float32(a + "final_logit_softcapping", c["final_cap"])
@@ -93,7 +107,11 @@ def build(name, seed, arch=None, rope_scaling=None, f16=False, context=256, expe
         w.add_uint32(a + "expert_used_count", c["used"])
         if "expert_ff" in c:
             w.add_uint32(a + "expert_feed_forward_length", c["expert_ff"])
-    if "linear" in c or "scaling" in c:
+    if "yarn" in c:
+        w.add_string(a + "rope.scaling.type", "yarn")
+        w.add_float32(a + "rope.scaling.factor", c["yarn"])
+        w.add_uint32(a + "rope.scaling.original_context_length", c["yarn_ctx"])
+    elif "linear" in c or "scaling" in c:
         w.add_string(a + "rope.scaling.type", c.get("scaling", "linear"))
         w.add_float32(a + "rope.scaling.factor", c.get("linear", 4.0))
 
@@ -126,6 +144,9 @@ def build(name, seed, arch=None, rope_scaling=None, f16=False, context=256, expe
             w.add_tensor(p + "attn_q_norm.weight", norm(dk))
             w.add_tensor(p + "attn_k_norm.weight", norm(dk))
         w.add_tensor(p + "attn_output.weight", mat(d, qd))
+        if sinks:  # around the logits' scale, some heads' sinks well above it
+            w.add_tensor(p + "attn_sinks.weight",
+                         (1.5 * rng.standard_normal(c["heads"]) + 0.5).astype(np.float32))
         w.add_tensor(p + "ffn_norm.weight", norm(d))
         if "experts" in c:
             add_experts(w, p, c, mat, rng)
@@ -154,9 +175,11 @@ def main():
     ap.add_argument("--context", type=int, default=256, help="context_length (tool prompts)")
     ap.add_argument("--expert-used", type=int,
                     help="write this expert_used_count (refusal tests; MoE configs)")
+    ap.add_argument("--sinks", action="store_true",
+                    help="write blk.N.attn_sinks.weight (learned attention sinks) on every layer")
     args = ap.parse_args()
     build(args.arch, args.seed, args.set_arch, args.rope_scaling, args.f16,
-          args.context, args.expert_used).write(args.out)
+          args.context, args.expert_used, args.sinks).write(args.out)
     print(f"wrote {args.out} ({args.arch})")
 
 

@@ -209,13 +209,35 @@ def quantized():
     return [s, c]
 
 
+def sinks():
+    # Learned attention sinks (one logit per q head) on a sequence ring with a full layer, and on
+    # cell forks over a sliding pool; one sink far above the logits takes nearly all its head's
+    # weight, one far below nearly none.
+    sq = layer(2, 16)
+    sq["sinks"] = [0.5, -1.0, 8.0, -20.0]
+    sw = layer(1, 8, 4, w=3)
+    sw["sinks"] = [0.0, 1.5]
+    s = CaseWriter("sequence_sinks_ring", "sequence", [sq, sw],
+                   {"capacity": 16, "kv_dtype": "f32", "max_write": 2}, [4, 2])
+    for t in (2, 2, 1, 2, 2):  # the ring of 3 + 2 - 1 = 4 slots wraps
+        s.step(layers=[0, 1], t=t)
+    cf = layer(1, 32, 32, w=2)
+    cf["sinks"] = [2.0, -0.5, 0.25]
+    c = CaseWriter("cell_sinks_forks_q8_0", "cell", [layer(2, 32), cf],
+                   {"capacity": 16, "kv_dtype": "q8_0", "max_write": 3}, [2, 3])
+    c.step(verbs=[{"op": "seq_new"}], seq_ids=[0, 0, 0], layers=[0, 1])
+    c.step(verbs=[{"op": "seq_clone", "src": 0}], seq_ids=[0, 1], layers=[0, 1])
+    c.step(seq_ids=[1, 1, 0], layers=[0, 1])
+    return [s, c]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.join(here, "..", "examples", "op_test"))
     args = ap.parse_args()
     cases = [seq_wrap_rewind(), cell_forks(), gqa_value_dim(), softcap_shared(), *dtypes(),
-             *refused(), max_seqs_pool(), *quantized()]
+             *refused(), max_seqs_pool(), *quantized(), *sinks()]
     for c in cases:
         c.write(args.out)
     print(f"wrote {len(cases)} cases to {os.path.normpath(args.out)}")

@@ -329,8 +329,12 @@ def attend(case, layer, q, keyss, scale, softcap):
             s = K[:, kh, :] @ q[t, h].astype(np.float64) * scale
             if softcap > 0:
                 s = softcap * np.tanh(s / softcap)
-            p = np.exp(s - s.max())
-            out[t, h] = (p / p.sum()) @ V[:, kh, :]
+            # A learned sink logit (geometry "sinks", one per q head) joins the maximum and the
+            # denominator and brings no value.
+            sink = float(g["sinks"][h]) if "sinks" in g else -np.inf
+            m = max(s.max(), sink)
+            p = np.exp(s - m)
+            out[t, h] = (p / (p.sum() + np.exp(sink - m))) @ V[:, kh, :]
     return out
 
 

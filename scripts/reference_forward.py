@@ -14,6 +14,14 @@ Mixtures of experts (qwen3moe, as Qwen3-MoE; llama with expert_count, as Mixtral
 block has ffn_gate_inp: per token the router's softmax over all experts, the expert_used_count
 most probable kept and their weights renormalised to sum 1 (expert_weights_norm, default true;
 false keeps the softmax values), the weighted sum of those experts' SwiGLU MLPs.
+Other architectures slide where the file gives attention.sliding_window and an integer
+attention.sliding_window_pattern (period p: layer i slides iff (i + 1) % p != 0). Learned
+attention sinks (blk.N.attn_sinks.weight, one logit per query head, as gpt-oss): the sink joins
+each softmax's denominator as exp(sink) and contributes no value. YaRN RoPE (rope.scaling.type
+yarn; Peng et al. 2023): inverse frequencies blend extrapolation base^(-2j/d) and interpolation
+base^(-2j/d) / factor with a linear ramp between the correction dims of beta_fast (32) and
+beta_slow (1) rotations over original_context_length, and cos/sin are multiplied by the
+attention factor 0.1 ln(factor) + 1.
 
   /usr/bin/python3 scripts/reference_forward.py --model models/tiny.gguf --tokens 1,2,3 --out logits.npy
 """
@@ -58,8 +66,11 @@ class Hparams:
         self.base = float(g.get(a + "rope.freq_base", 10000.0))
         self.rope_dim = int(g.get(a + "rope.dimension_count", self.dk))
         self.rope_factor = 1.0
+        self.yarn = None  # (inverse frequencies [rope_dim / 2], attention factor)
         if g.get(a + "rope.scaling.type", "none") == "linear":
             self.rope_factor = float(g.kv[a + "rope.scaling.factor"])
+        elif g.get(a + "rope.scaling.type", "none") == "yarn":
+            self.yarn = self.yarn_inv_freq(g, a)
         self.layer_cache = [int(c) for c in g.get("kvcache.layer_cache", range(self.n_layers))]
         if len(self.layer_cache) != self.n_layers:
             raise ValueError(f"kvcache.layer_cache has {len(self.layer_cache)} entries, "
@@ -90,6 +101,26 @@ class Hparams:
         self.n_expert_used = int(g.get(a + "expert_used_count", 0))
         self.expert_norm = bool(g.get(a + "expert_weights_norm", True))
 
+    def yarn_inv_freq(self, g, a):
+        factor = float(g.kv[a + "rope.scaling.factor"])
+        orig = float(g.kv[a + "rope.scaling.original_context_length"])
+        beta_fast = float(g.get(a + "rope.scaling.yarn_beta_fast", 32.0))
+        beta_slow = float(g.get(a + "rope.scaling.yarn_beta_slow", 1.0))
+        dim, base = self.rope_dim, self.base
+
+        def correction_dim(rotations):  # the dim whose wavelength fits `rotations` times in orig
+            return dim * np.log(orig / (rotations * 2 * np.pi)) / (2 * np.log(base))
+
+        low = max(np.floor(correction_dim(beta_fast)), 0)
+        high = min(np.ceil(correction_dim(beta_slow)), dim - 1)
+        pos_freqs = base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+        extrapolation, interpolation = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
+        ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / max(high - low, 0.001), 0, 1)
+        extrapolation_weight = 1.0 - ramp
+        inv_freq = interpolation * (1 - extrapolation_weight) + extrapolation * extrapolation_weight
+        attention_factor = 0.1 * np.log(factor) + 1.0 if factor > 1 else 1.0
+        return inv_freq, attention_factor
+
     def model_windows(self, g):
         """Windows per layer of a file without kvcache.* keys, from the published layer
         patterns: Gemma 2 slides on even layers (window 4096 unless the file says), Gemma 3
@@ -102,6 +133,10 @@ class Hparams:
         if self.arch == "gemma3":
             w = int(g.get(a + "attention.sliding_window", 0))
             return [w if (i + 1) % 6 != 0 else 0 for i in range(n)]
+        w = int(g.get(a + "attention.sliding_window", 0))
+        period = g.get(a + "attention.sliding_window_pattern")
+        if w > 0 and isinstance(period, int):
+            return [w if period == 0 or (i + 1) % period != 0 else 0 for i in range(n)]
         return [0] * n
 
 
@@ -123,10 +158,13 @@ def rope(x, pos, hp, sliding=False):
     base, factor = hp.rope_local if sliding else hp.rope_global
     j = np.arange(r // 2, dtype=np.float64)
     freq = base ** (-2.0 * j / r)
+    mscale = 1.0
+    if hp.yarn is not None:
+        freq, mscale = hp.yarn
     if hp.rope_freqs is not None:
         freq = freq / np.asarray(hp.rope_freqs, dtype=np.float64)
     ang = (pos.astype(np.float64)[:, None] / factor) * freq
-    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    cos, sin = mscale * np.cos(ang)[:, None, :], mscale * np.sin(ang)[:, None, :]
     out = x.copy()
     if hp.arch in INTERLEAVED_ARCHS:
         a, b = x[..., 0:r:2], x[..., 1:r:2]
@@ -139,9 +177,10 @@ def rope(x, pos, hp, sliding=False):
     return out
 
 
-def attend(q, k, v, window, hp):
+def attend(q, k, v, window, hp, sinks=None):
     """q [T, Hq, Dk], k [T, Hkv, Dk], v [T, Hkv, Dv] -> [T, Hq*Dv]; causal, optional window
-    (query p sees keys p - window < j <= p), scaled then soft-capped logits."""
+    (query p sees keys p - window < j <= p), scaled then soft-capped logits; sinks [Hq] (or
+    None): head h's softmax denominator gains exp(sinks[h])."""
     t, hq, _ = q.shape
     rep = hq // k.shape[1]
     pos = np.arange(t)
@@ -153,8 +192,11 @@ def attend(q, k, v, window, hp):
     for h in range(hq):
         s = softcap(q[:, h, :] @ k[:, h // rep, :].T * hp.attn_scale, hp.attn_cap)
         s = np.where(allowed, s, -np.inf)
-        s = np.exp(s - s.max(axis=-1, keepdims=True))
-        out[:, h, :] = (s / s.sum(axis=-1, keepdims=True)) @ v[:, h // rep, :]
+        sink = -np.inf if sinks is None else float(sinks[h])
+        m = np.maximum(s.max(axis=-1, keepdims=True), sink)
+        s = np.exp(s - m)
+        denom = s.sum(axis=-1, keepdims=True) + np.exp(sink - m)
+        out[:, h, :] = (s / denom) @ v[:, h // rep, :]
     return out.reshape(t, -1)
 
 
@@ -205,7 +247,8 @@ def forward(g, tokens):
         elif p + "attn_k.weight" in W:
             raise ValueError(f"layer {i} reads cache {c} written by an earlier layer but has attn_k")
         k, v = caches[c]
-        o = attend(q, k, v, hp.windows[c], hp) @ W[p + "attn_output.weight"].T
+        o = attend(q, k, v, hp.windows[c], hp, W.get(p + "attn_sinks.weight")) @ \
+            W[p + "attn_output.weight"].T
         if hp.gemma:
             o = rmsnorm(o, W[p + "post_attention_norm.weight"], hp.eps)
         x = x + o

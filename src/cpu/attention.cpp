@@ -72,10 +72,10 @@ void attend_unsplit(const AttentionProblem& p, ThreadPool& pool, detail::ChunkFn
     s.fit(group, dv);
     fn(p, t, g, 0, p.keys[t].size(), s.m.data(), s.l.data(), s.acc.data(), s.logits.data());
     float* out = p.out + (int64_t{t} * p.q_heads + int64_t{g} * group) * dv;
-    for (int32_t h = 0; h < group; ++h) {
-      const float inv = 1.0f / s.l[h];
-      for (int32_t d = 0; d < dv; ++d) out[h * dv + d] = s.acc[h * dv + d] * inv;
-    }
+    const float* sink = p.sinks != nullptr ? p.sinks + int64_t{g} * group : nullptr;
+    for (int32_t h = 0; h < group; ++h)
+      finish_head(s.m[h], s.l[h], s.acc.data() + int64_t{h} * dv, dv,
+                  sink != nullptr ? sink + h : nullptr, out + int64_t{h} * dv);
   });
 }
 
@@ -118,13 +118,25 @@ void attend_split(const AttentionProblem& p, ThreadPool& pool, detail::ChunkFn f
         const float* acc = st + 2 * group + int64_t{h} * dv;
         for (int32_t d = 0; d < dv; ++d) out[h * dv + d] += acc[d] * w;
       }
-      const auto inv = static_cast<float>(1.0 / denom);
-      for (int32_t d = 0; d < dv; ++d) out[h * dv + d] *= inv;
+      const float* sink = p.sinks != nullptr ? p.sinks + int64_t{g} * group + h : nullptr;
+      finish_head(m, denom, out + int64_t{h} * dv, dv, sink, out + int64_t{h} * dv);
     }
   });
 }
 
 }  // namespace
+
+void finish_head(float m, double l, const float* acc, int32_t dv, const float* sink,
+                 float* out) {
+  double scale = 1.0;  // e^(m - m')
+  if (sink != nullptr) {
+    const float top = std::max(m, *sink);
+    scale = std::exp(double(m) - double(top));
+    l = l * scale + std::exp(double(*sink) - double(top));
+  }
+  const auto w = static_cast<float>(scale / l);
+  for (int32_t d = 0; d < dv; ++d) out[d] = acc[d] * w;
+}
 
 namespace {
 std::atomic<bool> g_shared_prefix{true};
@@ -167,6 +179,22 @@ namespace {
 const char* op_name(AttendOp op) {
   return op == AttendOp::kAttendOnly ? "attend" : "update_and_attend";
 }
+// The sink logits against the layer's flag (`bad` prefixes the call's context).
+template <class Bad>
+Status check_sinks(const LayerGeometry& l, const AttendArgs& a, Bad bad) {
+  if (!l.sinks) {
+    if (a.sinks.empty()) return ok_status();
+    return bad("sinks has ", a.sinks.size(), " floats, expected none (the layer has no sinks)");
+  }
+  if (a.sinks.size() != static_cast<size_t>(a.q_heads))
+    return bad("sinks has ", a.sinks.size(), " floats, expected one per query head (q_heads = ",
+               a.q_heads, ") on a layer with sinks");
+  for (size_t h = 0; h < a.sinks.size(); ++h)
+    if (!std::isfinite(a.sinks[h]))
+      return bad("sinks[", h, "] is not finite, expected a finite logit");
+  return ok_status();
+}
+
 }  // namespace
 
 std::string attend_context(int32_t layer, AttendOp op) {
@@ -208,7 +236,8 @@ Status check_attend_args(const CacheGeometry& geometry, const AttendArgs& a, Att
   if (!std::isfinite(a.scale)) return bad("scale is not finite, expected a finite number");
   if (!(a.softcap >= 0.0f) || !std::isfinite(a.softcap))
     return bad("softcap = ", std::to_string(a.softcap), ", expected >= 0 and finite (0 = none)");
-  return ok_status();
+  return check_sinks(l, a, bad);
 }
+
 
 }  // namespace kvcache::cpu

@@ -29,8 +29,11 @@ void attend_reference(const AttentionProblem& p) {
         logits[j] = s;
         max_logit = std::max(max_logit, s);
       }
+      // The sink (when the layer has one) joins the maximum and the denominator, not the sum.
+      const bool sink = p.sinks != nullptr;
+      if (sink) max_logit = std::max(max_logit, double(p.sinks[h]));
       // Pass 2: normalized weights times values.
-      double denom = 0.0;
+      double denom = sink ? std::exp(double(p.sinks[h]) - max_logit) : 0.0;
       for (double& s : logits) denom += (s = std::exp(s - max_logit));
       std::fill(acc.begin(), acc.end(), 0.0);
       for (int64_t j = 0; j < keys.size(); ++j) {

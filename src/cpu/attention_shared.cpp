@@ -205,8 +205,8 @@ void attend_shared(const AttentionProblem& p, std::span<const SharedGroup> group
       };
       for (int64_t c = t0; c < t1; ++c) add(state[static_cast<size_t>(c)], vh);
       add(own, h);
-      const auto inv = static_cast<float>(1.0 / denom);
-      for (int32_t d = 0; d < dv; ++d) out[h * dv + d] *= inv;
+      const float* sink = p.sinks != nullptr ? p.sinks + int64_t{g} * qpk + h : nullptr;
+      finish_head(m, denom, out + int64_t{h} * dv, dv, sink, out + int64_t{h} * dv);
     }
   });
 }

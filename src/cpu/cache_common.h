@@ -106,6 +106,7 @@ inline AttentionProblem make_problem(const AttendArgs& a, const LayerPool& pool,
   p.out = a.out.data();
   p.scale = a.scale;
   p.softcap = a.softcap;
+  p.sinks = a.sinks.empty() ? nullptr : a.sinks.data();
   p.kv = pool.view();
   p.keys = keys;
   return p;

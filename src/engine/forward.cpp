@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/str_cat.h"
+#include "engine/yarn_rope.h"
 
 namespace kvcache::engine {
 namespace {
@@ -44,6 +45,10 @@ Status check_cache_fits(const Model& model, const CacheGeometry& g) {
                                       "head_dim/value_dim ", a.kv_heads, "/", a.head_dim, "/",
                                       a.value_dim, ", the model needs ", b.kv_heads, "/",
                                       b.head_dim, "/", b.value_dim));
+    if (a.sinks != b.sinks)
+      return invalid_argument(str_cat("engine: cache layer ", i, " has sinks = ", a.sinks,
+                                      ", the model's has ", b.sinks,
+                                      " (attention sinks are the model's to publish)"));
   }
   return ok_status();
 }
@@ -81,6 +86,7 @@ Status Engine::run_layer(int32_t i, int64_t t, std::span<const int64_t> position
   add_bias(q_, w.bq, t);
   head_norm(q_, w.q_norm, t * hq, hp.head_dim, hp.rms_eps);
   rope(q_, positions, hp.q_heads, rp);
+  scale_rotated(q_, t * hq, hp.head_dim, hp.rope_dim, hp.rope_attn_factor);  // YaRN; else 1
   AttendArgs args;
   args.layer = w.cache;
   args.n_tokens = static_cast<int32_t>(t);
@@ -94,11 +100,13 @@ Status Engine::run_layer(int32_t i, int64_t t, std::span<const int64_t> position
     add_bias(v_, w.bv, t);
     head_norm(k_, w.k_norm, t * w.kv_heads, hp.head_dim, hp.rms_eps);
     rope(k_, positions, w.kv_heads, rp);
+    scale_rotated(k_, t * w.kv_heads, hp.head_dim, hp.rope_dim, hp.rope_attn_factor);
     args.k = std::span<const float>(k_.data(), t * kd);
     args.v = std::span<const float>(v_.data(), t * vd);
   }
   args.scale = hp.attn_scale;
   args.softcap = hp.attn_softcap;
+  args.sinks = w.attn_sinks;  // empty unless the file carries blk.N.attn_sinks.weight
   args.out = std::span<float>(att_.data(), t * hq * dv);
   // A KV-shared layer reads the cache layer an earlier layer of this step wrote.
   Status attended = w.kv_shared ? kernel_.attend(args) : kernel_.update_and_attend(args);

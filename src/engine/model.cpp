@@ -13,6 +13,7 @@
 #include "program/fingerprint.h"
 #include "program/gguf_keys.h"
 #include "program/gguf_quant.h"
+#include "engine/yarn_rope.h"
 
 namespace kvcache::engine {
 namespace {
@@ -174,6 +175,7 @@ Status load_layer(const GgufFile& f, const HParams& hp, int32_t i, const LoadOpt
   }
   KVCACHE_RETURN_IF_ERROR(
       get(w.q_norm, "attn_q_norm.weight", hp.head_dim, 0, !hp.qk_norm_required));
+  KVCACHE_RETURN_IF_ERROR(get(w.attn_sinks, "attn_sinks.weight", hp.q_heads, 0, true));
   if (hp.post_norms) {
     KVCACHE_RETURN_IF_ERROR(get(w.post_attn_norm, "post_attention_norm.weight", d, 0, false));
     KVCACHE_RETURN_IF_ERROR(get(w.post_ffn_norm, "post_ffw_norm.weight", d, 0, false));
@@ -280,6 +282,43 @@ Status read_experts(const gguf::KeyReader& keys, HParams& hp) {
   return ok_status();
 }
 
+// YaRN's keys (llama.cpp's names): rope.scaling.factor s > 0, rope.scaling.original_context_length
+// L > 0 (required), rope.scaling.yarn_beta_fast / yarn_beta_slow (default 32 / 1, fast > slow >
+// 0). See yarn_rope.h.
+Status read_yarn(const gguf::KeyReader& keys, HParams& hp) {
+  using gguf::Key;
+  const GgufFile& f = keys.file();
+  const std::string p = keys.arch() + ".rope.scaling.";
+  auto number = [&](const std::string& key, std::optional<double> fallback) -> Result<double> {
+    if (fallback && f.find(key) == nullptr) return *fallback;
+    Result<double> v = f.get_float(key);
+    if (!v.ok()) return Status(v.status().code(), "load model: " + v.status().message());
+    if (!std::isfinite(*v) || !(*v > 0.0))
+      return invalid_argument(str_cat("load model: ", key, " = ", *v, ", expected > 0"));
+    return *v;
+  };
+  Result<double> factor = number(keys.name(Key::kRopeScalingFactor), std::nullopt);
+  Result<double> length = number(p + "original_context_length", std::nullopt);
+  Result<double> fast = number(p + "yarn_beta_fast", 32.0);
+  Result<double> slow = number(p + "yarn_beta_slow", 1.0);
+  for (const Result<double>* r : {&factor, &length, &fast, &slow})
+    if (!r->ok()) return r->status();
+  if (!(*fast > *slow))
+    return invalid_argument(str_cat("load model: ", p, "yarn_beta_fast = ", *fast,
+                                    " and yarn_beta_slow = ", *slow,
+                                    ", expected beta_fast > beta_slow"));
+  if (hp.rope_dim < 2 || hp.rope_base <= 1.0f)
+    return invalid_argument(str_cat("load model: yarn needs rope.dimension_count >= 2 and "
+                                    "rope.freq_base > 1 (got ", hp.rope_dim, ", ", hp.rope_base,
+                                    ")"));
+  hp.rope_yarn_factor = static_cast<float>(*factor);
+  hp.rope_yarn_orig_ctx = static_cast<int64_t>(*length);
+  hp.rope_yarn_beta_fast = static_cast<float>(*fast);
+  hp.rope_yarn_beta_slow = static_cast<float>(*slow);
+  hp.rope_attn_factor = yarn_attn_factor(hp.rope_yarn_factor);
+  return ok_status();
+}
+
 // rope_freqs.weight (Llama 3.1/3.2): one positive finite divisor per rotated pair, or absent.
 Result<std::vector<float>> load_rope_freqs(const GgufFile& f, const HParams& hp) {
   Result<std::vector<float>> r = load_tensor(f, "rope_freqs.weight", hp.rope_dim / 2, 0, true);
@@ -352,9 +391,13 @@ Result<HParams> read_hparams(const GgufFile& f) {
       return invalid_argument(str_cat("load model: ", keys.name(Key::kRopeScalingFactor), " = ",
                                       *factor, ", expected > 0"));
     hp.rope_linear = static_cast<float>(*factor);
+  } else if (scaling.ok() && *scaling == "yarn" && hp.arch != "gemma3") {
+    KVCACHE_RETURN_IF_ERROR(read_yarn(keys, hp));
   } else if (scaling.ok() && *scaling != "none") {
     return invalid_argument("load model: " + keys.name(Key::kRopeScalingType) + " = \"" +
-                            *scaling + "\" is not supported, expected \"linear\" or \"none\"");
+                            *scaling + "\" is not supported" +
+                            (*scaling == "yarn" ? " for gemma3 (its sliding layers' RoPE)"
+                                                : ", expected \"linear\", \"yarn\" or \"none\""));
   }
   KVCACHE_RETURN_IF_ERROR(apply_architecture(keys, hp));
   KVCACHE_RETURN_IF_ERROR(read_experts(keys, hp));
@@ -423,6 +466,12 @@ Result<Model> Model::load(const GgufFile& f, const LoadOptions& options) {
   Result<std::vector<float>> freqs = load_rope_freqs(f, h);
   if (!freqs.ok()) return freqs.status();
   m.rope_freqs_ = std::move(*freqs);
+  if (h.rope_yarn_factor > 0.0f) {  // YaRN's divisors, on top of the file's when both
+    std::vector<float> yarn = yarn_divisors(h);
+    if (!m.rope_freqs_.empty())
+      for (size_t j = 0; j < yarn.size(); ++j) yarn[j] *= m.rope_freqs_[j];
+    m.rope_freqs_ = std::move(yarn);
+  }
   return m;
 }
 
@@ -475,7 +524,8 @@ int64_t Model::n_params() const {
     for (const std::vector<Weight>* stack : {&w.gate_exps, &w.up_exps, &w.down_exps})
       for (const Weight& x : *stack) n += x.n_elements();
     for (const std::vector<float>* v : {&w.attn_norm, &w.bq, &w.bk, &w.bv, &w.q_norm, &w.k_norm,
-                                        &w.ffn_norm, &w.post_attn_norm, &w.post_ffn_norm})
+                                        &w.ffn_norm, &w.post_attn_norm, &w.post_ffn_norm,
+                                        &w.attn_sinks})
       n += static_cast<int64_t>(v->size());
   }
   return n;

@@ -43,7 +43,9 @@ void rope(Vec& x, int64_t t, int64_t heads, const HParams& hp, bool sliding,
       double freq = std::pow(base, -2.0 * static_cast<double>(j) / hp.rope_dim);
       if (!factors.empty()) freq /= factors[j];
       const double angle = (static_cast<double>(p) / linear) * freq;
-      const double c = std::cos(angle), s = std::sin(angle);
+      // YaRN's magnitude factor scales cos and sin alike (1 without YaRN).
+      const double c = std::cos(angle) * hp.rope_attn_factor;
+      const double s = std::sin(angle) * hp.rope_attn_factor;
       const int64_t i0 = hp.rope_interleaved ? 2 * j : j;
       const int64_t i1 = hp.rope_interleaved ? 2 * j + 1 : j + half;
       for (int64_t h = 0; h < heads; ++h) {
@@ -56,9 +58,11 @@ void rope(Vec& x, int64_t t, int64_t heads, const HParams& hp, bool sliding,
 }
 
 // out[T, Hq, Dv]: query p sees keys (p - W, p] (W = 0: all of [0, p]); logits scaled, then
-// soft-capped when cap > 0.
+// soft-capped when cap > 0; head h's sink logit (when `sinks` is not empty) joins the
+// denominator.
 Vec attend(const Vec& q, const Vec& k, const Vec& v, int64_t t, int64_t hq, int64_t hkv,
-           int64_t dk, int64_t dv, int32_t window, double scale, double cap) {
+           int64_t dk, int64_t dv, int32_t window, double scale, double cap,
+           const std::vector<float>& sinks) {
   Vec out(t * hq * dv, 0.0);
   const int64_t group = hq / hkv;
   Vec w(t);
@@ -74,7 +78,8 @@ Vec attend(const Vec& q, const Vec& k, const Vec& v, int64_t t, int64_t hq, int6
         w[j] = cap > 0.0 ? cap * std::tanh(s * scale / cap) : s * scale;
         mx = std::max(mx, w[j]);
       }
-      double sum = 0.0;
+      if (!sinks.empty()) mx = std::max(mx, double(sinks[h]));
+      double sum = sinks.empty() ? 0.0 : std::exp(double(sinks[h]) - mx);
       for (int64_t j = lo; j <= p; ++j) sum += (w[j] = std::exp(w[j] - mx));
       for (int64_t j = lo; j <= p; ++j)
         for (int64_t i = 0; i < dv; ++i)
@@ -151,7 +156,7 @@ std::vector<double> reference_logits(const Model& model, std::span<const int32_t
       cache_v[w.cache] = linear(h, w.wv, w.bv, t);
     }
     Vec att = attend(q, cache_k[w.cache], cache_v[w.cache], t, hq, hkv, dk, dv,
-                     geo.layers[w.cache].window, hp.attn_scale, hp.attn_softcap);
+                     geo.layers[w.cache].window, hp.attn_scale, hp.attn_softcap, w.attn_sinks);
     add_residual(x, linear(att, w.wo, {}, t), w.post_attn_norm, t, d, hp.rms_eps);
     h = x;
     rmsnorm(h, w.ffn_norm, t, d, hp.rms_eps);

@@ -26,7 +26,8 @@ constexpr int64_t kPreambleBytes = 16;             // magic, u32 version, u32 he
 constexpr int64_t kChecksumBytes = 8;
 constexpr int64_t kMaxHeaderBytes = int64_t{1} << 28;  // 256 MiB: ~64M token ids
 constexpr uint32_t kMaxLayers = 1u << 16;
-constexpr int64_t kLayerGeometryBytes = 16;        // kv_heads, head_dim, value_dim, window
+// kv_heads, head_dim, value_dim, window; version 3 adds u32 layer flags (bit 0: sinks).
+int64_t layer_geometry_bytes(uint32_t version) { return version >= 3 ? 20 : 16; }
 constexpr int64_t kLayerRangeBytes = 16;           // first, n
 
 std::string hex(uint64_t v) {
@@ -39,8 +40,17 @@ std::string hex(uint64_t v) {
 
 using Writer = program::ByteWriter;
 
+// The version a snapshot is written in: 3 when a layer has sinks (its geometry needs the layer
+// flags), else 2, so files of models without sinks stay readable by version-2 readers.
+uint32_t write_version(const Snapshot& s) {
+  for (const LayerGeometry& l : s.geometry.layers)
+    if (l.sinks) return 3;
+  return 2;
+}
+
 // Preamble, header body and the header checksum.
 std::vector<uint8_t> encode_header(const Snapshot& s) {
+  const uint32_t version = write_version(s);
   Writer body;
   body.put<uint64_t>(s.fingerprint);
   body.put<uint32_t>(static_cast<uint32_t>(s.k_dtype));
@@ -52,6 +62,7 @@ std::vector<uint8_t> encode_header(const Snapshot& s) {
     body.put<int32_t>(l.head_dim);
     body.put<int32_t>(l.value_dim);
     body.put<int32_t>(l.window);
+    if (version >= 3) body.put<uint32_t>(l.sinks ? 1u : 0u);
   }
   body.put<int64_t>(s.positions);
   body.put<uint64_t>(s.tokens.size());
@@ -62,7 +73,7 @@ std::vector<uint8_t> encode_header(const Snapshot& s) {
   }
   Writer out;
   out.put_bytes(kSnapshotMagic, sizeof kSnapshotMagic);
-  out.put<uint32_t>(kSnapshotVersion);
+  out.put<uint32_t>(version);
   out.put<uint32_t>(static_cast<uint32_t>(body.bytes().size()));
   out.put_bytes(body.bytes().data(), body.bytes().size());
   out.put<uint64_t>(XXH3_64bits(out.bytes().data(), out.bytes().size()));
@@ -207,12 +218,19 @@ Status parse_body(std::span<const uint8_t> body, uint32_t version, Snapshot& s) 
   if (n_layers < 1 || n_layers > kMaxLayers)
     return invalid_argument(
         str_cat("snapshot header: ", n_layers, " cache layers, expected 1..", kMaxLayers));
-  if (c.left() < n_layers * static_cast<size_t>(kLayerGeometryBytes))
+  if (c.left() < n_layers * static_cast<size_t>(layer_geometry_bytes(version)))
     return short_header("the layer geometry");
   s.geometry.layers.resize(n_layers);
-  for (LayerGeometry& l : s.geometry.layers) {
+  for (size_t i = 0; i < n_layers; ++i) {
+    LayerGeometry& l = s.geometry.layers[i];
     (void)c.get(l.kv_heads), (void)c.get(l.head_dim), (void)c.get(l.value_dim);
     (void)c.get(l.window);
+    uint32_t flags = 0;
+    if (version >= 3) (void)c.get(flags);
+    if (flags > 1)
+      return invalid_argument(str_cat("snapshot header: layer ", i, " flags = ", flags,
+                                      ", expected 0 or 1 (bit 0: attention sinks)"));
+    l.sinks = flags == 1;
   }
   if (auto why = why_invalid(s.geometry))
     return invalid_argument("snapshot header: " + why->message());
@@ -342,7 +360,8 @@ std::string geometry_difference(const CacheGeometry& snap, const CacheGeometry& 
         {"kv_heads", {a.kv_heads, b.kv_heads}},
         {"head_dim", {a.head_dim, b.head_dim}},
         {"value_dim", {a.value_dim, b.value_dim}},
-        {"window", {a.window, b.window}}};
+        {"window", {a.window, b.window}},
+        {"sinks", {a.sinks ? 1 : 0, b.sinks ? 1 : 0}}};
     for (const auto& [name, v] : fields)
       if (v.first != v.second)
         return str_cat("cache layer ", i, " ", name, " = ", v.first, " in the snapshot, ", v.second,
@@ -378,7 +397,8 @@ int64_t encoded_snapshot_bytes(const Snapshot& s) {
   const auto layers = static_cast<int64_t>(s.layers.size());
   // preamble, fingerprint, key and value types, flags, layer count, geometry, positions,
   // token count, ids, ranges, header checksum; then per layer its K and V rows and checksum
-  int64_t n = kPreambleBytes + 8 + 4 + 4 + 4 + 4 + kLayerGeometryBytes * layers + 8 + 8 +
+  int64_t n = kPreambleBytes + 8 + 4 + 4 + 4 + 4 + layer_geometry_bytes(write_version(s)) * layers +
+              8 + 8 +
               4 * static_cast<int64_t>(s.tokens.size()) + kLayerRangeBytes * layers +
               kChecksumBytes;
   for (const LayerRows& r : s.layers)

@@ -94,6 +94,7 @@ nlohmann::json cache_summary_json(const ModelGeometry& geometry, const SummaryOp
                       {"head_dim", l.head_dim},
                       {"value_dim", l.value_dim},
                       {"window", l.window},
+                      {"sinks", l.sinks},
                       {"bytes_per_cell", per_cell},
                       {"slots", slots},
                       {"model_layers", readers[c]}});
@@ -173,9 +174,9 @@ std::string cache_summary_text(const ModelGeometry& geometry, const SummaryOptio
                 static_cast<long long>(per_cell), double(per_cell) / double(f16_cell),
                 static_cast<long long>(f16_cell));
   s += line;
-  std::snprintf(line, sizeof line, "%5s  %-16s %8s %8s %9s %-14s %12s %10s\n", "cache",
+  std::snprintf(line, sizeof line, "%5s  %-16s %8s %8s %9s %-14s %12s %10s %6s\n", "cache",
                 "model layers", "kv_heads", "head_dim", "value_dim", "policy", "bytes/cell",
-                "seq slots");
+                "seq slots", "sinks");
   s += line;
   for (size_t c = 0; c < j["layers"].size(); ++c) {
     const auto& l = j["layers"][c];
@@ -185,12 +186,13 @@ std::string cache_summary_text(const ModelGeometry& geometry, const SummaryOptio
       readers += str_cat(r.get<int32_t>());
     }
     if (readers.size() > 16) readers = readers.substr(0, 13) + "...";
-    std::snprintf(line, sizeof line, "%5zu  %-16s %8d %8d %9d %-14s %12s %10lld\n",
+    std::snprintf(line, sizeof line, "%5zu  %-16s %8d %8d %9d %-14s %12s %10lld %6s\n",
                   c, readers.c_str(),
                   l["kv_heads"].get<int32_t>(), l["head_dim"].get<int32_t>(),
                   l["value_dim"].get<int32_t>(), policy_name(l["window"].get<int32_t>()).c_str(),
                   human_bytes(l["bytes_per_cell"].get<int64_t>()).c_str(),
-                  static_cast<long long>(l["slots"].get<int64_t>()));
+                  static_cast<long long>(l["slots"].get<int64_t>()),
+                  l["sinks"].get<bool>() ? "yes" : "no");
     s += line;
   }
   const auto b = [&](const char* k) { return human_bytes(j[k].get<int64_t>()); };

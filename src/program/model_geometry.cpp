@@ -184,7 +184,34 @@ Result<ModelGeometry> read_kvcache_keys(const gguf::GgufFile& f) {
   return g;
 }
 
+// Learned attention sinks: a cache layer has them when the model layer owning it (the first
+// that reads it) carries blk.N.attn_sinks.weight. Every model layer reading one cache layer
+// must agree, since the cache applies one flag per layer. The tensor's shape is the engine's
+// to check.
+Status mark_sinks(const gguf::GgufFile& f, ModelGeometry& g) {
+  std::vector<int32_t> owner(g.cache.layers.size(), -1);
+  for (size_t i = 0; i < g.layer_cache.size(); ++i) {
+    const auto c = static_cast<size_t>(g.layer_cache[i]);
+    const bool has = f.tensor(sink_tensor_name(static_cast<int64_t>(i))) != nullptr;
+    if (owner[c] < 0) {
+      owner[c] = static_cast<int32_t>(i);
+      g.cache.layers[c].sinks = has;
+    } else if (g.cache.layers[c].sinks != has) {
+      return invalid_argument(str_cat(
+          "gguf: ", sink_tensor_name(static_cast<int64_t>(i)), " is ", has ? "present" : "absent",
+          " but ", sink_tensor_name(owner[c]), " is ", has ? "absent" : "present",
+          "; model layers ", owner[c], " and ", i, " read cache layer ", c,
+          ", which applies one sinks flag"));
+    }
+  }
+  return ok_status();
+}
+
 }  // namespace
+
+std::string sink_tensor_name(int64_t layer) {
+  return str_cat("blk.", layer, ".attn_sinks.weight");
+}
 
 Status validate_model_geometry(const ModelGeometry& g) {
   KVCACHE_RETURN_IF_ERROR(check_raw(to_raw(g), ""));
@@ -194,7 +221,11 @@ Status validate_model_geometry(const ModelGeometry& g) {
 
 Result<ModelGeometry> read_model_geometry(const gguf::GgufFile& file) {
   for (const char* key : {kKvHeads, kHeadDims, kValueDims, kWindows, kLayerCache})
-    if (file.find(key)) return read_kvcache_keys(file);
+    if (file.find(key)) {
+      Result<ModelGeometry> g = read_kvcache_keys(file);
+      if (g.ok()) KVCACHE_RETURN_IF_ERROR(mark_sinks(file, *g));
+      return g;
+    }
   auto derived = derive_llama_geometry(file);
   if (!derived.ok()) return derived.status();
   ModelGeometry g = std::move(derived).value();
@@ -203,6 +234,7 @@ Result<ModelGeometry> read_model_geometry(const gguf::GgufFile& file) {
   KVCACHE_RETURN_IF_ERROR(read_u32(file, kMaxStepTokens, &max_step));
   if (max_context > 0) g.max_context = max_context;
   if (max_step > 0) g.max_step_tokens = max_step;
+  KVCACHE_RETURN_IF_ERROR(mark_sinks(file, g));
   Status s = validate_model_geometry(g);
   if (!s.ok()) return Status(s.code(), "gguf: " + s.message());
   return g;

@@ -43,6 +43,13 @@ uint64_t block_namespace(uint64_t fingerprint, const CacheGeometry& geometry, DT
     put_u32(rec, static_cast<uint32_t>(l.value_dim));
     put_u32(rec, static_cast<uint32_t>(l.window));
   }
+  // Attention sinks change what a layer's K/V means to the model; geometries without any keep
+  // their earlier namespace (no trailing part).
+  if (std::any_of(geometry.layers.begin(), geometry.layers.end(),
+                  [](const LayerGeometry& l) { return l.sinks; })) {
+    put_str(rec, "sinks");
+    for (const LayerGeometry& l : geometry.layers) rec.push_back(l.sinks ? 1 : 0);
+  }
   return XXH3_64bits(rec.data(), rec.size());
 }
 

@@ -64,6 +64,7 @@ class CacheDriver {
       std::vector<float> out(size_t(T) * hq * l.value_dim);
       const float scale = 1.0f / std::sqrt(float(l.head_dim));
       AttendArgs a{layer, T, hq, positions, q, k, v, scale, softcap, out};
+      if (l.sinks) a.sinks = sinks(layer);
       Status st = cache_.update_and_attend(a);
       EXPECT_TRUE(st.ok()) << st.to_string();
       const DType kt = cache_.config().key_type(), vt = cache_.config().value_type();
@@ -88,6 +89,14 @@ class CacheDriver {
   }
 
   int32_t n_layers() const { return static_cast<int32_t>(cache_.geometry().layers.size()); }
+
+  // The sink logits of a layer with sinks: fixed per layer, in [-3, 3] (around the logits).
+  const std::vector<float>& sinks(int32_t layer) {
+    auto it = sinks_.find(layer);
+    if (it == sinks_.end())
+      it = sinks_.emplace(layer, random_floats(rng_, size_t(q_heads_[layer]), -3, 3)).first;
+    return it->second;
+  }
 
  private:
   struct Seq {
@@ -118,7 +127,9 @@ class CacheDriver {
                               q.begin() + (i * hq + h + 1) * l.head_dim);
         const bool rot = cache_.config().rotated();
         if (rot) hadamard_rows_reference(qh.data(), 1, l.head_dim);  // q . k unchanged
-        auto want = brute_attend(qh.data(), ks, vs, l.head_dim, l.value_dim, scale, softcap);
+        const float* sink = l.sinks ? sinks_.at(layer).data() + h : nullptr;
+        auto want =
+            brute_attend(qh.data(), ks, vs, l.head_dim, l.value_dim, scale, softcap, sink);
         if (rot) {  // the output mixes rotated values: rotate it back
           std::vector<float> w(want.begin(), want.end());
           hadamard_rows_reference(w.data(), 1, l.value_dim);
@@ -138,6 +149,7 @@ class CacheDriver {
   std::vector<int32_t> q_heads_;
   std::mt19937 rng_;
   std::map<int32_t, Seq> seqs_;
+  std::map<int32_t, std::vector<float>> sinks_;  // per layer with sinks: q_heads logits
 };
 
 }  // namespace kvcache::cpu::testing

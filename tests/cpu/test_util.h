@@ -29,10 +29,12 @@ inline std::vector<float> rounded(DType dtype, const std::vector<float>& v) {
   return out;
 }
 
-// One query head against explicit key/value vectors: softmax(scale * q.k [softcapped]) . v.
+// One query head against explicit key/value vectors: softmax(scale * q.k [softcapped]) . v;
+// with a sink logit s the denominator gains exp(s) (and no value is added).
 inline std::vector<double> brute_attend(const float* q, const std::vector<const float*>& ks,
                                         const std::vector<const float*>& vs, int dim,
-                                        int value_dim, double scale, double softcap) {
+                                        int value_dim, double scale, double softcap,
+                                        const float* sink = nullptr) {
   std::vector<double> s(ks.size());
   double mx = -INFINITY;
   for (size_t j = 0; j < ks.size(); ++j) {
@@ -42,7 +44,8 @@ inline std::vector<double> brute_attend(const float* q, const std::vector<const 
     if (softcap > 0) s[j] = softcap * std::tanh(s[j] / softcap);
     mx = std::max(mx, s[j]);
   }
-  double sum = 0;
+  if (sink != nullptr) mx = std::max(mx, double(*sink));
+  double sum = sink != nullptr ? std::exp(double(*sink) - mx) : 0.0;
   for (double& x : s) sum += (x = std::exp(x - mx));
   std::vector<double> out(value_dim, 0.0);
   for (size_t j = 0; j < ks.size(); ++j)

@@ -8,9 +8,11 @@
 # the mixtures of experts, the experts inspect reports.
 # The mixtures of experts (qwen3moe, llama-moe) do not slide: for them the test pins routing,
 # the top-k weights and the per-expert SwiGLU, prefill chunks of 3 grouping tokens by expert.
-# Usage: arch_golden.sh KVCACHE_BIN REPO_DIR ARCH [--f16]
-#   (ARCH: gemma2, gemma3, llama-rope-freqs, qwen3moe, llama-moe; --f16 stores the matrices
-#   as F16, which the reference reads exactly as stored)
+# With --sinks every layer carries learned attention sinks (blk.N.attn_sinks.weight), and
+# `kvcache inspect` must show the flag on every cache layer (text and --json).
+# Usage: arch_golden.sh KVCACHE_BIN REPO_DIR ARCH [--f16] [--sinks]
+#   (ARCH: gemma2, gemma3, llama-rope-freqs, llama-swa, qwen3moe, llama-moe; --f16 stores the
+#   matrices as F16, which the reference reads exactly as stored)
 set -euo pipefail
 bin=$1; repo=$2; arch=$3; shift 3
 tmp=$(mktemp -d)
@@ -33,6 +35,19 @@ print(f"{sys.argv[3]}: max abs diff relative to logit scale = {rel:.3e}")
 sys.exit(0 if rel <= 1e-4 else 1)
 PY
 done
+
+if [[ " $* " == *" --sinks "* ]]; then
+  "$bin" inspect "$tmp/model.gguf" --json > "$tmp/inspect.json"
+  "$bin" inspect "$tmp/model.gguf" > "$tmp/inspect.txt"
+  "$py" - "$tmp/inspect.json" "$tmp/inspect.txt" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert [l["sinks"] for l in j["layers"]] == [True] * len(j["layers"]), j["layers"]
+rows = [r for r in open(sys.argv[2]).read().splitlines() if r.strip().split(" ")[0].isdigit()]
+assert len(rows) == len(j["layers"]) and all(r.split()[-1] == "yes" for r in rows), rows
+print(f"inspect: sinks on all {len(rows)} cache layers (json and text)")
+PY
+fi
 
 if [ "$arch" = gemma3 ]; then
   "$bin" inspect "$tmp/model.gguf" --json > "$tmp/inspect.json"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `kvcache run` and `inspect` on files the engine must refuse, each naming the value: an
 # unsupported general.architecture (phi3; qwen2moe, a mixture of experts outside the supported
-# ones), rope.scaling.type "yarn" and a qwen3moe expert_used_count of 0
-# (scripts/make_arch_model.py).
+# ones), rope.scaling.type "yarn" without its original context length, yarn on gemma3, and a
+# qwen3moe expert_used_count of 0 (scripts/make_arch_model.py).
 # inspect only reads the geometry, so it still describes them.
 # Usage: arch_refusals.sh KVCACHE_BIN REPO_DIR
 set -euo pipefail
@@ -24,8 +24,8 @@ expect_refusal() {  # expect_refusal FILE PATTERN: exit code 1 (a refusal, not a
   grep -qF -- "$2" "$tmp/err" || { cat "$tmp/err" >&2; fail "run $1: no '$2'"; }
 }
 expect_refusal phi3 'general.architecture = "phi3" is not supported'
-expect_refusal yarn 'llama.rope.scaling.type = "yarn" is not supported'
-expect_refusal gemma3yarn 'gemma3.rope.scaling.type = "yarn" is not supported'
+expect_refusal yarn "key 'llama.rope.scaling.original_context_length' not found"
+expect_refusal gemma3yarn 'gemma3.rope.scaling.type = "yarn" is not supported for gemma3'
 expect_refusal qwen2moe 'general.architecture = "qwen2moe" is not supported'
 expect_refusal used0 'qwen3moe.expert_used_count = 0, expected in [1, expert_count = 8]'
 "$bin" inspect "$tmp/phi3.gguf" >"$tmp/out" 2>&1 || { cat "$tmp/out"; fail "inspect phi3"; }

@@ -208,6 +208,54 @@ TEST(Forward, TokenOutOfRangeIsRefusedAndChangesNothing) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
 }
 
+// Learned attention sinks on every layer (the shared layer 3 brings its own logits to cache
+// layer 1): incremental logits through both layouts, chunks of 1 and 3, past the Sliding(4)
+// window, equal the no-cache recomputation; and the sinks matter (without them the logits move).
+TEST(Forward, AttentionSinksMatchReferenceInBothLayoutsPastTheWindow) {
+  TinySpec s;
+  s.sinks = s.q_heads;
+  Model model = tiny_model(s);
+  for (const auto& l : model.geometry().cache.layers) EXPECT_TRUE(l.sinks);
+  EXPECT_EQ(model.layers()[3].attn_sinks.size(), 4u);
+  const std::vector<int32_t> tokens = some_tokens(17, model.hparams().vocab, 4);
+  const std::vector<double> want = reference_logits(model, tokens);
+  Model plain = tiny_model(TinySpec{});  // the same other weights (sinks are drawn last)
+  Built without = build(plain, CacheOptions{});
+  EXPECT_GT(rel_diff(cached_logits(without, tokens, 3), want), 1e-2);
+  for (const char* kind : {"sequence", "cell"})
+    for (int chunk : {1, 3}) {
+      CacheOptions o;
+      o.kind = kind;
+      o.capacity = 32;
+      Built b = build(model, o);
+      EXPECT_LE(rel_diff(cached_logits(b, tokens, chunk), want), kTol) << kind << " " << chunk;
+    }
+}
+
+// A sink tensor of the wrong length is refused at load naming it; a cache built without the
+// model's sinks is refused by the engine naming the layer.
+TEST(Forward, MisSizedSinksTensorAndACacheWithoutSinksAreRefused) {
+  TinySpec s;
+  s.sinks = 3;  // for 4 query heads
+  Result<gguf::GgufFile> f = gguf::GgufFile::parse(tiny_model_bytes(s));
+  ASSERT_TRUE(f.ok());
+  Result<Model> bad = Model::load(*f);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(),
+            "load model: tensor blk.0.attn_sinks.weight has GGUF dims [3], expected [4]");
+  s.sinks = s.q_heads;
+  Model model = tiny_model(s);
+  CacheSetup setup = *plan_cache(model, CacheOptions{});
+  setup.geometry.layers[1].sinks = false;
+  Result<std::unique_ptr<Engine>> e = Engine::create(model, *build_cache(setup));
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(e.status().message(),
+            "engine: cache layer 1 has sinks = false, the model's has true (attention sinks are the "
+            "model's to publish)");
+}
+
 TEST(Forward, EngineRefusesACacheOfAnotherShape) {
   Model model = tiny_model(TinySpec{});
   CacheSetup s = *plan_cache(model, CacheOptions{});

@@ -144,8 +144,8 @@ TEST(Snapshot, TruncatedCorruptAndForeignFilesAreRefusedByName) {
   bad[0] ^= 1;
   expect_refused(bad, StatusCode::kInvalidArgument, "not a kvcache snapshot");
   bad = good;
-  bad[8] = 3;  // version 3
-  expect_refused(bad, StatusCode::kInvalidArgument, "format version 3, this build reads 1..2");
+  bad[8] = 4;  // version 4
+  expect_refused(bad, StatusCode::kInvalidArgument, "format version 4, this build reads 1..3");
   bad = good;
   bad[40] ^= 0x10;  // inside the layer geometry
   expect_refused(bad, StatusCode::kDataLoss, "header checksum mismatch");
@@ -165,6 +165,35 @@ TEST(Snapshot, TruncatedCorruptAndForeignFilesAreRefusedByName) {
                 s.status().code() == StatusCode::kInvalidArgument)
         << s.status().to_string();
   }
+}
+
+// A geometry with attention sinks is written as version 3 (a u32 of layer flags after each
+// layer's window: 3 x 4 bytes more) and read back with its flags; one without stays version 2.
+// A cache whose layer lacks the snapshot's sinks refuses the restore naming layer and field.
+TEST(Snapshot, SinksAreWrittenAsVersionThreeAndReadBackPerLayer) {
+  Model model = tiny_model(TinySpec{});
+  Captured a = converse(model, options("sequence", DType::kF32));
+  const std::vector<uint8_t> plain = encode_snapshot(a.snapshot);
+  ASSERT_GE(plain.size(), 12u);
+  EXPECT_EQ(plain[8], 2);
+  Snapshot sinks = a.snapshot;
+  sinks.geometry.layers[1].sinks = true;
+  const std::vector<uint8_t> bytes = encode_snapshot(sinks);
+  EXPECT_EQ(bytes[8], 3);
+  EXPECT_EQ(bytes.size(), plain.size() + 12);
+  EXPECT_EQ(static_cast<int64_t>(bytes.size()), encoded_snapshot_bytes(sinks));
+  Result<Snapshot> back = decode_snapshot(bytes);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->geometry, sinks.geometry);
+  EXPECT_FALSE(back->geometry.layers[0].sinks);
+  EXPECT_TRUE(back->geometry.layers[1].sinks);
+  Built b = build(model, options("sequence", DType::kF32));
+  Status st = restore_snapshot(*b.cache, b.seq, *back, model.fingerprint(), 260);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("cache layer 1 sinks = 1 in the snapshot, 0 in this cache"),
+            std::string::npos)
+      << st.message();
+  EXPECT_EQ(b.cache->pos(b.seq), 0);
 }
 
 TEST(Snapshot, AnotherModelGeometryOrDtypeIsRefusedAndTheCacheStaysEmpty) {

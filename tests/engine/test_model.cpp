@@ -127,6 +127,10 @@ std::vector<uint8_t> tiny_model_bytes(const TinySpec& s) {
   }
   add("output_norm.weight", {d}, gen.normal(d, 0.1, 1.0));
   if (!s.tied) add("output.weight", {d, s.vocab}, mat(s.vocab, d));
+  // Drawn last, so a spec with sinks has the same other weights as the one without.
+  for (int32_t i = 0; s.sinks > 0 && i < n_layers; ++i)
+    add("blk." + std::to_string(i) + ".attn_sinks.weight", {s.sinks},
+        gen.normal(s.sinks, 1.5, 0.5));
   return w.bytes();
 }
 

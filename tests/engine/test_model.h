@@ -1,7 +1,7 @@
 // Tiny random-weight GGUF models for the engine tests, written with gguf::GgufWriter in
 // memory. Layer: tests. Every knob the forward has (pairing, bias, q/k norm, per-layer kv
 // heads, windows, KV-shared layers, tied output, rope_dim, linear scaling, rope_freqs, Gemma's
-// post-norms and soft-caps, mixtures of experts) is a field.
+// post-norms and soft-caps, mixtures of experts, attention sinks) is a field.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +34,9 @@ struct TinySpec {
   std::vector<float> rope_freqs;  // non-empty: written as rope_freqs.weight
   float attn_softcap = 0.0f;      // > 0: {arch}.attn_logit_softcapping written
   float final_softcap = 0.0f;     // > 0: {arch}.final_logit_softcapping written
+  // > 0: every layer gets blk.N.attn_sinks.weight of this many logits (q_heads; another count
+  // for refusal tests).
+  int32_t sinks = 0;
   // gemma2/gemma3 archs also get post_attention_norm / post_ffw_norm tensors.
   int64_t max_context = 256;
   int64_t max_step_tokens = 8;

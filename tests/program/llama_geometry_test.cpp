@@ -153,6 +153,44 @@ TEST(LlamaGeometry, Gemma3nSharedLayersReadTheLastEarlierLayerOfTheirType) {
   EXPECT_EQ(g->cache.layers[18].window, 512);
 }
 
+// gpt-oss's learned attention sinks: a cache layer has the flag exactly when its owning model
+// layer carries blk.N.attn_sinks.weight, whether the geometry comes from llama.cpp's keys or
+// from kvcache.* keys.
+TEST(LlamaGeometry, AttnSinksTensorsSetTheSinksFlagOfTheirCacheLayers) {
+  auto w = llama_style("gpt-oss", 4, 128);
+  const std::vector<float> sinks(8, 0.5f);
+  for (int layer : {0, 1, 3})
+    ASSERT_TRUE(w.add_tensor_f32(sink_tensor_name(layer), {8}, sinks).ok());
+  auto g = derive(w);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  std::vector<bool> flags;
+  for (const auto& l : g->cache.layers) flags.push_back(l.sinks);
+  EXPECT_EQ(flags, (std::vector<bool>{true, true, false, true}));
+  EXPECT_EQ(windows(*g), (std::vector<int32_t>{128, 0, 128, 0}));
+  EXPECT_EQ(sink_tensor_name(3), "blk.3.attn_sinks.weight");
+  ModelGeometry keyed = *g;
+  for (auto& l : keyed.cache.layers) l.sinks = false;  // the keys carry no flags
+  ASSERT_TRUE(write_model_geometry(keyed, w).ok());
+  auto again = derive(w);
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(again->cache, g->cache);
+}
+
+// Two model layers reading one cache layer must agree on sinks: the cache applies one flag.
+TEST(LlamaGeometry, SharedLayersDisagreeingOnSinksAreRefusedNamingBothTensors) {
+  // Period 5: layers 0-3 and 5 slide; the shared layer 5 reads layer 3, the last sliding owner.
+  auto w = llama_style("gemma3n", 6, 512);
+  w.set_uint32("gemma3n.attention.shared_kv_layers", 1);
+  const std::vector<float> sinks(8, 0.0f);
+  ASSERT_TRUE(w.add_tensor_f32(sink_tensor_name(5), {8}, sinks).ok());
+  auto g = derive(w);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(g.status().message(),
+            "gguf: blk.5.attn_sinks.weight is present but blk.3.attn_sinks.weight is absent; "
+            "model layers 3 and 5 read cache layer 3, which applies one sinks flag");
+}
+
 TEST(LlamaGeometry, SharedLayerCountMustLeaveAnOwner) {
   auto w = llama_style("gemma3n", 4, 0);
   w.set_uint32("gemma3n.attention.shared_kv_layers", 4);

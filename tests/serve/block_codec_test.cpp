@@ -47,6 +47,14 @@ TEST(BlockKeys, NamespaceIsTheDocumentedRecord) {
   }
   const uint64_t ns = block_namespace(0x1122334455667788ull, g, DType::kF16, 16);
   EXPECT_EQ(ns, XXH3_64bits(rec.data(), rec.size()));
+  // With attention sinks on layer 1 the record gains str("sinks") and a byte per layer.
+  CacheGeometry sinks = g;
+  sinks.layers[1].sinks = true;
+  std::vector<uint8_t> with = rec;
+  le(with, 5, 8);
+  with.insert(with.end(), {'s', 'i', 'n', 'k', 's', 0, 1, 0});
+  EXPECT_EQ(block_namespace(0x1122334455667788ull, sinks, DType::kF16, 16),
+            XXH3_64bits(with.data(), with.size()));
   // Block key: XXH3-64 with the namespace as seed over LE64(parent) then LE32 ids.
   std::vector<int32_t> ids(16);
   for (int32_t i = 0; i < 16; ++i) ids[i] = 1000 + i;
@@ -70,6 +78,11 @@ TEST(BlockKeys, AnotherModelGeometryDtypeOrBlockSizeGivesAnotherNamespace) {
   CacheGeometry h = g;
   h.layers[2].kv_heads = 1;
   EXPECT_NE(block_namespace(7, h, DType::kF32, 16), base);
+  CacheGeometry s0 = g, s2 = g;
+  s0.layers[0].sinks = true;
+  s2.layers[2].sinks = true;
+  EXPECT_NE(block_namespace(7, s0, DType::kF32, 16), base);
+  EXPECT_NE(block_namespace(7, s2, DType::kF32, 16), block_namespace(7, s0, DType::kF32, 16));
   EXPECT_EQ(block_namespace(7, geometry(), DType::kF32, 16), base);  // deterministic
 }
 

@@ -52,6 +52,7 @@ struct Case {
   CacheGeometry geometry;
   CacheConfig config;
   std::vector<int32_t> q_heads;
+  std::vector<std::vector<float>> sinks;  // per cache layer: q_heads logits, empty = no sinks
   std::optional<float> scale;
   float softcap = 0.0f;
   std::vector<Step> steps;
@@ -244,7 +245,23 @@ Status parse_header(const json& j, Case& c) {
     g.head_dim = int_of<int32_t>(l.at("head_dim"), "head_dim");
     g.value_dim = l.contains("value_dim") ? int_of<int32_t>(l["value_dim"], "value_dim") : g.head_dim;
     g.window = l.contains("window") ? int_of<int32_t>(l["window"], "window") : 0;
+    std::vector<float> sinks;
+    if (l.contains("sinks")) {
+      // Attention sinks: the layer's flag and its logits, one per query head.
+      if (!l["sinks"].is_array() || l["sinks"].empty())
+        return at.bad(str_cat("geometry[", c.geometry.layers.size(),
+                              "].sinks must be a non-empty array of numbers (one per q head)"));
+      for (const json& x : l["sinks"]) {
+        const double v = x.is_number() ? x.get<double>() : NAN;
+        if (!std::isfinite(v) || std::fabs(v) > 1e30)
+          return at.bad(str_cat("geometry[", c.geometry.layers.size(),
+                                "].sinks entries must be finite numbers"));
+        sinks.push_back(static_cast<float>(v));
+      }
+      g.sinks = true;
+    }
     c.geometry.layers.push_back(g);
+    c.sinks.push_back(std::move(sinks));
   }
   const json& cfg = j.at("config");
   c.config.capacity = int_of<int64_t>(cfg.at("capacity"), "capacity");
@@ -281,6 +298,10 @@ Status parse_header(const json& j, Case& c) {
   for (const json& x : qh) {
     const int32_t h = int_of<int32_t>(x, "q_heads");
     if (h < 1 || h > (1 << 16)) return at.bad("q_heads entries must be in [1, 65536]");
+    const size_t i = c.q_heads.size();
+    if (c.geometry.layers[i].sinks && c.sinks[i].size() != static_cast<size_t>(h))
+      return at.bad(str_cat("geometry[", i, "].sinks has ", c.sinks[i].size(),
+                            " entries, expected q_heads[", i, "] = ", h));
     c.q_heads.push_back(h);
   }
   if (j.contains("scale") && !j["scale"].is_null()) {
@@ -360,7 +381,7 @@ Status run_tokens(Cache& cache, const Case& c, const Step& s,
     args[i] = AttendArgs{call.layer, T, c.q_heads[call.layer], positions, call.q.data,
                          call.k.data, call.v.data,
                          c.scale ? *c.scale : 1.0f / std::sqrt(static_cast<float>(l.head_dim)),
-                         c.softcap, outputs[i]};
+                         c.softcap, outputs[i], c.sinks[call.layer]};
     ops[i] = call.attend_only ? cpu::AttendOp::kAttendOnly : cpu::AttendOp::kUpdateAndAttend;
     KVCACHE_RETURN_IF_ERROR(cpu::check_attend_args(c.geometry, args[i], ops[i]));
     const std::string at = str_cat("op-test: layers[", i, "] (layer ", call.layer, "): ");

@@ -34,6 +34,11 @@ struct AttendArgs {
   float scale = 0.0f;                   // logit scale (e.g. 1/sqrt(head_dim))
   float softcap = 0.0f;                 // 0 = none; else logits = c * tanh(logits / c)
   std::span<float> out;
+  // One logit per query head (q_heads floats) when the layer's geometry has sinks, else
+  // empty. Head h's weights become exp(s_j - m) / (exp(sinks[h] - m) + sum_j exp(s_j - m)):
+  // the sink takes a share of the softmax and brings no value. The model owns these values;
+  // the cache only applies them (per call, like scale and softcap).
+  std::span<const float> sinks = {};
 };
 
 // What a rewind to one position needs that a sliding-window ring may overwrite later: the K/V

@@ -50,6 +50,9 @@ struct LayerGeometry {
   int32_t head_dim = 0;   // key width, > 0
   int32_t value_dim = 0;  // value width, > 0 (equals head_dim unless the model says otherwise)
   int32_t window = 0;     // 0 = Full; W > 0 = Sliding(W): position p sees (p - W, p]
+  // Learned attention sinks (gpt-oss): every attend call on this layer brings one logit per
+  // query head (AttendArgs::sinks) that joins the softmax denominator with no value vector.
+  bool sinks = false;
 
   bool sliding() const { return window > 0; }
   friend bool operator==(const LayerGeometry&, const LayerGeometry&) = default;

@@ -44,10 +44,17 @@ struct AttentionProblem {
   float softcap = 0.0f;       // 0 = none
   KvView kv;
   std::span<const KeySet> keys;  // one per token, each non-empty
+  const float* sinks = nullptr;  // q_heads sink logits (AttendArgs::sinks); nullptr = none
 };
 
 // Double accumulation, two-pass softmax, one query head at a time. Single-threaded.
 void attend_reference(const AttentionProblem& p);
+
+// Normalizes one head's online-softmax state (running max m, sum l of exp(logit - m), acc of
+// dv weighted values) into out, the sink logit (when `sink` is given) joining the denominator:
+// out = acc * e^(m - m') / (l * e^(m - m') + e^(sink - m')), m' = max(m, sink). Every
+// optimized path ends a head here, so the sink term has one home.
+void finish_head(float m, double l, const float* acc, int32_t dv, const float* sink, float* out);
 
 // Optimized kernel; `isa` is resolved by cpu/isa.h (KernelFamily::kFloat): kAuto or a level
 // this CPU lacks runs the best supported one. Splits work over (token, kv head) and, when that
@@ -68,7 +75,8 @@ enum class AttendOp { kUpdateAndAttend, kAttendOnly };
 // Shape and range checks of one update_and_attend / attend call against its layer (no state
 // read): layer in range, n_tokens > 0, q_heads a positive multiple of kv_heads, every span
 // sized for its shape (k and v required by kUpdateAndAttend, empty for kAttendOnly), finite
-// scale, softcap >= 0. InvalidArgument naming the field, the value and the expectation.
+// scale, softcap >= 0, sinks of q_heads finite floats exactly when the layer has sinks (and
+// empty otherwise). InvalidArgument naming the field, the value and the expectation.
 Status check_attend_args(const CacheGeometry& geometry, const AttendArgs& args,
                          AttendOp op);
 

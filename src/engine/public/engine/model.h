@@ -35,6 +35,13 @@ struct HParams {
   float rms_eps = 1e-5f;
   float rope_base = 10000.0f;
   float rope_linear = 1.0f;    // positions are divided by this (rope.scaling.factor, linear)
+  // YaRN (rope.scaling.type = yarn; yarn_rope.h): factor s > 0 (0 = off), the original context
+  // length and the ramp's rotation counts; its pair divisors are folded into
+  // Model::rope_freqs(), and q and k's rotated dims are scaled by rope_attn_factor.
+  float rope_yarn_factor = 0.0f;
+  int64_t rope_yarn_orig_ctx = 0;
+  float rope_yarn_beta_fast = 32.0f, rope_yarn_beta_slow = 1.0f;
+  float rope_attn_factor = 1.0f;  // YaRN: 0.1 ln(s) + 1 when s > 1; else 1
   int32_t rope_dim = 0;        // rotated dims per head (even, <= head_dim)
   bool rope_interleaved = true;  // llama: (2i, 2i+1); qwen2/qwen3: (i, i + rope_dim/2)
   int64_t context_length = 0;  // 0 = unknown
@@ -74,6 +81,9 @@ struct LayerWeights {
   // 3-D tensors ffn_{gate,up}_exps [d_ff_expert, d] and ffn_down_exps [d, d_ff_expert].
   Weight router;
   std::vector<Weight> gate_exps, up_exps, down_exps;
+  // [q_heads] learned attention-sink logits (blk.N.attn_sinks.weight), handed to the cache
+  // with every attend call; empty when the file has none (the geometry's flag says the same).
+  std::vector<float> attn_sinks;
 };
 
 struct LoadOptions {
@@ -98,7 +108,8 @@ class Model {
   // [vocab, d]; the embedding itself when tied.
   const Weight& output() const { return tied_ ? token_embd_ : output_; }
   bool tied() const { return tied_; }
-  // rope_freqs.weight: rope_dim/2 divisors of the pair frequencies; empty when absent.
+  // rope_dim/2 divisors of the pair frequencies: rope_freqs.weight's, times YaRN's when the
+  // file scales RoPE by yarn; empty when neither applies.
   const std::vector<float>& rope_freqs() const { return rope_freqs_; }
   int64_t n_params() const;
   // A copy whose matrices (every block's and the output's, not the embedding rows) are

@@ -19,8 +19,9 @@
 namespace kvcache::engine {
 
 // Version 2 stores the key and the value type apart (q8_0 / q4_0 blocks as they are); version 1
-// files (one kv dtype for both) are still read.
-inline constexpr uint32_t kSnapshotVersion = 2;
+// files (one kv dtype for both) are still read. Version 3 adds per-layer flags (bit 0: attention
+// sinks) and is written only when a layer has sinks; other snapshots are still written as 2.
+inline constexpr uint32_t kSnapshotVersion = 3;
 inline constexpr uint32_t kSnapshotOldestVersion = 1;
 inline constexpr char kSnapshotMagic[8] = {'K', 'V', 'C', 'S', 'N', 'A', 'P', '\0'};
 

@@ -29,8 +29,13 @@ struct ModelGeometry {
 // InvalidArgument naming the field/index/value when inconsistent (also runs valid(cache)).
 Status validate_model_geometry(const ModelGeometry& g);
 
-// kvcache.* keys when present; else llama.cpp-style keys under general.architecture.
+// kvcache.* keys when present; else llama.cpp-style keys under general.architecture. Either
+// way a cache layer's `sinks` flag is set when the model layer owning it carries the tensor
+// sink_tensor_name(layer); model layers sharing a cache layer must agree (else InvalidArgument
+// naming both tensors).
 Result<ModelGeometry> read_model_geometry(const gguf::GgufFile& file);
+// "blk.<layer>.attn_sinks.weight": learned attention-sink logits, one f32 per query head.
+std::string sink_tensor_name(int64_t layer);
 // Writes the kvcache.* keys; refuses what the reader would refuse.
 Status write_model_geometry(const ModelGeometry& g, gguf::GgufWriter& writer);
 
