@@ -11,6 +11,8 @@ Writes a small file for one of:
                   width in feed_forward_length
   llama-swa       llama with sliding_window 5 and sliding_window_pattern 2 (layers 0 and 2
                   slide, 1 and 3 are full: gpt-oss's alternation)
+  llama-yarn      llama-swa with YaRN RoPE as gpt-oss's keys give it (rope.scaling.type yarn,
+                  factor 32, original_context_length 4096, freq_base 150000, head width 16)
   gpt-oss         4 layers alternating Sliding(5) (even) / full, learned attn_sinks per query
                   head, q/k/v/output biases, 4 experts of which 2 are used with router and
                   expert biases (ffn_*_exps.bias [experts, width]), the MLP input norm named
@@ -53,6 +55,8 @@ CONFIGS = {
                       dk=8, eps=1e-5, base=10000.0, experts=8, used=2),
     "llama-swa": dict(arch="llama", layers=4, d=32, ff=48, vocab=300, heads=4, kv_heads=2, dk=8,
                       eps=1e-5, base=10000.0, window=5, pattern=2),
+    "llama-yarn": dict(arch="llama", layers=4, d=32, ff=48, vocab=300, heads=4, kv_heads=2, dk=16,
+                       eps=1e-5, base=150000.0, window=5, pattern=2, yarn=32.0, yarn_ctx=4096),
     # gpt-oss-20b publishes 24 layers, d 2880, 64 heads / 8 kv of 64, window 128, 32 experts
     # (4 used) of 2880, base 150000, YaRN x32 from 4096. Here: small, window 5, rope_dim 16
     # so that YaRN's ramp (pairs 2..5 of 8) lies inside the rotated pairs.
@@ -129,7 +133,7 @@ def build(name, seed, arch=None, rope_scaling=None, f16=False, context=256, expe
         w.add_uint32(a + "expert_used_count", c["used"])
         if "expert_ff" in c:
             w.add_uint32(a + "expert_feed_forward_length", c["expert_ff"])
-    if "yarn" in c and "scaling" not in c:
+    if "yarn" in c:
         w.add_string(a + "rope.scaling.type", "yarn")
         w.add_float32(a + "rope.scaling.factor", c["yarn"])
         w.add_uint32(a + "rope.scaling.original_context_length", c["yarn_ctx"])

@@ -14,17 +14,18 @@ Mixtures of experts (qwen3moe, as Qwen3-MoE; llama with expert_count, as Mixtral
 block has ffn_gate_inp: per token the router's softmax over all experts, the expert_used_count
 most probable kept and their weights renormalised to sum 1 (expert_weights_norm, default true;
 false keeps the softmax values), the weighted sum of those experts' SwiGLU MLPs.
-gpt-oss (the published model definition): rotate-half RoPE with YaRN (rope.scaling.type yarn:
-per pair an interpolation between the original frequency and frequency / factor along a linear
-ramp between the correction dims of beta_fast 32 and beta_slow 1, floored and ceiled as the
-YaRN paper's code does, and cos/sin times 0.1 ln(factor) + 1), even layers sliding, the sinks,
-q/k/v/output biases, the MLP input norm post_attention_norm, a router with bias whose top-k
-logits are softmaxed among themselves, experts with biases and the clamped SwiGLU:
-g = min(g, 7), u = clamp(u, -7, 7), g * sigmoid(1.702 g) * (u + 1).
+gpt-oss (the published model definition): rotate-half RoPE with YaRN as above, even layers
+sliding, the sinks, q/k/v/output biases, the MLP input norm post_attention_norm, a router with
+bias whose top-k logits are softmaxed among themselves, experts with biases and the clamped
+SwiGLU: g = min(g, 7), u = clamp(u, -7, 7), g * sigmoid(1.702 g) * (u + 1).
 Other architectures slide where the file gives attention.sliding_window and an integer
 attention.sliding_window_pattern (period p: layer i slides iff (i + 1) % p != 0). Learned
 attention sinks (blk.N.attn_sinks.weight, one logit per query head, as gpt-oss): the sink joins
-each softmax's denominator as exp(sink) and contributes no value.
+each softmax's denominator as exp(sink) and contributes no value. YaRN RoPE (rope.scaling.type
+yarn; Peng et al. 2023): inverse frequencies blend extrapolation base^(-2j/d) and interpolation
+base^(-2j/d) / factor with a linear ramp between the correction dims of beta_fast (32) and
+beta_slow (1) rotations over original_context_length, and cos/sin are multiplied by the
+attention factor 0.1 ln(factor) + 1.
 
   /usr/bin/python3 scripts/reference_forward.py --model models/tiny.gguf --tokens 1,2,3 --out logits.npy
 """
@@ -69,17 +70,11 @@ class Hparams:
         self.base = float(g.get(a + "rope.freq_base", 10000.0))
         self.rope_dim = int(g.get(a + "rope.dimension_count", self.dk))
         self.rope_factor = 1.0
-        self.yarn = None  # (factor, original context, attention factor)
-        scaling = g.get(a + "rope.scaling.type", "none")
-        if scaling == "linear":
+        self.yarn = None  # (inverse frequencies [rope_dim / 2], attention factor)
+        if g.get(a + "rope.scaling.type", "none") == "linear":
             self.rope_factor = float(g.kv[a + "rope.scaling.factor"])
-        elif scaling == "yarn" and float(g.get(a + "rope.scaling.factor", 1.0)) > 1.0:
-            self.yarn = (float(g.kv[a + "rope.scaling.factor"]),
-                         int(g.get(a + "rope.scaling.original_context_length",
-                                   g.get(a + "context_length", 0))),
-                         float(g.get(a + "rope.scaling.attn_factor", 1.0)))
-        elif scaling not in ("none", "yarn"):
-            raise ValueError(f"rope.scaling.type {scaling!r} unsupported")
+        elif g.get(a + "rope.scaling.type", "none") == "yarn":
+            self.yarn = self.yarn_inv_freq(g, a)
         self.gpt_oss = self.arch == "gpt-oss"
         self.layer_cache = [int(c) for c in g.get("kvcache.layer_cache", range(self.n_layers))]
         if len(self.layer_cache) != self.n_layers:
@@ -110,6 +105,26 @@ class Hparams:
         self.rope_freqs = g.tensors.get("rope_freqs.weight")
         self.n_expert_used = int(g.get(a + "expert_used_count", 0))
         self.expert_norm = bool(g.get(a + "expert_weights_norm", True))
+
+    def yarn_inv_freq(self, g, a):
+        factor = float(g.kv[a + "rope.scaling.factor"])
+        orig = float(g.kv[a + "rope.scaling.original_context_length"])
+        beta_fast = float(g.get(a + "rope.scaling.yarn_beta_fast", 32.0))
+        beta_slow = float(g.get(a + "rope.scaling.yarn_beta_slow", 1.0))
+        dim, base = self.rope_dim, self.base
+
+        def correction_dim(rotations):  # the dim whose wavelength fits `rotations` times in orig
+            return dim * np.log(orig / (rotations * 2 * np.pi)) / (2 * np.log(base))
+
+        low = max(np.floor(correction_dim(beta_fast)), 0)
+        high = min(np.ceil(correction_dim(beta_slow)), dim - 1)
+        pos_freqs = base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+        extrapolation, interpolation = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
+        ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / max(high - low, 0.001), 0, 1)
+        extrapolation_weight = 1.0 - ramp
+        inv_freq = interpolation * (1 - extrapolation_weight) + extrapolation * extrapolation_weight
+        attention_factor = 0.1 * np.log(factor) + 1.0 if factor > 1 else 1.0
+        return inv_freq, attention_factor
 
     def model_windows(self, g):
         """Windows per layer of a file without kvcache.* keys, from the published layer
@@ -151,11 +166,11 @@ def rope(x, pos, hp, sliding=False):
     base, factor = hp.rope_local if sliding else hp.rope_global
     j = np.arange(r // 2, dtype=np.float64)
     freq = base ** (-2.0 * j / r)
+    mscale = 1.0
+    if hp.yarn is not None:
+        freq, mscale = hp.yarn
     if hp.rope_freqs is not None:
         freq = freq / np.asarray(hp.rope_freqs, dtype=np.float64)
-    mscale = 1.0
-    if hp.yarn is not None and not (hp.arch == "gemma3" and sliding):
-        freq, mscale = yarn(freq, r, base, hp.yarn)
     ang = (pos.astype(np.float64)[:, None] / factor) * freq
     cos, sin = mscale * np.cos(ang)[:, None, :], mscale * np.sin(ang)[:, None, :]
     out = x.copy()
@@ -168,22 +183,6 @@ def rope(x, pos, hp, sliding=False):
         out[..., : r // 2] = a * cos - b * sin
         out[..., r // 2: r] = b * cos + a * sin
     return out
-
-
-def yarn(freq, r, base, params, beta_fast=32.0, beta_slow=1.0):
-    """YaRN: the pair index at which a wavelength turns `beta` times in the original context
-    is r * ln(ctx / (2 pi beta)) / (2 ln base); pairs below the fast one keep their frequency,
-    pairs above the slow one are interpolated (freq / factor), a linear ramp between."""
-    factor, ctx, attn = params
-
-    def corr(beta):
-        return r * np.log(ctx / (2.0 * np.pi * beta)) / (2.0 * np.log(base))
-
-    low = max(0.0, np.floor(corr(beta_fast)))
-    high = min(r - 1.0, np.ceil(corr(beta_slow)))
-    ramp = np.clip((np.arange(len(freq)) - low) / max(high - low, 0.001), 0.0, 1.0)
-    keep = 1.0 - ramp  # share of the original (extrapolated) frequency
-    return freq * keep + (freq / factor) * ramp, (0.1 * np.log(factor) + 1.0) * attn
 
 
 def attend(q, k, v, window, hp, sinks=None):

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/str_cat.h"
+#include "engine/yarn_rope.h"
 
 namespace kvcache::engine {
 namespace {
@@ -57,13 +58,9 @@ Engine::Engine(const Model& model, std::shared_ptr<Cache> cache)
   const HParams& hp = model_.hparams();
   rope_ = RopeParams{hp.head_dim, hp.rope_dim, hp.rope_base, hp.rope_linear,
                      hp.rope_interleaved, model_.rope_freqs()};
-  rope_.yarn_factor = hp.rope_yarn_factor;
-  rope_.yarn_orig_ctx = hp.rope_yarn_orig_ctx;
-  rope_.yarn_attn_factor = hp.rope_yarn_attn_factor;
   rope_swa_ = rope_;
   rope_swa_.base = hp.rope_base_swa;
   rope_swa_.linear = hp.rope_linear_swa;
-  rope_swa_.yarn_factor = hp.rope_yarn_factor_swa;
 }
 
 void Engine::add_residual(std::span<float> y, const std::vector<float>& post_norm, int64_t t) {
@@ -89,6 +86,7 @@ Status Engine::run_layer(int32_t i, int64_t t, std::span<const int64_t> position
   add_bias(q_, w.bq, t);
   head_norm(q_, w.q_norm, t * hq, hp.head_dim, hp.rms_eps);
   rope(q_, positions, hp.q_heads, rp);
+  scale_rotated(q_, t * hq, hp.head_dim, hp.rope_dim, hp.rope_attn_factor);  // YaRN; else 1
   AttendArgs args;
   args.layer = w.cache;
   args.n_tokens = static_cast<int32_t>(t);
@@ -102,6 +100,7 @@ Status Engine::run_layer(int32_t i, int64_t t, std::span<const int64_t> position
     add_bias(v_, w.bv, t);
     head_norm(k_, w.k_norm, t * w.kv_heads, hp.head_dim, hp.rms_eps);
     rope(k_, positions, w.kv_heads, rp);
+    scale_rotated(k_, t * w.kv_heads, hp.head_dim, hp.rope_dim, hp.rope_attn_factor);
     args.k = std::span<const float>(k_.data(), t * kd);
     args.v = std::span<const float>(v_.data(), t * vd);
   }

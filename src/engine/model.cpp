@@ -13,6 +13,7 @@
 #include "program/fingerprint.h"
 #include "program/gguf_keys.h"
 #include "program/gguf_quant.h"
+#include "engine/yarn_rope.h"
 
 namespace kvcache::engine {
 namespace {
@@ -230,7 +231,6 @@ Status apply_architecture(const gguf::KeyReader& keys, HParams& hp) {
   using gguf::Key;
   hp.rope_base_swa = hp.rope_base;
   hp.rope_linear_swa = hp.rope_linear;
-  hp.rope_yarn_factor_swa = hp.rope_yarn_factor;
   hp.attn_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hp.head_dim)));
   hp.rope_interleaved = hp.arch == "llama";
   if (hp.arch == "gpt-oss") {  // rotate-half RoPE, scale 1/sqrt(key_length), biases, sinks
@@ -271,7 +271,6 @@ Status apply_architecture(const gguf::KeyReader& keys, HParams& hp) {
                             " = 0, expected > 0");
   hp.rope_base_swa = *base_swa;
   hp.rope_linear_swa = 1.0f;
-  hp.rope_yarn_factor_swa = 0.0f;
   return ok_status();
 }
 
@@ -310,6 +309,43 @@ Status read_experts(const gguf::KeyReader& keys, HParams& hp) {
   return ok_status();
 }
 
+// YaRN's keys (llama.cpp's names): rope.scaling.factor s > 0, rope.scaling.original_context_length
+// L > 0 (required), rope.scaling.yarn_beta_fast / yarn_beta_slow (default 32 / 1, fast > slow >
+// 0). See yarn_rope.h.
+Status read_yarn(const gguf::KeyReader& keys, HParams& hp) {
+  using gguf::Key;
+  const GgufFile& f = keys.file();
+  const std::string p = keys.arch() + ".rope.scaling.";
+  auto number = [&](const std::string& key, std::optional<double> fallback) -> Result<double> {
+    if (fallback && f.find(key) == nullptr) return *fallback;
+    Result<double> v = f.get_float(key);
+    if (!v.ok()) return Status(v.status().code(), "load model: " + v.status().message());
+    if (!std::isfinite(*v) || !(*v > 0.0))
+      return invalid_argument(str_cat("load model: ", key, " = ", *v, ", expected > 0"));
+    return *v;
+  };
+  Result<double> factor = number(keys.name(Key::kRopeScalingFactor), std::nullopt);
+  Result<double> length = number(p + "original_context_length", std::nullopt);
+  Result<double> fast = number(p + "yarn_beta_fast", 32.0);
+  Result<double> slow = number(p + "yarn_beta_slow", 1.0);
+  for (const Result<double>* r : {&factor, &length, &fast, &slow})
+    if (!r->ok()) return r->status();
+  if (!(*fast > *slow))
+    return invalid_argument(str_cat("load model: ", p, "yarn_beta_fast = ", *fast,
+                                    " and yarn_beta_slow = ", *slow,
+                                    ", expected beta_fast > beta_slow"));
+  if (hp.rope_dim < 2 || hp.rope_base <= 1.0f)
+    return invalid_argument(str_cat("load model: yarn needs rope.dimension_count >= 2 and "
+                                    "rope.freq_base > 1 (got ", hp.rope_dim, ", ", hp.rope_base,
+                                    ")"));
+  hp.rope_yarn_factor = static_cast<float>(*factor);
+  hp.rope_yarn_orig_ctx = static_cast<int64_t>(*length);
+  hp.rope_yarn_beta_fast = static_cast<float>(*fast);
+  hp.rope_yarn_beta_slow = static_cast<float>(*slow);
+  hp.rope_attn_factor = yarn_attn_factor(hp.rope_yarn_factor);
+  return ok_status();
+}
+
 // rope_freqs.weight (Llama 3.1/3.2): one positive finite divisor per rotated pair, or absent.
 Result<std::vector<float>> load_rope_freqs(const GgufFile& f, const HParams& hp) {
   Result<std::vector<float>> r = load_tensor(f, "rope_freqs.weight", hp.rope_dim / 2, 0, true);
@@ -319,43 +355,6 @@ Result<std::vector<float>> load_rope_freqs(const GgufFile& f, const HParams& hp)
       return invalid_argument(str_cat("load model: rope_freqs.weight[", j, "] = ",
                                       (*r)[j], ", expected finite and > 0"));
   return r;
-}
-
-// rope.scaling.*: none, linear (positions divided by the factor) or yarn (kernels.h
-// RopeParams; the original context from rope.scaling.original_context_length, else
-// context_length). Other types are refused by value.
-Status read_rope_scaling(const gguf::KeyReader& keys, HParams& hp) {
-  using gguf::Key;
-  Result<std::string> scaling = keys.get_string(Key::kRopeScalingType);
-  if (!scaling.ok() || *scaling == "none") return ok_status();
-  if (*scaling != "linear" && *scaling != "yarn")
-    return invalid_argument("load model: " + keys.name(Key::kRopeScalingType) + " = \"" +
-                            *scaling +
-                            "\" is not supported, expected \"linear\", \"yarn\" or \"none\"");
-  Result<double> factor = keys.get_float_or(Key::kRopeScalingFactor, 1.0);
-  if (!factor.ok()) return factor.status();
-  if (!(*factor > 0.0) || !std::isfinite(*factor))
-    return invalid_argument(str_cat("load model: ", keys.name(Key::kRopeScalingFactor), " = ",
-                                    *factor, ", expected finite and > 0"));
-  if (*scaling == "linear") {
-    hp.rope_linear = static_cast<float>(*factor);
-    return ok_status();
-  }
-  Result<int64_t> orig = keys.get_int_or(Key::kRopeScalingOrigCtx, hp.context_length);
-  Result<double> attn = keys.get_float_or(Key::kRopeScalingAttnFactor, 1.0);
-  if (!orig.ok()) return Status(orig.status().code(), "load model: " + orig.status().message());
-  if (!attn.ok()) return Status(attn.status().code(), "load model: " + attn.status().message());
-  if (*orig <= 0 || *orig > (int64_t{1} << 32))
-    return invalid_argument(str_cat("load model: ", keys.name(Key::kRopeScalingOrigCtx), " = ",
-                                    *orig, ", expected in [1, 2^32] (YaRN needs the original "
-                                    "context; else context_length)"));
-  if (!(*attn > 0.0) || !std::isfinite(*attn))
-    return invalid_argument(str_cat("load model: ", keys.name(Key::kRopeScalingAttnFactor),
-                                    " = ", *attn, ", expected finite and > 0"));
-  if (*factor > 1.0) hp.rope_yarn_factor = static_cast<float>(*factor);  // 1: no scaling
-  hp.rope_yarn_orig_ctx = *orig;
-  hp.rope_yarn_attn_factor = static_cast<float>(*attn);
-  return ok_status();
 }
 
 }  // namespace
@@ -411,7 +410,22 @@ Result<HParams> read_hparams(const GgufFile& f) {
   hp.rope_base = static_cast<float>(*base);
   hp.rope_dim = static_cast<int32_t>(*rdim);
   hp.context_length = *ctx;
-  KVCACHE_RETURN_IF_ERROR(read_rope_scaling(keys, hp));
+  Result<std::string> scaling = keys.get_string(Key::kRopeScalingType);
+  if (scaling.ok() && *scaling == "linear") {
+    Result<double> factor = keys.get_float_or(Key::kRopeScalingFactor, 1.0);
+    if (!factor.ok()) return factor.status();
+    if (!(*factor > 0.0))
+      return invalid_argument(str_cat("load model: ", keys.name(Key::kRopeScalingFactor), " = ",
+                                      *factor, ", expected > 0"));
+    hp.rope_linear = static_cast<float>(*factor);
+  } else if (scaling.ok() && *scaling == "yarn" && hp.arch != "gemma3") {
+    KVCACHE_RETURN_IF_ERROR(read_yarn(keys, hp));
+  } else if (scaling.ok() && *scaling != "none") {
+    return invalid_argument("load model: " + keys.name(Key::kRopeScalingType) + " = \"" +
+                            *scaling + "\" is not supported" +
+                            (*scaling == "yarn" ? " for gemma3 (its sliding layers' RoPE)"
+                                                : ", expected \"linear\", \"yarn\" or \"none\""));
+  }
   KVCACHE_RETURN_IF_ERROR(apply_architecture(keys, hp));
   KVCACHE_RETURN_IF_ERROR(read_experts(keys, hp));
   const gguf::TensorInfo* embd = f.tensor("token_embd.weight");
@@ -479,6 +493,12 @@ Result<Model> Model::load(const GgufFile& f, const LoadOptions& options) {
   Result<std::vector<float>> freqs = load_rope_freqs(f, h);
   if (!freqs.ok()) return freqs.status();
   m.rope_freqs_ = std::move(*freqs);
+  if (h.rope_yarn_factor > 0.0f) {  // YaRN's divisors, on top of the file's when both
+    std::vector<float> yarn = yarn_divisors(h);
+    if (!m.rope_freqs_.empty())
+      for (size_t j = 0; j < yarn.size(); ++j) yarn[j] *= m.rope_freqs_[j];
+    m.rope_freqs_ = std::move(yarn);
+  }
   return m;
 }
 

@@ -32,33 +32,20 @@ void rmsnorm(Vec& x, const std::vector<float>& w, int64_t rows, int64_t d, doubl
 }
 
 // RoPE of one layer: full layers use rope_base / rope_linear, sliding ones the _swa pair;
-// pair j's frequency is divided by factors[j] when given (rope_freqs.weight). YaRN (written
-// out here again from its definition, not shared with the kernel): frequencies between
-// base^(-2j/r) / factor (interpolated) and base^(-2j/r) (extrapolated) by a linear ramp over
-// the pairs [lo, hi]; cos and sin times (1 + 0.1 ln factor) * attn_factor.
+// pair j's frequency is divided by factors[j] when given (rope_freqs.weight).
 void rope(Vec& x, int64_t t, int64_t heads, const HParams& hp, bool sliding,
           const std::vector<float>& factors) {
   const int64_t half = hp.rope_dim / 2;
   const double base = sliding ? hp.rope_base_swa : hp.rope_base;
   const double linear = sliding ? hp.rope_linear_swa : hp.rope_linear;
-  const double yarn = sliding ? hp.rope_yarn_factor_swa : hp.rope_yarn_factor;
-  double lo = 0.0, hi = 0.0, mscale = 1.0;
-  if (yarn > 1.0) {
-    const double r = hp.rope_dim, ctx = static_cast<double>(hp.rope_yarn_orig_ctx);
-    lo = std::max(0.0, std::floor(r * std::log(ctx / (32.0 * 2.0 * M_PI)) / (2.0 * std::log(base))));
-    hi = std::min(r - 1.0, std::ceil(r * std::log(ctx / (2.0 * M_PI)) / (2.0 * std::log(base))));
-    mscale = (1.0 + 0.1 * std::log(yarn)) * hp.rope_yarn_attn_factor;
-  }
   for (int64_t p = 0; p < t; ++p)
     for (int64_t j = 0; j < half; ++j) {
       double freq = std::pow(base, -2.0 * static_cast<double>(j) / hp.rope_dim);
       if (!factors.empty()) freq /= factors[j];
-      if (yarn > 1.0) {
-        const double ramp = std::min(1.0, std::max(0.0, (j - lo) / std::max(0.001, hi - lo)));
-        freq = (freq / yarn) * ramp + freq * (1.0 - ramp);
-      }
       const double angle = (static_cast<double>(p) / linear) * freq;
-      const double c = std::cos(angle) * mscale, s = std::sin(angle) * mscale;
+      // YaRN's magnitude factor scales cos and sin alike (1 without YaRN).
+      const double c = std::cos(angle) * hp.rope_attn_factor;
+      const double s = std::sin(angle) * hp.rope_attn_factor;
       const int64_t i0 = hp.rope_interleaved ? 2 * j : j;
       const int64_t i1 = hp.rope_interleaved ? 2 * j + 1 : j + half;
       for (int64_t h = 0; h < heads; ++h) {

@@ -96,52 +96,24 @@ void rmsnorm_rows(std::span<const float> x, std::span<const float> weight, std::
   });
 }
 
-std::vector<double> rope_frequencies(const RopeParams& p) {
-  const int32_t half = p.rope_dim / 2;
-  std::vector<double> freqs(static_cast<size_t>(half));
-  const double base = p.base;
-  double lo = 0.0, hi = 0.0;
-  if (p.yarn_factor > 1.0f) {
-    // The pair index where a wavelength fits `b` times into the original context.
-    auto corr = [&](double b) {
-      return p.rope_dim * std::log(static_cast<double>(p.yarn_orig_ctx) / (b * 2.0 * M_PI)) /
-             (2.0 * std::log(base));
-    };
-    lo = std::max(0.0, std::floor(corr(p.yarn_beta_fast)));
-    hi = std::min(static_cast<double>(p.rope_dim - 1), std::ceil(corr(p.yarn_beta_slow)));
-  }
-  for (int32_t j = 0; j < half; ++j) {
-    double freq = std::pow(base, -2.0 * j / p.rope_dim);
-    if (!p.freq_factors.empty()) freq /= static_cast<double>(p.freq_factors[j]);
-    if (p.yarn_factor > 1.0f) {
-      const double y = (j - lo) / std::max(0.001, hi - lo);
-      const double extrapolate = 1.0 - std::clamp(y, 0.0, 1.0);
-      freq = freq / p.yarn_factor * (1.0 - extrapolate) + freq * extrapolate;
-    }
-    freqs[static_cast<size_t>(j)] = freq;
-  }
-  return freqs;
-}
-
-double yarn_mscale(const RopeParams& p) {
-  if (!(p.yarn_factor > 1.0f)) return 1.0;
-  return (1.0 + 0.1 * std::log(static_cast<double>(p.yarn_factor))) * p.yarn_attn_factor;
-}
-
 void rope(std::span<float> x, std::span<const int64_t> positions, int32_t heads,
           const RopeParams& p) {
   const int32_t half = p.rope_dim / 2;
   if (half == 0) return;
   const auto tokens = static_cast<int64_t>(positions.size());
-  const std::vector<double> freqs = rope_frequencies(p);  // the same for every token
-  const double mscale = yarn_mscale(p);
+  std::vector<double> freqs(static_cast<size_t>(half));  // the same for every token
+  for (int32_t j = 0; j < half; ++j) {
+    double freq = std::pow(static_cast<double>(p.base), -2.0 * j / p.rope_dim);
+    if (!p.freq_factors.empty()) freq /= static_cast<double>(p.freq_factors[j]);
+    freqs[static_cast<size_t>(j)] = freq;
+  }
   split_items(tokens, int64_t{half} * heads, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const double pos = static_cast<double>(positions[t]) / p.linear;
       for (int32_t j = 0; j < half; ++j) {
         const double angle = pos * freqs[static_cast<size_t>(j)];
-        const auto c = static_cast<float>(std::cos(angle) * mscale);
-        const auto s = static_cast<float>(std::sin(angle) * mscale);
+        const auto c = static_cast<float>(std::cos(angle));
+        const auto s = static_cast<float>(std::sin(angle));
         const int32_t i0 = p.interleaved ? 2 * j : j;
         const int32_t i1 = p.interleaved ? 2 * j + 1 : j + half;
         for (int32_t h = 0; h < heads; ++h) {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `kvcache run` and `inspect` on files the engine must refuse, each naming the value: an
 # unsupported general.architecture (phi3; qwen2moe, a mixture of experts outside the supported
-# ones), rope.scaling.type "longrope", a qwen3moe expert_used_count of 0 and gpt-oss files
-# missing a sink, an expert bias or the output bias (scripts/make_arch_model.py).
+# ones), rope.scaling.type "yarn" without its original context length, yarn on gemma3, a
+# qwen3moe expert_used_count of 0 and gpt-oss files missing a sink, an expert bias or the
+# output bias (scripts/make_arch_model.py).
 # inspect only reads the geometry, so it still describes them.
 # Usage: arch_refusals.sh KVCACHE_BIN REPO_DIR
 set -euo pipefail
@@ -12,8 +13,8 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 make() { /usr/bin/python3 "$repo/scripts/make_arch_model.py" --out "$tmp/$1.gguf" "${@:2}" >/dev/null; }
 make phi3 --arch llama-rope-freqs --set-arch phi3
-make longrope --arch llama-rope-freqs --rope-scaling longrope
-make gemma3longrope --arch gemma3 --rope-scaling longrope
+make yarn --arch llama-rope-freqs --rope-scaling yarn
+make gemma3yarn --arch gemma3 --rope-scaling yarn
 make qwen2moe --arch qwen3moe --set-arch qwen2moe
 make used0 --arch qwen3moe --expert-used 0
 make nosink --arch gpt-oss --drop blk.1.attn_sinks.weight
@@ -27,8 +28,8 @@ expect_refusal() {  # expect_refusal FILE PATTERN: exit code 1 (a refusal, not a
   grep -qF -- "$2" "$tmp/err" || { cat "$tmp/err" >&2; fail "run $1: no '$2'"; }
 }
 expect_refusal phi3 'general.architecture = "phi3" is not supported'
-expect_refusal longrope 'llama.rope.scaling.type = "longrope" is not supported'
-expect_refusal gemma3longrope 'gemma3.rope.scaling.type = "longrope" is not supported'
+expect_refusal yarn "key 'llama.rope.scaling.original_context_length' not found"
+expect_refusal gemma3yarn 'gemma3.rope.scaling.type = "yarn" is not supported for gemma3'
 expect_refusal qwen2moe 'general.architecture = "qwen2moe" is not supported'
 expect_refusal used0 'qwen3moe.expert_used_count = 0, expected in [1, expert_count = 8]'
 expect_refusal nosink 'tensor blk.1.attn_sinks.weight is missing'

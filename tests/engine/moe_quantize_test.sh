@@ -2,8 +2,9 @@
 # `kvcache quantize` on a mixture of experts (scripts/make_arch_model.py qwen3moe, F32): the
 # routers (ffn_gate_inp) and norms stay F32, the 3-D expert stacks are encoded row by row
 # (Q8_0, shape kept), and with 8 experts attn_k/attn_v get Q8_0 even in q4_0; the q8_0 file's
-# logits match scripts/reference_forward.py (its own numpy Q8_0 decoder) within 3e-2 of the
-# logit scale (the int8 activations of the Q8_0 products, as for dense files); q4_0 runs.
+# logits, and the mxfp4 file's (MXFP4 expert stacks), match scripts/reference_forward.py (its
+# own numpy decoders) within 3e-2 of the logit scale (the int8 activations of the block
+# products, as for dense files); q4_0 runs.
 # Usage: moe_quantize_test.sh KVCACHE_BIN REPO_DIR
 set -euo pipefail
 bin=$1; repo=$2
@@ -30,18 +31,23 @@ for i in range(3):
 assert g.tensors["blk.0.ffn_down_exps.weight"].shape == (8, 64, 32)
 print("moe quantize q8_0: routers and norms F32, expert stacks Q8_0 [8, 64, 32]")
 PY
-"$bin" run "$tmp/q8.gguf" --max-step-tokens 16 --prompt-ids "$ids" --max-new-tokens 0 \
-  --dump-logits "$tmp/got.npy" 2>/dev/null
-"$py" "$repo/scripts/reference_forward.py" --model "$tmp/q8.gguf" --tokens "$ids" \
-  --out "$tmp/ref.npy" >/dev/null
-"$py" - "$tmp/got.npy" "$tmp/ref.npy" <<'PY'
+against_reference() {  # against_reference MIX: the MIX file's logits vs the numpy reference
+  "$bin" run "$tmp/$1.gguf" --max-step-tokens 16 --prompt-ids "$ids" --max-new-tokens 0 \
+    --dump-logits "$tmp/got.npy" 2>/dev/null
+  "$py" "$repo/scripts/reference_forward.py" --model "$tmp/$1.gguf" --tokens "$ids" \
+    --out "$tmp/ref.npy" >/dev/null
+  "$py" - "$tmp/got.npy" "$tmp/ref.npy" "$1" <<'PY'
 import sys
 import numpy as np
 got, want = np.load(sys.argv[1]).astype(np.float64), np.load(sys.argv[2])
 rel = np.abs(got - want).max() / max(1.0, np.abs(want).max())
-print(f"moe quantize q8_0: max abs diff relative to logit scale = {rel:.3e}")
+print(f"moe quantize {sys.argv[3]}: max abs diff relative to logit scale = {rel:.3e}")
 sys.exit(0 if got.shape == want.shape and rel <= 3e-2 else 1)
 PY
+}
+against_reference q8
+"$bin" quantize "$tmp/f32.gguf" "$tmp/mxfp4.gguf" --type mxfp4 2>/dev/null
+against_reference mxfp4
 "$py" - "$repo/scripts" "$tmp/q4.gguf" <<'PY'
 import struct, sys
 # The Python reader decodes no Q4_0: read the tensor types from the header alone.

@@ -116,7 +116,7 @@ TEST(MoeLoad, ExpertViewsAreTheStackSlicesInEveryWeightType) {
   for (TensorType type : {TensorType::kF32, TensorType::kF16, TensorType::kBF16,
                           TensorType::kQ4_0, TensorType::kQ4_1, TensorType::kQ5_0,
                           TensorType::kQ5_1, TensorType::kQ8_0, TensorType::kQ4_K,
-                          TensorType::kQ5_K, TensorType::kQ6_K}) {
+                          TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kMXFP4}) {
     s.experts_as = type;
     gguf::GgufFile f = tiny_file(s);
     Result<Model> m = Model::load(f);

@@ -174,40 +174,6 @@ TEST(Kernels, RopeFrequencyFactorsDivideEachPairsAngle) {
   }
 }
 
-TEST(Kernels, YarnKeepsFastPairsInterpolatesSlowOnesAndRampsBetween) {
-  // gpt-oss's settings on a 16-dim head: base 150000, factor 32, original context 4096.
-  // c(b) = 16 ln(4096 / (2 pi b)) / (2 ln 150000): c(32) = 2.02 -> lo = 2, c(1) = 4.35 ->
-  // hi = 5; pairs 0..2 keep base^(-2j/16), 5..7 take it / 32, pair 3 is 2/3 kept and
-  // pair 4 1/3 kept.
-  RopeParams p{16, 16, 150000.0f, 1.0f, false};
-  p.yarn_factor = 32.0f;
-  p.yarn_orig_ctx = 4096;
-  const std::vector<double> f = rope_frequencies(p);
-  ASSERT_EQ(f.size(), 8u);
-  const double kept[8] = {1, 1, 1, 2.0 / 3.0, 1.0 / 3.0, 0, 0, 0};
-  for (int j = 0; j < 8; ++j) {
-    const double orig = std::pow(150000.0, -2.0 * j / 16.0);
-    EXPECT_NEAR(f[j], orig * kept[j] + orig / 32.0 * (1.0 - kept[j]), 1e-12 * orig) << j;
-  }
-  EXPECT_NEAR(yarn_mscale(p), 1.0 + 0.1 * std::log(32.0), 1e-12);  // 1.3466
-  p.yarn_attn_factor = 2.0f;
-  EXPECT_NEAR(yarn_mscale(p), 2.0 * (1.0 + 0.1 * std::log(32.0)), 1e-12);
-  // cos and sin carry the magnitude: a rotated head's norm grows by mscale.
-  std::vector<float> x = rnd(16, 9), y = x;
-  std::vector<int64_t> pos = {11};
-  rope(y, pos, 1, p);
-  double a = 0, b = 0;
-  for (int i = 0; i < 16; ++i) {
-    a += double{x[i]} * x[i];
-    b += double{y[i]} * y[i];
-  }
-  EXPECT_NEAR(std::sqrt(b / a), yarn_mscale(p), 1e-5);
-  // Without YaRN (factor 0 or 1) nothing changes.
-  RopeParams plain{16, 16, 150000.0f, 1.0f, false};
-  EXPECT_EQ(yarn_mscale(plain), 1.0);
-  EXPECT_EQ(rope_frequencies(plain)[7], std::pow(150000.0, -14.0 / 16.0));
-}
-
 TEST(Kernels, SwigluOaiClampsGateAboveAndUpBothWays) {
   // out = min(g, 7) sigmoid(1.702 min(g, 7)) (clamp(u, -7, 7) + 1).
   std::vector<float> g = {0.0f, 1.0f, 10.0f, -3.0f}, u = {5.0f, 2.0f, 9.0f, -10.0f};

@@ -36,10 +36,13 @@ struct HParams {
   float rms_eps = 1e-5f;
   float rope_base = 10000.0f;
   float rope_linear = 1.0f;    // positions are divided by this (rope.scaling.factor, linear)
-  // YaRN (rope.scaling.type yarn; kernels.h RopeParams): factor > 1, else 0 = off.
+  // YaRN (rope.scaling.type = yarn; yarn_rope.h): factor s > 0 (0 = off), the original context
+  // length and the ramp's rotation counts; its pair divisors are folded into
+  // Model::rope_freqs(), and q and k's rotated dims are scaled by rope_attn_factor.
   float rope_yarn_factor = 0.0f;
-  int64_t rope_yarn_orig_ctx = 0;   // rope.scaling.original_context_length (else context_length)
-  float rope_yarn_attn_factor = 1.0f;  // rope.scaling.attn_factor
+  int64_t rope_yarn_orig_ctx = 0;
+  float rope_yarn_beta_fast = 32.0f, rope_yarn_beta_slow = 1.0f;
+  float rope_attn_factor = 1.0f;  // YaRN: 0.1 ln(s) + 1 when s > 1; else 1
   int32_t rope_dim = 0;        // rotated dims per head (even, <= head_dim)
   bool rope_interleaved = true;  // llama: (2i, 2i+1); qwen2/qwen3: (i, i + rope_dim/2)
   int64_t context_length = 0;  // 0 = unknown
@@ -47,7 +50,6 @@ struct HParams {
   // other architectures use rope_base / rope_linear on every layer.
   float rope_base_swa = 10000.0f;
   float rope_linear_swa = 1.0f;
-  float rope_yarn_factor_swa = 0.0f;  // YaRN of sliding layers (gpt-oss: as full; gemma3: 0)
   // Gemma family (defaults = llama behaviour).
   float embed_scale = 1.0f;    // token embeddings times this (gemma: sqrt(d_model))
   FfnActivation ffn_act = FfnActivation::kSilu;
@@ -86,8 +88,8 @@ struct LayerWeights {
   // [q_heads] learned attention-sink logits (blk.N.attn_sinks.weight), handed to the cache
   // with every attend call; empty when the file has none (the geometry's flag says the same).
   std::vector<float> attn_sinks;
-  // gpt-oss: output bias [d], router bias [n_expert], expert biases flattened per expert: gate/up [n_expert *
-  // d_ff_expert], down [n_expert * d]. Empty = absent.
+  // gpt-oss: output bias [d], router bias [n_expert], expert biases flattened per expert:
+  // gate/up [n_expert * d_ff_expert], down [n_expert * d]. Empty = absent.
   std::vector<float> bo, router_b, gate_exps_b, up_exps_b, down_exps_b;
 };
 
@@ -113,7 +115,8 @@ class Model {
   // [vocab, d]; the embedding itself when tied.
   const Weight& output() const { return tied_ ? token_embd_ : output_; }
   bool tied() const { return tied_; }
-  // rope_freqs.weight: rope_dim/2 divisors of the pair frequencies; empty when absent.
+  // rope_dim/2 divisors of the pair frequencies: rope_freqs.weight's, times YaRN's when the
+  // file scales RoPE by yarn; empty when neither applies.
   const std::vector<float>& rope_freqs() const { return rope_freqs_; }
   int64_t n_params() const;
   // A copy whose matrices (every block's and the output's, not the embedding rows) are

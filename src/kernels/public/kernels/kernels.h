@@ -1,9 +1,8 @@
 // The engine's dense kernels: f32 matrix products (OpenBLAS sgemm/sgemv; products with a
 // typed Weight are in weight.h), RMSNorm, RoPE (both pairings, optional per-pair frequency
-// factors, YaRN), SwiGLU (plain and gpt-oss's clamped form), GELU-tanh gating and the logit
-// soft-cap. Layer: engine. matmul_reference
-// is the readable double-accumulating form the fast paths are tested against. Attention goes
-// through the cache.
+// factors), SwiGLU (plain and gpt-oss's clamped form), GELU-tanh gating and the logit
+// soft-cap. Layer: engine. matmul_reference is the readable double-accumulating form the fast
+// paths are tested against. Attention goes through the cache.
 #pragma once
 
 #include <cstdint>
@@ -36,25 +35,11 @@ struct RopeParams {
   bool interleaved = true;    // (2j, 2j+1) vs (j, j + rope_dim/2)
   // rope_dim/2 divisors of the pair frequencies (Llama 3.1 rope_freqs.weight); empty = none.
   std::span<const float> freq_factors = {};
-  // YaRN (rope.scaling.type yarn): factor > 1 turns it on (0 = off). Pair j's frequency f_j
-  // becomes f_j / factor * (1 - r_j) + f_j * r_j, r_j = 1 - clamp((j - lo) / max(0.001,
-  // hi - lo), 0, 1), lo = max(0, floor(c(beta_fast))), hi = min(rope_dim - 1,
-  // ceil(c(beta_slow))), c(b) = rope_dim * ln(orig_ctx / (2 pi b)) / (2 ln base); cos and sin
-  // are multiplied by yarn_mscale(*this). As llama.cpp's ggml_rope_yarn_corr_dims.
-  float yarn_factor = 0.0f;
-  int64_t yarn_orig_ctx = 0;    // rope.scaling.original_context_length
-  float yarn_beta_fast = 32.0f;
-  float yarn_beta_slow = 1.0f;
-  float yarn_attn_factor = 1.0f;  // rope.scaling.attn_factor: extra multiplier of mscale
 };
 // Rotates x[T, heads, head_dim] in place; token t at positions[t]. Pair j turns by
-// (pos / linear) * freq_j, freq_j = rope_frequencies(p)[j].
+// (pos / linear) * base^(-2j / rope_dim) / freq_factors[j].
 void rope(std::span<float> x, std::span<const int64_t> positions, int32_t heads,
           const RopeParams& p);
-// Per pair j < rope_dim / 2: base^(-2j / rope_dim) / freq_factors[j], then YaRN's mix.
-std::vector<double> rope_frequencies(const RopeParams& p);
-// YaRN's magnitude factor on cos and sin: (1 + 0.1 ln(factor)) * attn_factor; 1 without YaRN.
-double yarn_mscale(const RopeParams& p);
 
 // g[i] = silu(g[i]) * u[i]. AVX-512 where cpu::isa_supported says so on this call (a
 // polynomial exp: within a few ulp of swiglu_reference), else swiglu_reference itself; shared

@@ -32,10 +32,9 @@ enum class Key : uint8_t {
   kTokenizerChatTemplate,
   kExpertCount, kExpertUsedCount, kExpertFeedForwardLength, kExpertSharedCount,
   kExpertWeightsNorm, kExpertGatingFunc,
-  kRopeScalingOrigCtx, kRopeScalingAttnFactor,
 };
 
-inline constexpr std::array<std::string_view, 52> kKeyPatterns = {
+inline constexpr std::array<std::string_view, 50> kKeyPatterns = {
     "general.architecture", "general.name",
     "%s.block_count", "%s.context_length", "%s.embedding_length", "%s.feed_forward_length",
     "%s.vocab_size",
@@ -56,9 +55,8 @@ inline constexpr std::array<std::string_view, 52> kKeyPatterns = {
     "tokenizer.ggml.add_space_prefix", "tokenizer.chat_template",
     "%s.expert_count", "%s.expert_used_count", "%s.expert_feed_forward_length",
     "%s.expert_shared_count", "%s.expert_weights_norm", "%s.expert_gating_func",
-    "%s.rope.scaling.original_context_length", "%s.rope.scaling.attn_factor",
 };
-static_assert(kKeyPatterns.size() == static_cast<size_t>(Key::kRopeScalingAttnFactor) + 1,
+static_assert(kKeyPatterns.size() == static_cast<size_t>(Key::kExpertGatingFunc) + 1,
               "one pattern per Key");
 
 // The pattern as the table holds it ("%s.block_count" or "kvcache.layer_cache").
