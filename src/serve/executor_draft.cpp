@@ -98,6 +98,7 @@ Result<std::vector<std::pair<int64_t, Finish>>> Executor::verify_drafts(
     stats_.decode_tokens += 1 + kept_drafts[i];
     if (opt_.prefix_cache)  // never a rejected draft: tokens holds only what was kept
       index_.add(s.seq, std::span<const int32_t>(s.tokens).first(static_cast<size_t>(s.fed)));
+    store_capture(s);  // a prompt's last token fed as a decode token may complete its block
   }
   return ended;
 }

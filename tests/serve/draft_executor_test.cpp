@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,11 @@ struct DraftMix {
   int64_t pool_cells;  // 0 = the default
   int32_t draft_max;
 };
+
+void PrintTo(const DraftMix& m, std::ostream* os) {  // stable test names (no padding bytes)
+  *os << m.max_sessions << "_sessions_prefix" << m.prefix_cache << "_pool" << m.pool_cells << "_k"
+      << m.draft_max;
+}
 
 class GreedyDrafting : public ::testing::TestWithParam<DraftMix> {};
 
