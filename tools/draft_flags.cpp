@@ -85,7 +85,8 @@ void add_draft_flags(CLI::App* cmd, DraftFlags& f) {
   cmd->add_option("--draft-max", f.draft_max,
                   str_cat("Most drafted tokens per verification step, K (default ",
                           engine::kDefaultDraftMax,
-                          "); adaptive within [1, K]; K + 1 <= --max-step-tokens"))
+                          "); adaptive within [0, K] (docs/speculative.md); K + 1 <= the "
+                          "step width"))
       ->check(CLI::Range(1, 4096));
 }
 

@@ -84,7 +84,7 @@ Result<std::vector<std::pair<int64_t, Finish>>> Executor::verify_drafts(
     stats_.draft_accepted += v.accepted;
     s.draft_k.observe(static_cast<int32_t>(p.n - 1), v.accepted);
   }
-  if (Status st = cache_->rewind_many(seqs, to); !st.ok()) {
+  if (Status st = seqs.empty() ? ok_status() : cache_->rewind_many(seqs, to); !st.ok()) {
     // Cannot happen while a step is at most max_write wide; end those requests cleanly.
     for (Session* s : who) {
       retire(*s, /*keep=*/false);

@@ -254,6 +254,38 @@ TEST(ExecutorDrafting, AContraryDrafterFallsToPlainDecodingAndProbes) {
   EXPECT_EQ(snap->positions, int64_t(prompt.size()) + kNew - 1);
 }
 
+// Sampled requests draft too (the speculative-sampling rule, tested for its distribution in
+// tests/engine/speculative_test.cpp): the same requests and seeds repeat their completions.
+// (Another mix may give another draw: the draft widths, hence the draws, follow the budget.)
+TEST(ExecutorDrafting, SampledRequestsDraftAndASeedRepeatsItsCompletion) {
+  auto run = [](int32_t sessions) {
+    ExecutorOptions o = ngram_options();
+    o.max_sessions = sessions;
+    auto ex = make(o);
+    std::vector<int64_t> order;
+    for (size_t i = 0; i < 3; ++i) {
+      GenerateParams p;
+      p.max_new_tokens = 50;
+      p.sampling.temperature = 0.7f;
+      p.sampling.seed = 11 + i;
+      order.push_back(*ex->submit(ids(kPrompts[i]), p));
+    }
+    auto results = drain(*ex);
+    std::vector<Completion> out;
+    for (int64_t id : order) out.push_back(results.at(id).completions[0]);
+    return out;
+  };
+  const std::vector<Completion> a = run(3), b = run(3);
+  int64_t accepted = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].tokens, b[i].tokens) << "prompt " << i;
+    EXPECT_EQ(a[i].tokens.size(), 50u);
+    EXPECT_EQ(a[i].draft.accepted, b[i].draft.accepted) << "prompt " << i;
+    accepted += a[i].draft.accepted;
+  }
+  EXPECT_GT(accepted, 0);
+}
+
 TEST(ExecutorDrafting, RefusesADraftWidthTheStepCannotHold) {
   ExecutorOptions o = ngram_options(64);  // the embedded model's step is 32 (its window)
   auto ex = Executor::create(tiny(), &testing::bytes_tokenizer(), o);

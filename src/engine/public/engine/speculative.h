@@ -2,8 +2,9 @@
 // in the session's own tokens, or a second model with its own cache — and the acceptance rule
 // that keeps what the target agrees with. Layer: engine. Session::turn runs the loop (one
 // forward of the target over the held token + K drafts, then a rewind of the rejected tail);
-// see docs/speculative.md. Not here: the batching executor's drafting, tree drafts. The
-// self:TYPE drafter is a ModelDrafter over Model::requantized().
+// the batching executor (serve/executor_draft.cpp) applies the same rule and AdaptiveK per
+// session. See docs/speculative.md. Not here: tree drafts. The self:TYPE drafter is a
+// ModelDrafter over Model::requantized().
 #pragma once
 
 #include <cstdint>
