@@ -153,9 +153,9 @@ expect_error 2 "^kvcache batch: --kv-memory: session pool: kv_memory = 49151 byt
 expect_error 2 "^--max-sessions excludes --kv-memory$" --prompts-file "$tmp/p.jsonl" --kv-memory 1MiB --max-sessions 4
 expect_error 2 "^--kv-memory excludes --pool-tokens$" --prompts-file "$tmp/p.jsonl" --kv-memory 1MiB --pool-tokens 512
 expect_error 2 "^--kv-memory: \"4XB\" has an unknown unit" --prompts-file "$tmp/p.jsonl" --kv-memory 4XB
-# Speculative decoding: greedy results equal plain batching (n-gram and self:q8_0 drafts, a
-# stop string inside drafts), the "draft" objects of --json (totals and per completion, absent
-# for a line with "draft": false), and usage errors naming the flag or field.
+# Speculative decoding: greedy results equal plain batching (n-gram, self:q8_0 and --draft-model
+# drafts, a stop string inside drafts), the "draft" objects of --json (totals and per
+# completion, absent for a line with "draft": false), and usage errors naming the flag or field.
 cat > "$tmp/draft.jsonl" <<'JL'
 {"prompt": "the cat sat on the mat. the dog sat on the log. the cat sat on the", "max_new_tokens": 60}
 {"prompt": "one two three one two three one two three one two", "max_new_tokens": 60}
@@ -166,13 +166,16 @@ JL
 "$bin" batch --prompts-file "$tmp/draft.jsonl" --json --draft ngram 2>"$tmp/ngram.err" > "$tmp/ngram.json"
 "$bin" batch --prompts-file "$tmp/draft.jsonl" --json --draft self:q8_0 --draft-max 4 \
   --max-sessions 2 2>/dev/null > "$tmp/self.json"
+"$bin" batch --prompts-file "$tmp/draft.jsonl" --json --draft-model "$src/models/tiny.gguf" \
+  2>/dev/null > "$tmp/dmodel.json"
 grep -q "speculative decoding: ngram:3, up to 8 drafts" "$tmp/ngram.err" || fail "no drafting line"
 /usr/bin/python3 - "$tmp" <<'PY'
 import json, sys
 d = sys.argv[1]
-plain, ngram, selfq = (json.load(open(f"{d}/{n}.json")) for n in ("dplain", "ngram", "self"))
+plain, ngram, selfq, dmodel = (json.load(open(f"{d}/{n}.json"))
+                               for n in ("dplain", "ngram", "self", "dmodel"))
 assert "draft" not in plain and all("draft" not in c for r in plain["results"] for c in r["completions"])
-for j, mode, k in ((ngram, "ngram:3", 8), (selfq, "self:q8_0", 4)):
+for j, mode, k in ((ngram, "ngram:3", 8), (selfq, "self:q8_0", 4), (dmodel, "model:tiny", 8)):
     for a, b in zip(plain["results"], j["results"]):
         ca, cb = a["completions"][0], b["completions"][0]
         assert (ca["tokens"], ca["text"], ca["finish_reason"]) == (cb["tokens"], cb["text"], cb["finish_reason"]), (mode, a["index"])
@@ -188,6 +191,7 @@ for j, mode, k in ((ngram, "ngram:3", 8), (selfq, "self:q8_0", 4)):
     assert j["decode_tokens"] == plain["decode_tokens"], (j["decode_tokens"], plain["decode_tokens"])
     assert j["steps"] < plain["steps"], (mode, j["steps"], plain["steps"])
 assert selfq["draft"]["acceptance"] > 0.9, selfq["draft"]   # the model's own q8_0 weights
+assert dmodel["draft"]["acceptance"] == 1.0, dmodel["draft"]  # models/tiny.gguf is the target
 PY
 
 expect_error 2 "--draft-max.*draft_max = 40, expected 1\.\.15" --prompts-file "$tmp/draft.jsonl" --draft ngram --draft-max 40
