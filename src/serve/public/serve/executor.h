@@ -4,7 +4,9 @@
 // Engine::forward over the mixed batch and samples the rows that need it. Requests queue when
 // no session is free; prompts that start with tokens the pool already holds clone that prefix
 // (no bytes copied); under pool pressure retained prefixes are evicted least-recently-used
-// first, then the youngest running session is preempted and requeued for recompute. With a
+// first, then the youngest running session is preempted and requeued for recompute. Sessions
+// may draft (ExecutorOptions::make_drafter): their drafts join the step after the decode
+// tokens and are verified in the same forward (executor_draft.cpp). With a
 // shared store (kv_store) prompt blocks are also fetched from and written to Redis by a store
 // thread it owns (executor_store.cpp); otherwise one caller drives it and nothing else runs.
 // It does not tokenize prompts or render chat templates.
