@@ -401,7 +401,7 @@ json usage_json(const serve::RequestResult& r) {
          {"completion_tokens", generated},
          {"total_tokens", r.prompt_tokens + generated},
          {"prompt_tokens_details", {{"cached_tokens", r.cached_prompt_tokens}}}};
-  if (draft.steps > 0) {  // extension fields: the server drafts (serve --draft)
+  if (draft.steps > 0) {  // extension fields: the executor drafts (make_drafter)
     u["draft_tokens"] = draft.drafted;
     u["accepted_draft_tokens"] = draft.accepted;
     u["draft_steps"] = draft.steps;

@@ -88,7 +88,7 @@ std::string metrics_text(const EngineSnapshot& s, const RequestCounters::Counts&
          "Decode tokens the cache kept (1 per plain step, 1 + accepted drafts per verification).",
          s.stats.decode_tokens);
   metric(out, "kvcache_draft_steps_total", "counter",
-         "Session decode steps while drafting was on (serve --draft).", s.stats.draft_steps);
+         "Session decode steps while drafting was on.", s.stats.draft_steps);
   metric(out, "kvcache_draft_tokens_total", "counter", "Drafted tokens verified.",
          s.stats.draft_tokens);
   metric(out, "kvcache_draft_accepted_total", "counter", "Drafted tokens kept.",
