@@ -107,10 +107,11 @@ void refuse_beside_kv_memory(CLI::App* cmd) {
 }
 
 int plan_exit_code(const Status& s) {
-  return s.code() == StatusCode::kResourceExhausted &&
-                 s.message().find("kv_memory = ") != std::string::npos
-             ? 2
-             : 1;
+  const bool usage = (s.code() == StatusCode::kResourceExhausted &&
+                      s.message().find("kv_memory = ") != std::string::npos) ||
+                     (s.code() == StatusCode::kInvalidArgument &&
+                      s.message().find("draft_max = ") != std::string::npos);
+  return usage ? 2 : 1;
 }
 
 void add_cache_flags(CLI::App* cmd, CacheFlags& f, std::initializer_list<CacheFlag> which) {

@@ -73,7 +73,8 @@ engine::CacheOptions cache_options(const CacheFlags& f);
 void refuse_beside_kv_memory(CLI::App* cmd);
 
 // The exit code for a cache plan's refusal: 2 (usage) when the --kv-memory budget holds no
-// cache (ResourceExhausted naming kv_memory), else 1.
+// cache (ResourceExhausted naming kv_memory) or --draft-max does not fit the step
+// (InvalidArgument naming draft_max), else 1.
 int plan_exit_code(const Status& s);
 
 // A byte size, parsed whole: a decimal number (digits, optionally '.' and up to 18 more) and an

@@ -20,6 +20,7 @@
 
 #include "cache_flags.h"
 #include "commands.h"
+#include "draft_flags.h"
 #include "core/str_cat.h"
 #include "cpu/thread_pool.h"
 #include "engine/runtime.h"
@@ -54,6 +55,7 @@ struct BatchFlags {
   bool no_prefix_cache = false;
   bool ignore_eos = false;
   bool json = false;
+  DraftFlags draft;
 };
 
 struct Input {
@@ -71,7 +73,7 @@ void add_flags(CLI::App* cmd, BatchFlags& f) {
   cmd->add_option("--prompts-file", f.prompts_file,
                   "JSON Lines: {\"prompt\" | \"prompt_ids\", \"max_new_tokens\"?, "
                   "\"temperature\"?, \"top_k\"?, \"top_p\"?, \"seed\"?, \"n\"?, \"stop\"?, "
-                  "\"response_format\"?}")
+                  "\"response_format\"?, \"draft\"?}")
       ->required();
   add_cache_flags(cmd, f.cache,
                   {CacheFlag::kMaxSessions, CacheFlag::kMaxSessionTokens, CacheFlag::kKvDtype,
@@ -110,6 +112,7 @@ void add_flags(CLI::App* cmd, BatchFlags& f) {
       ->check(CLI::Range(0, 128))->capture_default_str();
   cmd->add_flag("--ignore-eos", f.ignore_eos, "Do not stop at end-of-generation tokens");
   cmd->add_flag("--json", f.json, "Print one JSON object on stdout");
+  add_draft_flags(cmd, f.draft);
   refuse_beside_kv_memory(cmd);
 }
 
@@ -173,7 +176,7 @@ Status read_request(const json& obj, std::string_view line, const BatchFlags& f,
                     const engine::LoadedModel& m, Input& in, const std::string& at) {
   if (!obj.is_object()) return invalid_argument(at + ": expected a JSON object");
   static const char* kKeys[] = {"prompt", "prompt_ids", "max_new_tokens", "temperature", "top_k",
-                                "top_p", "seed", "n", "stop", "response_format"};
+                                "top_p", "seed", "n", "stop", "response_format", "draft"};
   for (const auto& [key, value] : obj.items())
     if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys))
       return invalid_argument(at + ": unknown field \"" + key + "\"");
@@ -206,6 +209,10 @@ Status read_request(const json& obj, std::string_view line, const BatchFlags& f,
       p.stop.push_back(v.get<std::string>());
     }
   }
+  if (obj.contains("draft")) {  // false: this request decodes plainly under --draft
+    if (!obj.at("draft").is_boolean()) return invalid_argument(at + ": \"draft\" is not a boolean");
+    p.draft = obj.at("draft").get<bool>();
+  }
   if (obj.contains("response_format")) {  // as on /v1/completions (docs/server.md)
     const auto ordered = nlohmann::ordered_json::parse(line, nullptr, false);
     if (auto e = server::parse_response_format(ordered.at("response_format"), p))
@@ -235,6 +242,15 @@ Result<std::vector<Input>> read_inputs(const BatchFlags& f, const engine::Loaded
 
 double per_s(int64_t n, double s) { return s > 0.0 ? static_cast<double>(n) / s : 0.0; }
 
+// Drafting figures: tokens_per_step = tokens the cache kept per decode step (1 = plain).
+json draft_json(int64_t steps, int64_t drafted, int64_t accepted) {
+  return json{{"steps", steps},
+              {"drafted", drafted},
+              {"accepted", accepted},
+              {"acceptance", drafted > 0 ? double(accepted) / double(drafted) : 0.0},
+              {"tokens_per_step", steps > 0 ? double(steps + accepted) / double(steps) : 0.0}};
+}
+
 json result_json(const serve::RequestResult& r, size_t index) {
   json j;
   j["index"] = index;
@@ -246,6 +262,7 @@ json result_json(const serve::RequestResult& r, size_t index) {
     cj["text"] = c.text;
     cj["tokens"] = c.tokens;
     cj["finish_reason"] = std::string(serve::to_string(c.finish));
+    if (c.draft.steps > 0) cj["draft"] = draft_json(c.draft.steps, c.draft.drafted, c.draft.accepted);
     cs.push_back(std::move(cj));
   }
   j["completions"] = std::move(cs);
@@ -294,12 +311,20 @@ int run_batch(const BatchFlags& f) {
   o.kv_store = f.kv_store;
   o.store_wait_ms = f.kv_store_wait_ms;
   o.eog_ids = m->eog_ids;
+  ExecutorDraft draft;
+  if (std::optional<DraftError> de = make_executor_drafter(
+          f.draft, *m, cache_options(f.cache), load_options(f.cache), o, draft)) {
+    fail(de->message);
+    return de->usage ? 2 : 1;
+  }
   Result<std::unique_ptr<serve::Executor>> ex = serve::Executor::create(*m->model, &*m->tokenizer, o);
   if (!ex.ok()) {
     fail(flag_message(ex.status(), {kExecutorFieldFlags}));
     return plan_exit_code(ex.status());
   }
   serve::Executor& e = **ex;
+  Result<std::string> drafting = executor_draft_summary(draft, o, e);
+  if (!drafting.ok()) return fail("--draft: " + drafting.status().message());
   ModelGeometry g = m->model->geometry();
   g.cache = e.setup().geometry;
   SummaryOptions so;
@@ -307,7 +332,7 @@ int run_batch(const BatchFlags& f) {
   so.sessions = e.max_sessions();
   so.session_tokens = e.max_session_tokens();
   so.kv_memory = e.setup().kv_memory;
-  std::fprintf(stderr, "%s", cache_summary_text(g, so).c_str());
+  std::fprintf(stderr, "%s%s", cache_summary_text(g, so).c_str(), drafting->c_str());
   std::vector<int64_t> ids;  // request id per input
   for (size_t i = 0; i < inputs->size(); ++i) {
     Result<int64_t> id = e.submit((*inputs)[i].prompt, (*inputs)[i].params);
@@ -364,6 +389,11 @@ int run_batch(const BatchFlags& f) {
     j["threads"] = cpu::global_pool().size();
     j["cache"] = cache_summary_json(g, so);
     if (!f.kv_store.empty()) j["store"] = store_json(s);
+    if (!draft.name.empty()) {
+      j["draft"] = draft_json(s.draft_steps, s.draft_tokens, s.draft_accepted);
+      j["draft"]["mode"] = draft.name;
+      j["draft"]["draft_max"] = e.spec().draft_max;
+    }
     std::printf("%s\n", j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
   }
   std::fprintf(stderr,

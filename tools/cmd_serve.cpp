@@ -15,6 +15,7 @@
 
 #include "cache_flags.h"
 #include "commands.h"
+#include "draft_flags.h"
 #include "cpu/thread_pool.h"
 #include "engine/runtime.h"
 #include "flag_names.h"
@@ -47,6 +48,7 @@ struct ServeFlags {
   int32_t prefix_checkpoints = serve::ExecutorOptions{}.prefix_checkpoints;
   std::string kv_store;
   int32_t kv_store_wait_ms = 1000;
+  DraftFlags draft;
 };
 
 int fail(const std::string& msg) {
@@ -106,6 +108,7 @@ void add_flags(CLI::App* cmd, ServeFlags& f) {
   cmd->add_option("--kv-store-wait-ms", f.kv_store_wait_ms,
                   "Longest wait of a request for the store's answer before it prefills")
       ->check(CLI::Range(0, 60000))->capture_default_str();
+  add_draft_flags(cmd, f.draft);
 }
 
 // The template from --chat-template or the model's own; nullopt (with a startup warning and
@@ -177,11 +180,19 @@ int run_serve(const ServeFlags& f) {
   eo.kv_store = f.kv_store;
   eo.store_wait_ms = f.kv_store_wait_ms;
   eo.eog_ids = m->eog_ids;
+  ExecutorDraft draft;
+  if (std::optional<DraftError> de = make_executor_drafter(
+          f.draft, *m, cache_options(f.cache), load_options(f.cache), eo, draft)) {
+    fail(de->message);
+    return de->usage ? 2 : 1;
+  }
   Result<std::unique_ptr<serve::Executor>> ex = serve::Executor::create(*m->model, &*m->tokenizer, eo);
   if (!ex.ok()) {
     fail(flag_message(ex.status(), {kExecutorFieldFlags}));
     return plan_exit_code(ex.status());
   }
+  Result<std::string> drafting = executor_draft_summary(draft, eo, **ex);
+  if (!drafting.ok()) return fail("--draft: " + drafting.status().message());
   ModelGeometry g = m->model->geometry();
   g.cache = (*ex)->setup().geometry;
   SummaryOptions so;
@@ -189,7 +200,7 @@ int run_serve(const ServeFlags& f) {
   so.sessions = (*ex)->max_sessions();
   so.session_tokens = (*ex)->max_session_tokens();
   so.kv_memory = (*ex)->setup().kv_memory;
-  std::fprintf(stderr, "%s", cache_summary_text(g, so).c_str());
+  std::fprintf(stderr, "%s%s", cache_summary_text(g, so).c_str(), drafting->c_str());
 
   server::ServerOptions o;
   o.host = f.host;

@@ -85,7 +85,8 @@ void add_draft_flags(CLI::App* cmd, DraftFlags& f) {
   cmd->add_option("--draft-max", f.draft_max,
                   str_cat("Most drafted tokens per verification step, K (default ",
                           engine::kDefaultDraftMax,
-                          "); adaptive within [1, K]; K + 1 <= --max-step-tokens"))
+                          "); adaptive within [0, K] (docs/speculative.md); K + 1 <= the "
+                          "step width"))
       ->check(CLI::Range(1, 4096));
 }
 
@@ -131,6 +132,79 @@ std::optional<DraftError> make_drafter(const DraftFlags& f, const engine::Runtim
   out.model = std::move(*m);
   return model_drafter(*out.model->model, "model:" + out.model->name, target, cache, sampling,
                        out);
+}
+
+namespace {
+
+// One session's ModelDrafter over `model`: the target's K/V choices, sized by `room`.
+Result<std::unique_ptr<engine::Drafter>> session_drafter(const engine::Model& model,
+                                                         engine::CacheOptions o,
+                                                         const std::string& label,
+                                                         const serve::DraftRoom& room) {
+  o.windows.clear();  // --windows is the target's
+  o.kv_memory.reset();
+  o.capacity = room.positions;
+  o.max_step_tokens = room.step_tokens;
+  KVCACHE_ASSIGN_OR_RETURN(std::unique_ptr<engine::ModelDrafter> d,
+                           engine::ModelDrafter::create(model, o, engine::SamplerConfig{}, label));
+  return std::unique_ptr<engine::Drafter>(std::move(d));
+}
+
+}  // namespace
+
+std::optional<DraftError> make_executor_drafter(const DraftFlags& f,
+                                                const engine::LoadedModel& target,
+                                                const engine::CacheOptions& cache,
+                                                const engine::LoadOptions& load,
+                                                serve::ExecutorOptions& eo, ExecutorDraft& out) {
+  if (f.mode.empty() && f.model.empty()) {
+    if (f.draft_max > 0) return DraftError{"--draft-max: needs --draft or --draft-model", true};
+    return std::nullopt;
+  }
+  eo.spec.draft_max = f.draft_max;
+  if (const std::optional<int32_t> n = ngram_width(f.mode)) {
+    out.name = str_cat("ngram:", *n);
+    eo.make_drafter = [n = *n](const serve::DraftRoom&) -> Result<std::unique_ptr<engine::Drafter>> {
+      return std::unique_ptr<engine::Drafter>(std::make_unique<engine::NgramDrafter>(n));
+    };
+    return std::nullopt;
+  }
+  const engine::Model* model = nullptr;
+  if (const std::optional<gguf::TensorType> type = self_type(f.mode)) {
+    Result<engine::Model> m = target.model->requantized(*type);
+    if (!m.ok()) return DraftError{"--draft " + f.mode + ": " + m.status().message()};
+    out.self_model = std::make_shared<engine::Model>(std::move(*m));
+    out.name = f.mode;
+    model = out.self_model.get();
+  } else {
+    Result<engine::LoadedModel> m = engine::load_model(engine::ModelSource::file(f.model), load);
+    if (!m.ok()) return DraftError{"--draft-model: " + m.status().message()};
+    if (Status s = engine::check_same_vocabulary(*target.tokenizer, *m->tokenizer); !s.ok())
+      return DraftError{"--draft-model: " + s.message()};
+    out.model = std::move(*m);
+    out.name = "model:" + out.model->name;
+    model = out.model->model.get();
+  }
+  eo.make_drafter = [model, cache, label = out.name](const serve::DraftRoom& room) {
+    return session_drafter(*model, cache, label, room);
+  };
+  return std::nullopt;
+}
+
+Result<std::string> executor_draft_summary(const ExecutorDraft& d,
+                                           const serve::ExecutorOptions& eo,
+                                           const serve::Executor& e) {
+  if (d.name.empty()) return std::string();
+  std::string head = str_cat("speculative decoding: ", d.name, ", up to ", e.spec().draft_max,
+                             " drafts per session and step (adaptive)\n");
+  const engine::Model* model =
+      d.self_model ? d.self_model.get() : d.model ? d.model->model.get() : nullptr;
+  if (model == nullptr) return head;
+  const serve::DraftRoom room{e.max_session_tokens() + e.spec().draft_max, e.setup().step_tokens};
+  KVCACHE_ASSIGN_OR_RETURN(std::unique_ptr<engine::Drafter> one, eo.make_drafter(room));
+  const auto& md = static_cast<const engine::ModelDrafter&>(*one);
+  return head + str_cat("each of up to ", e.max_sessions(), " sessions has a ") +
+         draft_summary(*model, d.name, md);
 }
 
 }  // namespace kvcache::tools

@@ -1,7 +1,8 @@
-// The speculative-decoding flags of `kvcache run` (--draft, --draft-model, --draft-max) and the
-// drafter they ask for, built beside the target. Layer: tools. Parsing and range checks live
+// The speculative-decoding flags of `kvcache run`, `batch` and `serve` (--draft, --draft-model,
+// --draft-max) and the drafter they ask for, built beside the target (run: one drafter; batch
+// and serve: a factory making one per session). Layer: tools. Parsing and range checks live
 // here (a bad value is a usage error naming the flag); the drafters and the acceptance rule
-// live in engine/speculative.h. batch and serve do not draft yet.
+// live in engine/speculative.h.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include "engine/runtime.h"
 #include "engine/sampler.h"
 #include "engine/speculative.h"
+#include "serve/executor.h"
 
 namespace kvcache::tools {
 
@@ -49,5 +51,32 @@ std::optional<DraftError> make_drafter(const DraftFlags& f, const engine::Runtim
                                        const engine::CacheOptions& cache,
                                        const engine::LoadOptions& load,
                                        const engine::SamplerConfig& sampling, DraftSetup& out);
+
+// The batching executor's drafting: the model it drafts with (loaded or re-encoded once,
+// shared by every session's drafter). Must outlive the executor.
+struct ExecutorDraft {
+  std::optional<engine::LoadedModel> model;   // --draft-model's file
+  std::shared_ptr<engine::Model> self_model;  // --draft self:TYPE
+  std::string name;                           // "ngram:3", "self:q4_0", "model:NAME"; "" = off
+};
+
+// As make_drafter for batch and serve, filling eo.make_drafter and eo.spec.draft_max (0 = the
+// executor's default): ngram makes an NgramDrafter per session; self:TYPE and --draft-model a
+// ModelDrafter per session over the shared draft model with its own sequence cache (the
+// target's K/V types, DraftRoom's positions and step; greedy drafts, so q is one-hot and the
+// acceptance rule holds for any request's sampling). K against the step width is checked by
+// the executor.
+std::optional<DraftError> make_executor_drafter(const DraftFlags& f,
+                                                const engine::LoadedModel& target,
+                                                const engine::CacheOptions& cache,
+                                                const engine::LoadOptions& load,
+                                                serve::ExecutorOptions& eo, ExecutorDraft& out);
+
+// The summary to print for an executor's drafting: the mode and K, and for a draft model one
+// session's draft cache (built once to report it; every session has one like it).
+// "" when drafting is off.
+Result<std::string> executor_draft_summary(const ExecutorDraft& d,
+                                           const serve::ExecutorOptions& eo,
+                                           const serve::Executor& e);
 
 }  // namespace kvcache::tools

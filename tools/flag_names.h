@@ -40,6 +40,7 @@ inline constexpr FieldFlag kExecutorFieldFlags[] = {
     {"initial_capacity", "--initial-capacity"},
     {"kv_store", "--kv-store"},
     {"prefix_checkpoints", "--prefix-checkpoints"},
+    {"draft_max", "--draft-max"},
 };
 // text::choose_chat_template's problem (run --chat, serve).
 inline constexpr FieldFlag kChatFieldFlags[] = {{"chat_template", "--chat-template"}};

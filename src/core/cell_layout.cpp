@@ -362,26 +362,53 @@ Status CellLayout::seq_rm(int32_t seq) {
 }
 
 Status CellLayout::rewind(int32_t seq, int64_t pos) {
+  KVCACHE_RETURN_IF_ERROR(
+      rewind_many(std::span<const int32_t>(&seq, 1), std::span<const int64_t>(&pos, 1)));
+  s_->end_step();  // the step's end trims against the new position
+  return ok_status();
+}
+
+Status CellLayout::rewind_many(std::span<const int32_t> seqs, std::span<const int64_t> positions) {
   State& s = *s_;
-  if (!s.live(seq)) return not_found(str_cat("cell_layout.rewind: sequence ", seq, " is not live"));
-  const int64_t end = s.pos(seq);
-  if (pos < 0 || pos > end)
-    return out_of_range(str_cat("cell_layout.rewind: sequence ", seq, " to position ", pos,
-                                ", expected 0..", end, " (rewind never grows)"));
-  // What is held, not what a step's end keeps: while the step that wrote the last positions is
-  // open the pools still hold the window its start needed, so its tokens can be taken back
-  // (a speculative step's rejected drafts). Truncate first, then end the step, so the step's
-  // end trims against the new position.
-  if (const int32_t g = s.missing_held(seq, pos); g >= 0) {
-    const int32_t w = s.pools[g].spec.window;
-    return out_of_range(str_cat("cell_layout.rewind: sequence ", seq, " to position ", pos,
-                                ": the ", pool_name(s.pools[g].spec), " holds its positions ",
-                                s.held_low(seq, static_cast<size_t>(g)), "..", end - 1,
-                                " only, position ", pos, " needs ", first_visible(w, pos), "..",
-                                pos - 1, " (rewind to 0 always works)"));
+  if (seqs.size() != positions.size())
+    return invalid_argument(str_cat("cell_layout.rewind: ", static_cast<int64_t>(seqs.size()),
+                                    " sequences and ", static_cast<int64_t>(positions.size()),
+                                    " positions, expected one position per sequence"));
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const int32_t seq = seqs[i];
+    const int64_t pos = positions[i];
+    if (!s.live(seq))
+      return not_found(str_cat("cell_layout.rewind: sequence ", seq, " is not live"));
+    if (std::find(seqs.begin(), seqs.begin() + static_cast<std::ptrdiff_t>(i), seq) !=
+        seqs.begin() + static_cast<std::ptrdiff_t>(i))
+      return invalid_argument(str_cat("cell_layout.rewind: sequence ", seq,
+                                      " named twice, expected each at most once"));
+    const int64_t end = s.pos(seq);
+    if (pos < 0 || pos > end)
+      return out_of_range(str_cat("cell_layout.rewind: sequence ", seq, " to position ", pos,
+                                  ", expected 0..", end, " (rewind never grows)"));
+    // What is held, not what a step's end keeps: while the step that wrote the last positions
+    // is open the pools still hold the window its start needed, so its tokens can be taken
+    // back (a speculative step's rejected drafts).
+    if (const int32_t g = s.missing_held(seq, pos); g >= 0) {
+      const int32_t w = s.pools[g].spec.window;
+      return out_of_range(str_cat("cell_layout.rewind: sequence ", seq, " to position ", pos,
+                                  ": the ", pool_name(s.pools[g].spec), " holds its positions ",
+                                  s.held_low(seq, static_cast<size_t>(g)), "..", end - 1,
+                                  " only, position ", pos, " needs ", first_visible(w, pos), "..",
+                                  pos - 1, " (rewind to 0 always works)"));
+    }
   }
-  s.truncate(seq, pos);
-  s.end_step();
+  for (size_t i = 0; i < seqs.size(); ++i) s.truncate(seqs[i], positions[i]);
+  // A placed step stays open (its end trims against the new positions; until then clones of
+  // its other sequences may still be taken); what that end frees is counted again. A step
+  // only declared ends: its positions no longer continue the sequences.
+  if (!s.step_placed()) {
+    s.end_step();
+    return ok_status();
+  }
+  for (size_t g = 0; g < s.pools.size(); ++g)
+    if (s.pools[g].spec.window > 0) s.pools[g].pending_free = s.count_pending_free(g);
   return ok_status();
 }
 

@@ -50,6 +50,9 @@ class CellCache final : public Cache {
     return point;
   }
   Status rewind(int32_t seq, int64_t pos) override { return layout_.rewind(seq, pos); }
+  Status rewind_many(std::span<const int32_t> seqs, std::span<const int64_t> positions) override {
+    return layout_.rewind_many(seqs, positions);
+  }
   int64_t pos(int32_t seq) const override { return layout_.pos(seq); }
   int64_t seq_len(int32_t seq) const override { return layout_.seq_len(seq); }
   int32_t max_seqs() const override { return layout_.max_seqs(); }

@@ -141,6 +141,20 @@ Status Engine::run_layer(int32_t i, int64_t t, std::span<const int64_t> position
 }
 
 Status Engine::forward(const Batch& batch, LogitsMode mode, Logits& out) {
+  std::vector<int32_t> rows;
+  const size_t t = std::min(batch.tokens.size(), batch.seq_ids.size());  // checked below
+  for (size_t i = 0; i < t; ++i) {
+    bool last = mode == LogitsMode::kAll;
+    if (!last) {
+      last = true;
+      for (size_t j = i + 1; j < t && last; ++j) last = batch.seq_ids[j] != batch.seq_ids[i];
+    }
+    if (last) rows.push_back(static_cast<int32_t>(i));
+  }
+  return forward(batch, rows, out);
+}
+
+Status Engine::forward(const Batch& batch, std::span<const int32_t> rows, Logits& out) {
   const HParams& hp = model_.hparams();
   const auto t = static_cast<int64_t>(batch.tokens.size());
   if (t == 0 || batch.seq_ids.size() != batch.tokens.size() ||
@@ -152,6 +166,11 @@ Status Engine::forward(const Batch& batch, LogitsMode mode, Logits& out) {
     if (batch.tokens[i] < 0 || batch.tokens[i] >= hp.vocab)
       return invalid_argument(str_cat("engine forward: token[", i, "] = ", batch.tokens[i],
                                       ", expected in [0, ", hp.vocab, ")"));
+  for (size_t r = 0; r < rows.size(); ++r)
+    if (rows[r] < 0 || rows[r] >= t || (r > 0 && rows[r] <= rows[r - 1]))
+      return invalid_argument(str_cat("engine forward: rows[", static_cast<int64_t>(r), "] = ",
+                                      rows[r], ", expected ascending batch indices in [0, ", t,
+                                      ")"));
   KVCACHE_RETURN_IF_ERROR(cache_->declare_step(batch.seq_ids));
   const int64_t d = hp.d_model;
   int64_t widest = 0;
@@ -172,22 +191,13 @@ Status Engine::forward(const Batch& batch, LogitsMode mode, Logits& out) {
     KVCACHE_RETURN_IF_ERROR(run_layer(i, t, batch.positions));
 
   out.vocab = hp.vocab;
-  out.token_index.clear();
-  if (mode == LogitsMode::kAll) {
-    for (int64_t i = 0; i < t; ++i) out.token_index.push_back(static_cast<int32_t>(i));
-  } else {
-    for (int64_t i = 0; i < t; ++i) {
-      bool last = true;
-      for (int64_t j = i + 1; j < t && last; ++j) last = batch.seq_ids[j] != batch.seq_ids[i];
-      if (last) out.token_index.push_back(static_cast<int32_t>(i));
-    }
-  }
-  const auto rows = static_cast<int64_t>(out.token_index.size());
-  for (int64_t r = 0; r < rows; ++r)
+  out.token_index.assign(rows.begin(), rows.end());
+  const auto n_rows = static_cast<int64_t>(rows.size());
+  for (int64_t r = 0; r < n_rows; ++r)
     rmsnorm_rows(std::span<const float>(x_).subspan(out.token_index[r] * d, d),
                  model_.output_norm(), std::span<float>(h_).subspan(r * d, d), 1, d, hp.rms_eps);
-  out.data.resize(rows * hp.vocab);
-  matmul(h_, model_.output(), out.data, rows);
+  out.data.resize(n_rows * hp.vocab);
+  matmul(h_, model_.output(), out.data, n_rows);
   softcap(out.data, hp.final_softcap);
   return ok_status();
 }

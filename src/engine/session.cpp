@@ -177,7 +177,7 @@ Status Session::decode(int32_t max_new_tokens, Sampler& sampler, TurnStats& st,
     history_.push_back(tok);  // the drafter's context ends with the held token
     if (drafter_ != nullptr) {
       const int64_t left = max_new_tokens - static_cast<int64_t>(st.generated.size());
-      const auto k = static_cast<int32_t>(std::min<int64_t>({draft_k_, room - 1, left - 1}));
+      const auto k = static_cast<int32_t>(std::min<int64_t>({draft_k_.k(), room - 1, left - 1}));
       Status d = k > 0 ? drafter_->propose(history_, k, draft_) : ok_status();
       if (!d.ok()) {
         history_.pop_back();
@@ -211,12 +211,9 @@ Status Session::decode(int32_t max_new_tokens, Sampler& sampler, TurnStats& st,
     history_.insert(history_.end(), draft_.tokens.begin(), draft_.tokens.begin() + kept);
     st.decode_tokens += 1 + kept;
     if (drafter_ != nullptr) ++st.spec.steps;
-    if (n > 1) {
-      st.spec.drafted += n - 1;
-      st.spec.accepted += v.accepted;
-      if (spec_.adaptive && v.accepted == n - 1) draft_k_ = std::min(draft_k_ + 1, spec_.draft_max);
-      else if (spec_.adaptive && v.accepted == 0) draft_k_ = std::max(1, draft_k_ / 2);
-    }
+    if (drafter_ != nullptr) draft_k_.observe(static_cast<int32_t>(n - 1), v.accepted);
+    st.spec.drafted += n - 1;
+    st.spec.accepted += v.accepted;
     if (done) return ok_status();
     tok = v.next;
   }
@@ -226,7 +223,7 @@ Status Session::set_drafter(Drafter* drafter, const SpecOptions& options) {
   if (drafter != nullptr) KVCACHE_RETURN_IF_ERROR(check_spec_options(options, step_));
   drafter_ = drafter;
   spec_ = options;
-  draft_k_ = options.draft_max;
+  draft_k_ = AdaptiveK(options);
   return ok_status();
 }
 

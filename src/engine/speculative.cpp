@@ -122,19 +122,37 @@ Status check_spec_options(const SpecOptions& o, int64_t step_tokens) {
   return ok_status();
 }
 
-Verdict accept_drafts(const Logits& rows, const Draft& draft, Sampler& sampler) {
+AdaptiveK::AdaptiveK(const SpecOptions& options) : options_(options), k_(options.draft_max) {}
+
+void AdaptiveK::observe(int32_t drafted, int32_t accepted) {
+  if (!options_.adaptive) return;
+  if (drafted < 1) {  // nothing verified: only a session resting at K = 0 counts the step
+    if (k_ == 0 && ++plain_ >= kProbeAfter) {
+      k_ = 1;
+      plain_ = 0;
+    }
+    return;
+  }
+  rate_ = 0.75 * rate_ + 0.25 * static_cast<double>(accepted) / static_cast<double>(drafted);
+  if (accepted == drafted) k_ = std::min(k_ + 1, options_.draft_max);
+  else if (accepted == 0 || rate_ < 0.5) k_ /= 2;
+  plain_ = 0;
+}
+
+Verdict accept_drafts(const Logits& logits, const Draft& draft, Sampler& sampler, size_t first) {
+  auto row = [&](int32_t i) { return logits.row(first + static_cast<size_t>(i)); };
   Verdict v;
   const auto n = static_cast<int32_t>(draft.tokens.size());
   if (sampler.config().temperature <= 0.0f) {
-    while (v.accepted < n && draft.tokens[v.accepted] == argmax(rows.row(v.accepted)))
+    while (v.accepted < n && draft.tokens[v.accepted] == argmax(row(v.accepted)))
       ++v.accepted;
-    v.next = argmax(rows.row(v.accepted));
+    v.next = argmax(row(v.accepted));
     return v;
   }
   std::vector<double> p;
   for (; v.accepted < n; ++v.accepted) {
     const int32_t x = draft.tokens[v.accepted];
-    sampler.distribution(rows.row(v.accepted), p);
+    sampler.distribution(row(v.accepted), p);
     const double qx = draft.q.empty() ? 1.0 : draft.q[v.accepted][x];
     // min(1, p/q) as a comparison: u < p/q  <=>  u * q < p (q > 0 for a drawn token).
     if (sampler.uniform() * qx < p[x]) continue;
@@ -148,7 +166,7 @@ Verdict accept_drafts(const Logits& rows, const Draft& draft, Sampler& sampler) 
     if (v.next < 0) v.next = x;  // p == q to rounding: nothing left to redistribute
     return v;
   }
-  v.next = sampler.sample(rows.row(v.accepted));
+  v.next = sampler.sample(row(v.accepted));
   return v;
 }
 

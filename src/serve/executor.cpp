@@ -87,6 +87,14 @@ Result<std::unique_ptr<Executor>> Executor::create(const engine::Model& model,
                                                            o.block_tokens,
                                                            ex->setup_.config.rotated()));
   ex->budget_ = std::max<int64_t>(ex->setup_.step_tokens, resolved.max_sessions);
+  if (o.make_drafter) {
+    engine::SpecOptions& spec = ex->opt_.spec;
+    if (spec.draft_max == 0)
+      spec.draft_max = static_cast<int32_t>(
+          std::clamp<int64_t>(ex->setup_.step_tokens - 1, 1, engine::kDefaultDraftMax));
+    KVCACHE_RETURN_IF_ERROR_CTX(engine::check_spec_options(spec, ex->setup_.step_tokens),
+                                "executor");
+  }
   for (const LayerGeometry& l : ex->setup_.geometry.layers) {
     if (!l.sliding()) continue;
     ex->sliding_ = true;
@@ -215,6 +223,11 @@ Executor::Session& Executor::new_session(Request& r, int32_t completion,
   s->prompt_len = static_cast<int64_t>(tokens.size());
   s->tokens = std::move(tokens);
   if (r.masker && r.params.grammar_trigger.empty()) s->grammar.emplace(r.masker);
+  // Drafts are checked against the plain sampler's rows: adjusted or masked rows do not draft.
+  const GenerateParams& p = r.params;
+  s->may_draft = opt_.make_drafter && p.draft && !p.grammar && p.logit_bias.empty() &&
+                 p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f && p.logprobs < 0;
+  s->draft_k = engine::AdaptiveK(opt_.spec);
   Session& ref = *s;
   r.sessions.push_back(ref.id);
   sessions_.emplace(ref.id, std::move(s));

@@ -40,6 +40,15 @@ std::vector<Executor::Planned> Executor::plan_step() {
       prefill.push_back(sid);
     }
   }
+  // Drafts after every decode token and before prefill chunks; while prompts are waiting for
+  // their chunks, drafts take at most half of what is left.
+  int64_t room = prefill.empty() ? left : left / 2;
+  for (Planned& p : plan) {
+    const int64_t k = propose_drafts(*sessions_.at(p.session), room);
+    p.n += k;
+    room -= k;
+    left -= k;
+  }
   if (prefill.empty()) return plan;
   const size_t start = rotate_++ % prefill.size();
   for (size_t k = 0; k < prefill.size() && left > 0; ++k) {
@@ -63,6 +72,15 @@ bool Executor::fit_step(std::vector<Planned>& plan) {
     if (need == 0) return false;
     if (make_room(need)) return true;
     int64_t over = need - cache_->free_cells();
+    for (auto it = plan.rbegin(); it != plan.rend() && over > 0; ++it) {  // drafts first
+      Session& s = *sessions_.at(it->session);
+      if (!verifies(*it)) continue;
+      const int64_t cut = std::min(over, it->n - 1);
+      it->n -= cut;
+      over -= cut;
+      s.draft.tokens.resize(static_cast<size_t>(it->n - 1));
+      if (!s.draft.q.empty()) s.draft.q.resize(s.draft.tokens.size());
+    }
     for (auto it = plan.rbegin(); it != plan.rend() && over > 0; ++it) {
       if (sessions_.at(it->session)->remaining() == 1) continue;  // a decode token
       const int64_t cut = std::min(over, it->n);
@@ -107,18 +125,24 @@ Status Executor::step() {
   batch_tokens_.clear();
   batch_seqs_.clear();
   batch_pos_.clear();
+  batch_rows_.clear();
   int64_t prefill = 0, decode = 0;
   for (const Planned& p : plan) {
     const Session& s = *sessions_.at(p.session);
+    const bool all_rows = verifies(p);  // the held token's and every draft's row
     for (int64_t i = 0; i < p.n; ++i) {
-      batch_tokens_.push_back(s.tokens[static_cast<size_t>(s.fed + i)]);
+      // A decode session's token 0 is its held token; the rest are this step's drafts.
+      batch_tokens_.push_back(i < s.remaining() ? s.tokens[static_cast<size_t>(s.fed + i)]
+                                                : s.draft.tokens[static_cast<size_t>(i - 1)]);
       batch_seqs_.push_back(s.seq);
       batch_pos_.push_back(s.fed + i);
+      if (all_rows || i + 1 == p.n)
+        batch_rows_.push_back(static_cast<int32_t>(batch_tokens_.size() - 1));
     }
     (s.remaining() == 1 ? decode : prefill) += p.n;
   }
   engine::Batch batch{batch_tokens_, batch_seqs_, batch_pos_};
-  Status st = engine_->forward(batch, engine::LogitsMode::kLast, logits_);
+  Status st = engine_->forward(batch, batch_rows_, logits_);
   if (!st.ok()) {
     // The cache may hold part of the step: drop those sequences and end their requests.
     for (const Planned& p : plan) {
@@ -129,8 +153,16 @@ Status Executor::step() {
     }
     return Status(st.code(), "executor step: " + st.message());
   }
+  // Verifications first: their rejected rows leave the cache before anything else happens.
+  Result<std::vector<std::pair<int64_t, Finish>>> ended = verify_drafts(plan);
+  if (!ended.ok()) return ended.status();
   for (const Planned& p : plan) {
     Session& s = *sessions_.at(p.session);
+    if (verifies(p)) continue;  // done in verify_drafts
+    if (s.remaining() == 1) {
+      note_plain_decode(s);
+      ++stats_.decode_tokens;
+    }
     const bool snapshot = wants_snapshot(s);
     const int64_t from = s.fed;
     s.fed += p.n;
@@ -150,13 +182,13 @@ Status Executor::step() {
     Session& s = *sessions_.at(row_session[r]);
     if (s.remaining() == 0) sample(s, logits_.row(r), drawn[r]);
   }
+  for (const auto& [sid, why] : *ended) finish(*sessions_.at(sid), why);
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double total = static_cast<double>(prefill + decode);
   stats_.prefill_seconds += secs * static_cast<double>(prefill) / total;
   stats_.decode_seconds += secs * static_cast<double>(decode) / total;
   stats_.prefill_tokens += prefill;
-  stats_.decode_tokens += decode;
   ++stats_.steps;
   return ok_status();
 }
@@ -280,6 +312,12 @@ void Executor::sample(Session& s, std::span<const float> logits, int32_t drawn) 
     finish(s, Finish::kStop);
     return;
   }
+  if (const Finish why = push_token(s, tok); why != Finish::kNone) finish(s, why);
+}
+
+Finish Executor::push_token(Session& s, int32_t tok) {
+  Request& r = *requests_.at(s.request);
+  const GenerateParams& p = r.params;
   if (s.grammar) static_cast<void>(s.grammar->accept(tok));  // the mask allowed it
   ++s.counts[tok];
   s.tokens.push_back(tok);
@@ -325,7 +363,7 @@ void Executor::sample(Session& s, std::span<const float> logits, int32_t drawn) 
     on_token_(e);
   }
   s.streamed = std::max(s.streamed, safe);
-  if (why != Finish::kNone) finish(s, why);
+  return why;
 }
 
 }  // namespace kvcache::serve

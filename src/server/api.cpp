@@ -390,11 +390,23 @@ std::string_view finish_reason(serve::Finish f) {
 
 json usage_json(const serve::RequestResult& r) {
   int64_t generated = 0;
-  for (const serve::Completion& c : r.completions) generated += static_cast<int64_t>(c.tokens.size());
-  return json{{"prompt_tokens", r.prompt_tokens},
-              {"completion_tokens", generated},
-              {"total_tokens", r.prompt_tokens + generated},
-              {"prompt_tokens_details", {{"cached_tokens", r.cached_prompt_tokens}}}};
+  engine::SpecStats draft;
+  for (const serve::Completion& c : r.completions) {
+    generated += static_cast<int64_t>(c.tokens.size());
+    draft.steps += c.draft.steps;
+    draft.drafted += c.draft.drafted;
+    draft.accepted += c.draft.accepted;
+  }
+  json u{{"prompt_tokens", r.prompt_tokens},
+         {"completion_tokens", generated},
+         {"total_tokens", r.prompt_tokens + generated},
+         {"prompt_tokens_details", {{"cached_tokens", r.cached_prompt_tokens}}}};
+  if (draft.steps > 0) {  // extension fields: the executor drafts (make_drafter)
+    u["draft_tokens"] = draft.drafted;
+    u["accepted_draft_tokens"] = draft.accepted;
+    u["draft_steps"] = draft.steps;
+  }
+  return u;
 }
 
 namespace {

@@ -84,8 +84,15 @@ std::string metrics_text(const EngineSnapshot& s, const RequestCounters::Counts&
          "Prompt tokens that had to be prefilled.", s.stats.prefix_miss_tokens);
   metric(out, "kvcache_prefill_tokens_total", "counter", "Tokens fed as prompt (recompute included).",
          s.stats.prefill_tokens);
-  metric(out, "kvcache_decode_tokens_total", "counter", "Tokens fed as one-token decodes.",
+  metric(out, "kvcache_decode_tokens_total", "counter",
+         "Decode tokens the cache kept (1 per plain step, 1 + accepted drafts per verification).",
          s.stats.decode_tokens);
+  metric(out, "kvcache_draft_steps_total", "counter",
+         "Session decode steps while drafting was on.", s.stats.draft_steps);
+  metric(out, "kvcache_draft_tokens_total", "counter", "Drafted tokens verified.",
+         s.stats.draft_tokens);
+  metric(out, "kvcache_draft_accepted_total", "counter", "Drafted tokens kept.",
+         s.stats.draft_accepted);
   metric(out, "kvcache_preemptions_total", "counter", "Running sessions dropped and requeued.",
          s.stats.preemptions);
   metric(out, "kvcache_evictions_total", "counter", "Retained prefixes dropped for room.",

@@ -564,3 +564,65 @@ TEST(CellLayout, MovedLayoutKeepsItsState) {
 
 }  // namespace
 }  // namespace kvcache
+
+namespace kvcache {
+namespace {
+
+// Two sequences verify 1 + 3 tokens each in one step on a sliding(3) pool; taking back a's last
+// 3 and b's last 1 together leaves every counter as a layout that only saw the kept tokens,
+// and the step stays open for a clone of a third sequence's chunk. One rewind() at a time
+// would end the step and the second would find its window gone.
+TEST(CellLayout, RewindManyTakesBackSeveralSequencesOfOneStep) {
+  auto run = [](bool verify) {
+    CellLayout c = make({full(), sliding(3)}, 32);
+    const int32_t a = new_seq(c), b = new_seq(c), p = new_seq(c);
+    prefill(c, a, 4);
+    prefill(c, b, 4);
+    if (verify) {
+      step(c, {a, a, a, a, b, b, b, b, p, p, p}, {4, 5, 6, 7, 4, 5, 6, 7, 0, 1, 2});
+      const std::vector<int32_t> seqs{a, b};
+      const std::vector<int64_t> to{5, 7};
+      Status s = c.rewind_many(seqs, to);
+      EXPECT_TRUE(s.ok()) << s.to_string();
+      EXPECT_TRUE(c.step_open());
+      auto clone = c.seq_clone(p, 2);  // inside p's chunk: needs positions 0, 1
+      EXPECT_TRUE(clone.ok()) << clone.status().to_string();
+      if (clone.ok()) {
+        EXPECT_TRUE(c.seq_rm(*clone).ok());
+      }
+    } else {
+      step(c, {a, b, b, b, p, p, p}, {4, 4, 5, 6, 0, 1, 2});
+    }
+    return std::vector<int64_t>{c.pos(a), c.pos(b), c.pos(p), c.free_cells(), c.pool_free(0),
+                                c.kept_from(a, 1), c.kept_from(b, 1), c.pool_room(1)};
+  };
+  EXPECT_EQ(run(true), run(false));
+  EXPECT_EQ(run(true)[0], 5);
+  EXPECT_EQ(run(true)[1], 7);
+}
+
+TEST(CellLayout, RewindManyRefusalsNameTheEntryAndChangeNothing) {
+  CellLayout c = make({full(), sliding(3)}, 32);
+  const int32_t a = new_seq(c), b = new_seq(c);
+  prefill(c, b, 6);
+  prefill(c, a, 4);  // ends b's step: b's sliding pool holds positions 4, 5 only
+  const std::vector<int32_t> twice{a, a};
+  const std::vector<int64_t> two{4, 4};
+  EXPECT_EQ(c.rewind_many(twice, two).code(), StatusCode::kInvalidArgument);
+  const std::vector<int32_t> ab{a, b};
+  const std::vector<int64_t> one{1};
+  EXPECT_EQ(c.rewind_many(ab, one).code(), StatusCode::kInvalidArgument);
+  const std::vector<int64_t> far{4, 2};  // a stays; b to 2 needs positions 0, 1: gone
+  const Status s = c.rewind_many(ab, far);
+  ASSERT_EQ(s.code(), StatusCode::kOutOfRange);
+  EXPECT_NE(s.message().find("sequence 1 to position 2"), std::string::npos) << s.message();
+  EXPECT_EQ(c.pos(a), 4);
+  EXPECT_EQ(c.pos(b), 6);
+  const std::vector<int64_t> fine{6, 1};  // b stays; a's open step still holds position 0
+  ASSERT_TRUE(c.rewind_many(std::vector<int32_t>{b, a}, fine).ok());
+  EXPECT_EQ(c.pos(b), 6);
+  EXPECT_EQ(c.pos(a), 1);
+}
+
+}  // namespace
+}  // namespace kvcache

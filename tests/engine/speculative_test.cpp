@@ -504,3 +504,59 @@ TEST_F(Speculative, RejectedDraftsThroughTheForwardLeaveTheSameCounters) {
 
 }  // namespace
 }  // namespace kvcache::engine::testing
+
+namespace kvcache::engine::testing {
+namespace {
+
+// The rule of docs/speculative.md, "Adaptive K", step by step.
+TEST(AdaptiveK, HalvesToZeroOnRejectionsProbesAfterSixteenPlainStepsAndGrowsBack) {
+  SpecOptions o;
+  o.draft_max = 4;
+  AdaptiveK k(o);
+  EXPECT_EQ(k.k(), 4);
+  k.observe(4, 4);  // all kept: rate 1, K stays at the cap
+  EXPECT_EQ(k.k(), 4);
+  k.observe(4, 3);  // rate = 0.75 + 0.25 * 0.75 = 0.9375 >= 1/2: K stays
+  EXPECT_EQ(k.k(), 4);
+  EXPECT_DOUBLE_EQ(k.rate(), 0.9375);
+  k.observe(4, 0);  // none kept: halves
+  EXPECT_EQ(k.k(), 2);
+  k.observe(2, 1);  // rate = 0.703125 * 0.75 + 0.125 = 0.65234375: stays
+  EXPECT_EQ(k.k(), 2);
+  k.observe(2, 0);  // halves to 1
+  EXPECT_EQ(k.k(), 1);
+  k.observe(1, 0);  // halves to 0: plain decoding
+  EXPECT_EQ(k.k(), 0);
+  k.observe(0, 0);  // a plain step at K = 0 counts toward the probe
+  for (int i = 1; i < AdaptiveK::kProbeAfter - 1; ++i) k.observe(0, 0);
+  EXPECT_EQ(k.k(), 0) << "15 plain steps";
+  k.observe(0, 0);
+  EXPECT_EQ(k.k(), 1) << "the 16th: a one-draft probe";
+  k.observe(1, 1);  // the probe kept it: grows
+  EXPECT_EQ(k.k(), 2);
+  k.observe(2, 2);
+  k.observe(3, 3);
+  EXPECT_EQ(k.k(), 4);
+}
+
+TEST(AdaptiveK, ALowRateHalvesEvenWhenSomeDraftsAreKeptAndANonAdaptiveKNeverMoves) {
+  SpecOptions o;
+  o.draft_max = 8;
+  AdaptiveK k(o);
+  // a/d = 1/8 each step: rate 1 -> 0.781 -> 0.617 -> 0.494 (< 1/2: halves)
+  k.observe(8, 1);
+  k.observe(8, 1);
+  EXPECT_EQ(k.k(), 8);
+  k.observe(8, 1);
+  EXPECT_EQ(k.k(), 4);
+  k.observe(0, 0);  // the drafter offered nothing at K > 0: no change
+  EXPECT_EQ(k.k(), 4);
+  o.adaptive = false;
+  AdaptiveK fixed(o);
+  fixed.observe(8, 0);
+  fixed.observe(8, 0);
+  EXPECT_EQ(fixed.k(), 8);
+}
+
+}  // namespace
+}  // namespace kvcache::engine::testing

@@ -2,7 +2,8 @@
 # `kvcache batch` end to end on the embedded model: the --json shape, greedy results equal to
 # `kvcache run` alone, prefix hits on and off, n > 1, preemption with a small pool, 8 sessions
 # each under its own JSON Schema (validated), --kv-memory buying sessions per K/V type, and
-# input errors that name the file, line and field. Usage: batch_cli_test.sh KVCACHE_BIN SOURCE_DIR
+# input errors that name the file, line and field, speculative decoding (--draft) equal to plain
+# batching with its counters. Usage: batch_cli_test.sh KVCACHE_BIN SOURCE_DIR
 set -euo pipefail
 bin=$1
 src=$2
@@ -152,4 +153,50 @@ expect_error 2 "^kvcache batch: --kv-memory: session pool: kv_memory = 49151 byt
 expect_error 2 "^--max-sessions excludes --kv-memory$" --prompts-file "$tmp/p.jsonl" --kv-memory 1MiB --max-sessions 4
 expect_error 2 "^--kv-memory excludes --pool-tokens$" --prompts-file "$tmp/p.jsonl" --kv-memory 1MiB --pool-tokens 512
 expect_error 2 "^--kv-memory: \"4XB\" has an unknown unit" --prompts-file "$tmp/p.jsonl" --kv-memory 4XB
+# Speculative decoding: greedy results equal plain batching (n-gram, self:q8_0 and --draft-model
+# drafts, a stop string inside drafts), the "draft" objects of --json (totals and per
+# completion, absent for a line with "draft": false), and usage errors naming the flag or field.
+cat > "$tmp/draft.jsonl" <<'JL'
+{"prompt": "the cat sat on the mat. the dog sat on the log. the cat sat on the", "max_new_tokens": 60}
+{"prompt": "one two three one two three one two three one two", "max_new_tokens": 60}
+{"prompt": "And God said, Let there be light", "max_new_tokens": 40, "draft": false}
+{"prompt": "abcabcabcabcabcabcabcabc", "max_new_tokens": 50, "stop": ["cab"]}
+JL
+"$bin" batch --prompts-file "$tmp/draft.jsonl" --json 2>/dev/null > "$tmp/dplain.json"
+"$bin" batch --prompts-file "$tmp/draft.jsonl" --json --draft ngram 2>"$tmp/ngram.err" > "$tmp/ngram.json"
+"$bin" batch --prompts-file "$tmp/draft.jsonl" --json --draft self:q8_0 --draft-max 4 \
+  --max-sessions 2 2>/dev/null > "$tmp/self.json"
+"$bin" batch --prompts-file "$tmp/draft.jsonl" --json --draft-model "$src/models/tiny.gguf" \
+  2>/dev/null > "$tmp/dmodel.json"
+grep -q "speculative decoding: ngram:3, up to 8 drafts" "$tmp/ngram.err" || fail "no drafting line"
+/usr/bin/python3 - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+plain, ngram, selfq, dmodel = (json.load(open(f"{d}/{n}.json"))
+                               for n in ("dplain", "ngram", "self", "dmodel"))
+assert "draft" not in plain and all("draft" not in c for r in plain["results"] for c in r["completions"])
+for j, mode, k in ((ngram, "ngram:3", 8), (selfq, "self:q8_0", 4), (dmodel, "model:tiny", 8)):
+    for a, b in zip(plain["results"], j["results"]):
+        ca, cb = a["completions"][0], b["completions"][0]
+        assert (ca["tokens"], ca["text"], ca["finish_reason"]) == (cb["tokens"], cb["text"], cb["finish_reason"]), (mode, a["index"])
+    t = j["draft"]
+    assert t["mode"] == mode and t["draft_max"] == k, t
+    per = [r["completions"][0].get("draft") for r in j["results"]]
+    assert per[2] is None, per[2]                      # "draft": false decodes plainly
+    for key in ("steps", "drafted", "accepted"):
+        assert sum(p[key] for p in per if p) == t[key], (key, per, t)
+    assert abs(t["acceptance"] - t["accepted"] / t["drafted"]) < 1e-12
+    assert abs(t["tokens_per_step"] - (t["steps"] + t["accepted"]) / t["steps"]) < 1e-12
+    assert 0 < t["accepted"] <= t["drafted"], t
+    assert j["decode_tokens"] == plain["decode_tokens"], (j["decode_tokens"], plain["decode_tokens"])
+    assert j["steps"] < plain["steps"], (mode, j["steps"], plain["steps"])
+assert selfq["draft"]["acceptance"] > 0.9, selfq["draft"]   # the model's own q8_0 weights
+assert dmodel["draft"]["acceptance"] == 1.0, dmodel["draft"]  # models/tiny.gguf is the target
+PY
+
+expect_error 2 "--draft-max.*draft_max = 40, expected 1\.\.15" --prompts-file "$tmp/draft.jsonl" --draft ngram --draft-max 40
+expect_error 2 "--draft-max: needs --draft or --draft-model" --prompts-file "$tmp/draft.jsonl" --draft-max 4
+expect_error 2 "'ngram:0' is not a drafter" --prompts-file "$tmp/draft.jsonl" --draft ngram:0
+echo '{"prompt": "x", "draft": 1}' > "$tmp/dbad.jsonl"
+expect_error 1 "dbad.jsonl:1: \"draft\" is not a boolean" --prompts-file "$tmp/dbad.jsonl" --draft ngram
 echo "batch CLI: all checks passed"

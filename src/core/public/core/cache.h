@@ -97,6 +97,13 @@ class CacheControl {
   // Drop the sequence's positions >= pos. OutOfRange when the cache no longer holds pos
   // (sequence layout: below the ring floor); growth is refused.
   virtual Status rewind(int32_t seq, int64_t pos) = 0;
+  // Rewinds several sequences, each to its own position, right after the step that wrote them
+  // all (cell layout: judged on what its pools hold before any is truncated, and the step stays
+  // open for clones of its other sequences; see CellLayout::rewind_many). InvalidArgument when the sizes differ or a
+  // sequence is named twice; otherwise rewind()'s codes for the first refused entry, and a
+  // refusal changes nothing. The default (layouts of one sequence) takes one entry and refuses
+  // more as Unimplemented.
+  virtual Status rewind_many(std::span<const int32_t> seqs, std::span<const int64_t> positions);
   virtual int64_t pos(int32_t seq) const = 0;      // next position; 0 when empty or unknown
   virtual int64_t seq_len(int32_t seq) const = 0;  // cells owned
   virtual int32_t max_seqs() const = 0;

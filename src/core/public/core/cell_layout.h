@@ -43,8 +43,8 @@ class CellLayout {
   const CacheConfig& config() const;  // max_seqs always set
   int32_t n_layers() const;
 
-  // ---- sequence verbs (each accepted verb but seq_clone ends any open step; a refused one
-  // changes nothing, so a standing step survives it) ----
+  // ---- sequence verbs (each accepted verb but seq_clone and rewind_many ends any open step;
+  // a refused one changes nothing, so a standing step survives it) ----
   // Lowest free id. ResourceExhausted when max_seqs ids are live.
   Result<int32_t> seq_new();
   // A new sequence owning src's cells at positions < upto (all when unset) in the full pool
@@ -65,6 +65,14 @@ class CellLayout {
   // that step started from, so the step's own tokens can be taken back exactly — the cache is
   // then as if they had never been written (speculative decoding's rejected drafts).
   Status rewind(int32_t seq, int64_t pos);
+  // rewind() of several sequences at once, each to its own position, all judged on what the
+  // pools hold before any is truncated; unlike rewind() a placed step stays open (like
+  // seq_clone), so the tokens one step wrote for many sequences (several sessions'
+  // verification rows) can all be taken back exactly and clones inside the step's other
+  // chunks still be taken; its end then trims against the new positions. InvalidArgument:
+  // sizes differ or a sequence is named twice. NotFound / OutOfRange as rewind() for the first
+  // refused entry; a refusal changes nothing.
+  Status rewind_many(std::span<const int32_t> seqs, std::span<const int64_t> positions);
   void clear();  // frees every cell and id
 
   // ---- queries ----

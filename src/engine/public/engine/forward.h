@@ -51,6 +51,11 @@ class Engine {
   // Declares the step on the cache and runs every block. A refused declaration or an invalid
   // batch (token out of range, lengths differ) changes nothing.
   Status forward(const Batch& batch, LogitsMode mode, Logits& out);
+  // The same, with a logits row for each batch index in `rows` (strictly ascending, each in
+  // [0, tokens); InvalidArgument naming the entry otherwise, nothing changed): the batching
+  // executor asks for every row of a verification step and the last row of the other
+  // sequences.
+  Status forward(const Batch& batch, std::span<const int32_t> rows, Logits& out);
 
   const Model& model() const { return model_; }
   CacheControl& cache() { return *cache_; }

@@ -144,7 +144,7 @@ class Session {
   std::vector<int64_t> positions_;
   Drafter* drafter_ = nullptr;
   SpecOptions spec_;
-  int32_t draft_k_ = 0;  // the adaptive draft width now
+  AdaptiveK draft_k_;  // the adaptive draft width
   Draft draft_;
   std::vector<int32_t> feed_;  // a step's tokens: the held one + drafts
 };

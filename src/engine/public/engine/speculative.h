@@ -2,8 +2,9 @@
 // in the session's own tokens, or a second model with its own cache — and the acceptance rule
 // that keeps what the target agrees with. Layer: engine. Session::turn runs the loop (one
 // forward of the target over the held token + K drafts, then a rewind of the rejected tail);
-// see docs/speculative.md. Not here: the batching executor's drafting, tree drafts. The
-// self:TYPE drafter is a ModelDrafter over Model::requantized().
+// the batching executor (serve/executor_draft.cpp) applies the same rule and AdaptiveK per
+// session. See docs/speculative.md. Not here: tree drafts. The self:TYPE drafter is a
+// ModelDrafter over Model::requantized().
 #pragma once
 
 #include <cstdint>
@@ -96,8 +97,30 @@ Status check_same_vocabulary(const text::Tokenizer& target, const text::Tokenize
 struct SpecOptions {
   int32_t draft_max = kDefaultDraftMax;  // K: most drafts per step, >= 1; a step is K + 1
                                          // tokens, so K + 1 <= the cache's max_write
-  bool adaptive = true;  // K grows by 1 after a step that kept every draft and halves after
-                         // one that kept none, within [1, draft_max]
+  bool adaptive = true;  // K follows the acceptance (AdaptiveK); false = always draft_max
+};
+
+// The draft width of one session, from its running acceptance (docs/speculative.md,
+// "Adaptive K"): after a step that verified d >= 1 drafts and kept a, rate = 3/4 rate +
+// 1/4 a/d (starting at 1); K grows by 1 (up to draft_max) when every draft was kept, else
+// halves (rounding down, so 1 falls to 0) when none was kept or rate < 1/2. At K = 0 the
+// session decodes plainly; after kProbeAfter plain steps it tries K = 1 again. Tensor-free;
+// the one home of the rule (Session::decode and the batching executor use it).
+class AdaptiveK {
+ public:
+  static constexpr int32_t kProbeAfter = 16;  // plain steps at K = 0 before a 1-draft probe
+  explicit AdaptiveK(const SpecOptions& options = {});
+  int32_t k() const { return k_; }  // drafts to ask for next; 0 = a plain step
+  double rate() const { return rate_; }
+  // After a decode step that verified `drafted` drafts (0: a plain step, or the drafter
+  // offered nothing) and kept `accepted` of them.
+  void observe(int32_t drafted, int32_t accepted);
+
+ private:
+  SpecOptions options_;
+  int32_t k_ = 0;
+  double rate_ = 1.0;
+  int32_t plain_ = 0;  // plain steps since K fell to 0
 };
 
 // InvalidArgument naming draft_max when it is < 1 or K + 1 exceeds `step_tokens` (the
@@ -125,6 +148,8 @@ struct Verdict {
 // min(1, p(x) / q(x)) (p: the target's distribution under the sampler's transforms, q: the
 // drafter's; one-hot when draft.q is empty); on rejection next is drawn from max(0, p - q)
 // renormalized; after all are kept, next is drawn from the last row as sample() would.
-Verdict accept_drafts(const Logits& rows, const Draft& draft, Sampler& sampler);
+// `first`: the rows start at rows.row(first) (a verification inside a larger batch).
+Verdict accept_drafts(const Logits& rows, const Draft& draft, Sampler& sampler,
+                      size_t first = 0);
 
 }  // namespace kvcache::engine

@@ -4,7 +4,9 @@
 // Engine::forward over the mixed batch and samples the rows that need it. Requests queue when
 // no session is free; prompts that start with tokens the pool already holds clone that prefix
 // (no bytes copied); under pool pressure retained prefixes are evicted least-recently-used
-// first, then the youngest running session is preempted and requeued for recompute. With a
+// first, then the youngest running session is preempted and requeued for recompute. Sessions
+// may draft (ExecutorOptions::make_drafter): their drafts join the step after the decode
+// tokens and are verified in the same forward (executor_draft.cpp). With a
 // shared store (kv_store) prompt blocks are also fetched from and written to Redis by a store
 // thread it owns (executor_store.cpp); otherwise one caller drives it and nothing else runs.
 // It does not tokenize prompts or render chat templates.
@@ -30,6 +32,7 @@
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/snapshot.h"
+#include "engine/speculative.h"
 #include "text/grammar.h"
 #include "text/token_mask.h"
 #include "text/tokenizer.h"
@@ -40,6 +43,13 @@ namespace kvcache::serve {
 
 inline constexpr int64_t kDefaultSessionTokens = engine::kDefaultCapacity;  // default's cap
 inline constexpr int32_t kDefaultBlockTokens = 16;      // prefix-index block (see docs)
+
+// What a session's drafter must hold (a draft model's own cache): the session's positions
+// plus the drafts of one step, and the step width its prefill may use.
+struct DraftRoom {
+  int64_t positions = 0;    // max_session_tokens + draft_max
+  int64_t step_tokens = 0;  // the executor's step width
+};
 
 struct ExecutorOptions {
   int32_t max_sessions = 8;             // > 0; forks of an n > 1 request count one each
@@ -70,6 +80,19 @@ struct ExecutorOptions {
   // answer at most store_wait_ms, then prefills what it has.
   std::string kv_store;
   int32_t store_wait_ms = 1000;         // >= 0
+  // Speculative decoding (docs/speculative.md, "In the batching executor"): null = off. Else
+  // each session that may draft (GenerateParams::draft, and no grammar, logit_bias, penalties
+  // or logprobs) gets a drafter of its own from this factory at its first drafting step, and
+  // a decode step of it verifies the held token + k drafts as k + 1 rows of the step's forward
+  // (k from engine::AdaptiveK). A factory that fails leaves that session decoding plainly.
+  std::function<Result<std::unique_ptr<engine::Drafter>>(const DraftRoom&)> make_drafter;
+  // draft_max: 0 = min(engine::kDefaultDraftMax, step width - 1); else draft_max + 1 <= the
+  // step width (InvalidArgument otherwise).
+  engine::SpecOptions spec = [] {
+    engine::SpecOptions o;
+    o.draft_max = 0;
+    return o;
+  }();
 };
 
 inline constexpr int32_t kMaxTopLogprobs = 20;  // GenerateParams::logprobs' most alternatives
@@ -105,6 +128,9 @@ struct GenerateParams {
   // Log-probabilities (engine::token_logprob): -1 = none; else each sampled token's, after
   // the logit adjustments and the grammar mask, with this many alternatives (0..kMaxTopLogprobs).
   int32_t logprobs = -1;
+  // Speculative decoding for this request when the executor drafts (ExecutorOptions::
+  // make_drafter); false = plain decoding. Ignored by an executor that does not draft.
+  bool draft = true;
 };
 
 // Serialized by name ("stop", "length", "cache_full", "cancelled"); append only.
@@ -117,6 +143,9 @@ struct Completion {
   Finish finish = Finish::kNone;
   std::string stop_string;              // the stop string that ended it (else empty)
   std::vector<engine::TokenLogprob> logprobs;  // one per token with GenerateParams::logprobs
+  // Drafting (all 0 when it did not draft): steps = its decode steps while drafting was on,
+  // drafted / accepted = drafts verified / kept.
+  engine::SpecStats draft;
 };
 
 struct RequestResult {
@@ -141,7 +170,8 @@ struct TokenEvent {
 struct ExecutorStats {
   int64_t steps = 0;
   int64_t prefill_tokens = 0;           // tokens fed as prompt (recompute included)
-  int64_t decode_tokens = 0;            // tokens fed as one-token decodes
+  int64_t decode_tokens = 0;            // decode tokens the cache kept (one per plain decode
+                                        // step; 1 + accepted drafts per verification)
   int64_t prefix_hit_tokens = 0;        // prompt tokens cloned from the pool
   int64_t prefix_miss_tokens = 0;       // prompt tokens that had to be prefilled
   int64_t evictions = 0;                // retained sequences dropped for room
@@ -156,6 +186,10 @@ struct ExecutorStats {
   int32_t checkpoints = 0;              // of which prompt checkpoints
   int32_t grammar_matchers = 0;         // matchers kept for grammars (one per compiled grammar:
                                         // requests with the same one share its mask cache)
+  // Speculative decoding (all 0 without a drafter):
+  int64_t draft_steps = 0;              // session decode steps while drafting was on
+  int64_t draft_tokens = 0;             // drafts verified
+  int64_t draft_accepted = 0;           // drafts kept
   // Shared store (all 0 without one):
   int64_t store_hit_tokens = 0;         // prompt tokens written from store blocks (a part of
                                         // prefix_hit_tokens)
@@ -238,6 +272,7 @@ class Executor {
   const CacheControl& cache() const { return *cache_; }
   int64_t max_session_tokens() const { return max_session_tokens_; }
   int32_t max_sessions() const { return opt_.max_sessions; }  // as given, or as a budget bought
+  const engine::SpecOptions& spec() const { return opt_.spec; }  // draft_max resolved
   int64_t step_budget() const { return budget_; }
 
   ~Executor();
@@ -284,7 +319,19 @@ class Executor {
     int64_t n;  // tokens fed this step
   };
   std::vector<Planned> plan_step();
+  int64_t propose_drafts(Session& s, int64_t budget);
   bool fit_step(std::vector<Planned>& plan);
+  // Speculative decoding (executor_draft.cpp): applies each verifying session's verdict to
+  // its tokens, takes the rejected rows back from the cache (one rewind_many) and returns the
+  // sessions that finished inside their drafts, with why (finished after the step's other
+  // work, so that no verb ends the step before its checkpoints are cloned).
+  bool verifies(const Planned& p) const;
+  Result<std::vector<std::pair<int64_t, Finish>>> verify_drafts(const std::vector<Planned>& plan);
+  void note_plain_decode(Session& s);
+  // Appends a token to s's completion: grammar, penalties' counts, text and stop strings,
+  // streaming. Returns why the completion ends with it (kNone: it goes on); finishing is the
+  // caller's.
+  Finish push_token(Session& s, int32_t tok);
   // `drawn` >= 0: the token s's sampler already drew from `logits` (draw_tokens).
   void sample(Session& s, std::span<const float> logits, int32_t drawn = -1);
   void switch_grammar_on(Session& s, int32_t tok);
@@ -343,7 +390,7 @@ class Executor {
   size_t rotate_ = 0;
   ExecutorStats stats_;
   engine::Logits logits_;
-  std::vector<int32_t> batch_tokens_, batch_seqs_;
+  std::vector<int32_t> batch_tokens_, batch_seqs_, batch_rows_;
   std::vector<int64_t> batch_pos_;
 };
 

@@ -1,0 +1,106 @@
+// Speculative decoding in the batching executor: a drafting session's decode step feeds its
+// held token + k drafts, the acceptance rule (engine::accept_drafts) keeps a prefix, and the
+// rejected rows leave the cache right after the step. See executor.h and docs/speculative.md.
+#include <algorithm>
+
+#include "serve/executor.h"
+#include "serve/executor_state.h"
+
+namespace kvcache::serve {
+
+bool Executor::verifies(const Planned& p) const {
+  return p.n > 1 && sessions_.at(p.session)->remaining() == 1;
+}
+
+// Up to `budget` drafts for a decode session, never past its max_new_tokens (the step's own
+// token is the last one it may keep) nor wider than the step; 0 = a plain decode step.
+int64_t Executor::propose_drafts(Session& s, int64_t budget) {
+  s.draft.clear();
+  if (!s.may_draft || s.forks_pending > 0) return 0;
+  const GenerateParams& p = requests_.at(s.request)->params;
+  const int64_t k = std::min<int64_t>({s.draft_k.k(), setup_.step_tokens - 1, budget,
+                                       p.max_new_tokens - s.generated() - 1});
+  if (k < 1) return 0;
+  if (!s.drafter) {
+    const DraftRoom room{max_session_tokens_ + opt_.spec.draft_max, setup_.step_tokens};
+    Result<std::unique_ptr<engine::Drafter>> d = opt_.make_drafter(room);
+    if (!d.ok() || *d == nullptr) {
+      s.may_draft = false;  // no drafter for it: it decodes plainly
+      return 0;
+    }
+    s.drafter = std::move(*d);
+  }
+  if (!s.drafter->propose(s.tokens, static_cast<int32_t>(k), s.draft).ok()) {
+    s.draft.clear();  // a drafter that fails offers nothing: a plain step
+    return 0;
+  }
+  if (s.draft.tokens.size() > static_cast<size_t>(k)) s.draft.tokens.resize(static_cast<size_t>(k));
+  if (s.draft.q.size() > s.draft.tokens.size()) s.draft.q.resize(s.draft.tokens.size());
+  return static_cast<int64_t>(s.draft.tokens.size());
+}
+
+void Executor::note_plain_decode(Session& s) {
+  if (!s.may_draft) return;
+  s.draft_k.observe(0, 0);
+  ++requests_.at(s.request)->result.completions[static_cast<size_t>(s.completion)].draft.steps;
+  ++stats_.draft_steps;
+}
+
+Result<std::vector<std::pair<int64_t, Finish>>> Executor::verify_drafts(
+    const std::vector<Planned>& plan) {
+  std::vector<std::pair<int64_t, Finish>> ended;
+  std::vector<int32_t> seqs;
+  std::vector<int64_t> to, kept_drafts;
+  std::vector<Session*> who;
+  size_t row = 0;
+  for (const Planned& p : plan) {
+    Session& s = *sessions_.at(p.session);
+    if (!verifies(p)) {
+      ++row;  // one row: the chunk's last
+      continue;
+    }
+    const engine::Verdict v = engine::accept_drafts(logits_, s.draft, s.sampler, row);
+    row += static_cast<size_t>(p.n);
+    // The kept drafts, then the target's own token; the completion may end at any of them.
+    int32_t kept = 0;
+    Finish why = Finish::kNone;
+    while (kept < v.accepted && why == Finish::kNone)
+      if ((why = push_token(s, s.draft.tokens[static_cast<size_t>(kept)])) == Finish::kNone) ++kept;
+    if (why == Finish::kNone) why = push_token(s, v.next);
+    if (why != Finish::kNone) ended.emplace_back(s.id, why);
+    // The cache keeps the held token and the drafts before the first one not kept.
+    if (kept + 1 < p.n) {
+      seqs.push_back(s.seq);
+      to.push_back(s.fed + 1 + kept);
+    }
+    kept_drafts.push_back(kept);
+    who.push_back(&s);
+    Completion& c = requests_.at(s.request)->result.completions[static_cast<size_t>(s.completion)];
+    ++c.draft.steps;
+    c.draft.drafted += p.n - 1;
+    c.draft.accepted += v.accepted;
+    ++stats_.draft_steps;
+    stats_.draft_tokens += p.n - 1;
+    stats_.draft_accepted += v.accepted;
+    s.draft_k.observe(static_cast<int32_t>(p.n - 1), v.accepted);
+  }
+  if (Status st = seqs.empty() ? ok_status() : cache_->rewind_many(seqs, to); !st.ok()) {
+    // Cannot happen while a step is at most max_write wide; end those requests cleanly.
+    for (Session* s : who) {
+      retire(*s, /*keep=*/false);
+      finish(*s, Finish::kCancelled);
+    }
+    return Status(st.code(), "executor step: taking back rejected drafts: " + st.message());
+  }
+  for (size_t i = 0; i < who.size(); ++i) {
+    Session& s = *who[i];
+    s.fed += 1 + kept_drafts[i];
+    stats_.decode_tokens += 1 + kept_drafts[i];
+    if (opt_.prefix_cache)  // never a rejected draft: tokens holds only what was kept
+      index_.add(s.seq, std::span<const int32_t>(s.tokens).first(static_cast<size_t>(s.fed)));
+    store_capture(s);  // a prompt's last token fed as a decode token may complete its block
+  }
+  return ended;
+}
+
+}  // namespace kvcache::serve

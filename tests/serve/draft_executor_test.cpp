@@ -1,0 +1,303 @@
+// Speculative decoding in the batching executor on the embedded tiny model (sliding(32) layers
+// and a KV-shared one): greedy output with drafting equals running alone without it, drafting
+// and plain sessions share steps, the counters are exact where the drafts are known (an
+// oracle drafter keeps everything, a contrary one nothing and adaptive K falls to 0 and
+// probes), the cache and the prefix index keep no rejected token.
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/session.h"
+#include "engine/speculative.h"
+#include "serve/executor.h"
+#include "serve_test_util.h"
+
+namespace kvcache::serve {
+namespace {
+
+using testing::alone;
+using testing::drain;
+using testing::ids;
+using testing::make;
+using testing::tiny;
+
+const std::vector<std::string> kPrompts = {
+    "the cat sat on the mat. the dog sat on the log. the cat sat on the",
+    "In the beginning God created the heaven and the earth. And the earth was",
+    "And God said, Let there be light",
+    "one two three one two three one two three one two",
+    "The LORD is my shepherd; I shall not want.",
+    "abcabcabcabcabcabcabcabc",
+};
+
+ExecutorOptions ngram_options(int32_t k = 8) {
+  ExecutorOptions o;
+  o.make_drafter = [](const DraftRoom&) -> Result<std::unique_ptr<engine::Drafter>> {
+    return std::unique_ptr<engine::Drafter>(std::make_unique<engine::NgramDrafter>(3));
+  };
+  o.spec.draft_max = k;
+  return o;
+}
+
+// Proposes the greedy continuation `alone()` produces (shifted by `wrong`, mod 256, to make
+// every draft a wrong one), whatever the context holds so far.
+class OracleDrafter final : public engine::Drafter {
+ public:
+  OracleDrafter(std::vector<int32_t> full, int32_t wrong) : full_(std::move(full)), wrong_(wrong) {}
+  Status propose(std::span<const int32_t> context, int32_t k, engine::Draft& out) override {
+    out.clear();
+    for (size_t i = context.size(); i < full_.size() && out.tokens.size() < size_t(k); ++i)
+      out.tokens.push_back((full_[i] + wrong_) % 256);
+    return ok_status();
+  }
+  std::string name() const override { return "oracle"; }
+
+ private:
+  std::vector<int32_t> full_;  // prompt + the greedy continuation
+  int32_t wrong_;
+};
+
+ExecutorOptions oracle_options(const std::vector<int32_t>& full, int32_t wrong, int32_t k) {
+  ExecutorOptions o;
+  o.make_drafter = [full, wrong](const DraftRoom&) -> Result<std::unique_ptr<engine::Drafter>> {
+    return std::unique_ptr<engine::Drafter>(std::make_unique<OracleDrafter>(full, wrong));
+  };
+  o.spec.draft_max = k;
+  return o;
+}
+
+struct DraftMix {
+  int32_t max_sessions;
+  bool prefix_cache;
+  int64_t pool_cells;  // 0 = the default
+  int32_t draft_max;
+};
+
+void PrintTo(const DraftMix& m, std::ostream* os) {  // stable test names (no padding bytes)
+  *os << m.max_sessions << "_sessions_prefix" << m.prefix_cache << "_pool" << m.pool_cells << "_k"
+      << m.draft_max;
+}
+
+class GreedyDrafting : public ::testing::TestWithParam<DraftMix> {};
+
+TEST_P(GreedyDrafting, EveryRequestEqualsRunningItAloneWithoutDrafts) {
+  const DraftMix mix = GetParam();
+  constexpr int32_t kNew = 60;  // prompt + 60 runs past the 32-token windows
+  ExecutorOptions o = ngram_options(mix.draft_max);
+  o.max_sessions = mix.max_sessions;
+  o.prefix_cache = mix.prefix_cache;
+  if (mix.pool_cells > 0) o.pool_cells = mix.pool_cells;
+  auto ex = make(o);
+  ASSERT_NE(ex, nullptr);
+  const int64_t empty_free = ex->cache().free_cells();
+  std::map<int64_t, size_t> which;
+  GenerateParams p;
+  p.max_new_tokens = kNew;
+  for (size_t i = 0; i < kPrompts.size(); ++i) which[*ex->submit(ids(kPrompts[i]), p)] = i;
+  auto results = drain(*ex);
+  ASSERT_EQ(results.size(), kPrompts.size());
+  int64_t drafted = 0, accepted = 0, steps = 0;
+  for (const auto& [id, r] : results) {
+    const size_t i = which.at(id);
+    EXPECT_EQ(r.completions[0].tokens, alone(ids(kPrompts[i]), kNew)) << "prompt " << i;
+    EXPECT_EQ(r.completions[0].finish, Finish::kLength);
+    drafted += r.completions[0].draft.drafted;
+    accepted += r.completions[0].draft.accepted;
+    steps += r.completions[0].draft.steps;
+  }
+  const ExecutorStats s = ex->stats();
+  EXPECT_EQ(s.draft_tokens, drafted);
+  EXPECT_EQ(s.draft_accepted, accepted);
+  EXPECT_EQ(s.draft_steps, steps);
+  EXPECT_GT(s.draft_accepted, 0) << "repetitive prompts keep some n-gram drafts";
+  // A session's first token comes from its prompt's row, or — with the prefix cache on this
+  // sliding-window model, a prompt of more than one 16-token block is fed up to its last token
+  // and snapshotted — from a step that feeds the last prompt token like a decode token (and
+  // drafts). Every decode step keeps 1 + accepted drafts (no preemption here).
+  if (s.preemptions == 0) {
+    int64_t want = 0;
+    for (const std::string& prompt : kPrompts)
+      want += kNew - 1 + (mix.prefix_cache && prompt.size() - 1 >= 16 ? 1 : 0);
+    EXPECT_EQ(s.decode_tokens, want);
+    EXPECT_EQ(steps + accepted, s.decode_tokens);
+  }
+  if (mix.pool_cells > 0) {
+    EXPECT_GT(s.preemptions, 0);
+  }
+  ex->clear_prefix_cache();
+  EXPECT_EQ(ex->cache().free_cells(), empty_free) << "no cell of a rejected draft is left";
+}
+
+INSTANTIATE_TEST_SUITE_P(Mixes, GreedyDrafting,
+                         ::testing::Values(DraftMix{1, true, 0, 8}, DraftMix{3, false, 0, 4},
+                                           DraftMix{6, true, 0, 8}, DraftMix{6, true, 0, 15},
+                                           DraftMix{6, false, 300, 8}));
+
+TEST(ExecutorDrafting, DraftingAndPlainSessionsShareSteps) {
+  constexpr int32_t kNew = 48;
+  ExecutorOptions o = ngram_options();
+  o.max_sessions = 4;
+  auto ex = make(o);
+  ASSERT_NE(ex, nullptr);
+  std::map<int64_t, size_t> which;
+  for (size_t i = 0; i < 4; ++i) {
+    GenerateParams p;
+    p.max_new_tokens = kNew;
+    p.draft = i % 2 == 0;  // requests 0 and 2 draft, 1 and 3 decode plainly
+    which[*ex->submit(ids(kPrompts[i]), p)] = i;
+  }
+  auto results = drain(*ex);
+  ASSERT_EQ(results.size(), 4u);
+  for (const auto& [id, r] : results) {
+    const size_t i = which.at(id);
+    const Completion& c = r.completions[0];
+    EXPECT_EQ(c.tokens, alone(ids(kPrompts[i]), kNew)) << "prompt " << i;
+    if (i % 2 == 0) {  // + 1: the last prompt token is fed as a decode step (see above)
+      EXPECT_EQ(c.draft.steps + c.draft.accepted, kNew) << "prompt " << i;
+      EXPECT_GT(c.draft.drafted, 0) << "prompt " << i;
+    } else {
+      EXPECT_EQ(c.draft.steps, 0) << "prompt " << i;
+      EXPECT_EQ(c.draft.drafted, 0) << "prompt " << i;
+    }
+  }
+  EXPECT_EQ(ex->stats().peak_running, 4) << "all four ran in the same steps";
+}
+
+// The executor and `kvcache run`'s session apply one rule (AdaptiveK, accept_drafts) with one
+// drafter, so alone in the executor a request drafts and keeps exactly what run does.
+TEST(ExecutorDrafting, CountersEqualRunsOnARepetitivePrompt) {
+  constexpr int32_t kNew = 80;
+  const std::vector<int32_t> prompt = ids(kPrompts[0]);
+  auto run = engine::build_engine(tiny(), engine::CacheOptions{});
+  ASSERT_TRUE(run.ok());
+  engine::Session session(*run->engine, run->setup.step_tokens);
+  engine::NgramDrafter ngram(3);
+  engine::SpecOptions spec;
+  spec.draft_max = 8;
+  ASSERT_TRUE(session.set_drafter(&ngram, spec).ok());
+  engine::Sampler sampler(engine::SamplerConfig{});
+  auto st = session.turn(prompt, kNew, sampler);
+  ASSERT_TRUE(st.ok());
+
+  ExecutorOptions o = ngram_options(8);
+  o.prefix_cache = false;  // the prompt prefilled whole, as run does
+  auto ex = make(o);
+  ASSERT_NE(ex, nullptr);
+  GenerateParams p;
+  p.max_new_tokens = kNew;
+  const int64_t id = *ex->submit(prompt, p);
+  auto results = drain(*ex);
+  const Completion& c = results.at(id).completions[0];
+  EXPECT_EQ(c.tokens, st->generated);
+  EXPECT_EQ(c.draft.drafted, st->spec.drafted);
+  EXPECT_EQ(c.draft.accepted, st->spec.accepted);
+  EXPECT_EQ(c.draft.steps, st->spec.steps);
+  EXPECT_GT(c.draft.accepted, 20) << "the prompt repeats itself";
+}
+
+TEST(ExecutorDrafting, AnOracleDrafterKeepsEveryDraftAndTheCountersAreExact) {
+  constexpr int32_t kNew = 20;
+  const std::vector<int32_t> prompt = ids(kPrompts[1]);
+  std::vector<int32_t> full = prompt;
+  const std::vector<int32_t> want = alone(prompt, kNew);
+  full.insert(full.end(), want.begin(), want.end());
+  ExecutorOptions o = oracle_options(full, 0, 4);
+  o.prefix_cache = false;  // the prompt prefilled whole: its row gives token 1
+  auto ex = make(o);
+  ASSERT_NE(ex, nullptr);
+  GenerateParams p;
+  p.max_new_tokens = kNew;
+  const int64_t id = *ex->submit(prompt, p);
+  auto results = drain(*ex);
+  const Completion& c = results.at(id).completions[0];
+  EXPECT_EQ(c.tokens, want);
+  // Token 1 comes from the prompt's row; then steps of 4 drafts keep 5 tokens each (1 -> 6 ->
+  // 11 -> 16), and the last step drafts 3 (20 - 16 - 1) and keeps 4.
+  EXPECT_EQ(c.draft.steps, 4);
+  EXPECT_EQ(c.draft.drafted, 15);
+  EXPECT_EQ(c.draft.accepted, 15);
+  EXPECT_EQ(ex->stats().decode_tokens, kNew - 1);
+}
+
+TEST(ExecutorDrafting, AContraryDrafterFallsToPlainDecodingAndProbes) {
+  constexpr int32_t kNew = 40;
+  const std::vector<int32_t> prompt = ids(kPrompts[2]);
+  std::vector<int32_t> full = prompt;
+  const std::vector<int32_t> want = alone(prompt, kNew);
+  full.insert(full.end(), want.begin(), want.end());
+  auto ex = make(oracle_options(full, 1, 4));  // every draft is the greedy token + 1
+  ASSERT_NE(ex, nullptr);
+  GenerateParams p;
+  p.max_new_tokens = kNew;
+  const int64_t id = *ex->submit(prompt, p);
+  auto results = drain(*ex);
+  const Completion& c = results.at(id).completions[0];
+  EXPECT_EQ(c.tokens, want);
+  // The 32-token prompt is fed to its last token, which then goes as a decode step (prefix
+  // cache on a sliding-window model), so all 40 tokens come from decode steps of one token:
+  // K 4 -> 2 -> 1 -> 0 (drafts 4, 2, 1 rejected), 16 plain steps, a 1-draft probe (rejected,
+  // back to 0), 16 plain, a second probe, 3 plain: 9 drafts.
+  EXPECT_EQ(c.draft.steps, kNew);
+  EXPECT_EQ(c.draft.drafted, 4 + 2 + 1 + 1 + 1);
+  EXPECT_EQ(c.draft.accepted, 0);
+  // The retained sequence holds the prompt and the generated tokens but the last (pending):
+  // no rejected draft in the cache or the index.
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), want.begin(), want.end());
+  auto snap = ex->export_prefix(all);
+  ASSERT_TRUE(snap.ok()) << snap.status().to_string();
+  EXPECT_EQ(snap->positions, int64_t(prompt.size()) + kNew - 1);
+}
+
+// Sampled requests draft too (the speculative-sampling rule, tested for its distribution in
+// tests/engine/speculative_test.cpp): the same requests and seeds repeat their completions.
+// (Another mix may give another draw: the draft widths, hence the draws, follow the budget.)
+TEST(ExecutorDrafting, SampledRequestsDraftAndASeedRepeatsItsCompletion) {
+  auto run = [](int32_t sessions) {
+    ExecutorOptions o = ngram_options();
+    o.max_sessions = sessions;
+    auto ex = make(o);
+    std::vector<int64_t> order;
+    for (size_t i = 0; i < 3; ++i) {
+      GenerateParams p;
+      p.max_new_tokens = 50;
+      p.sampling.temperature = 0.7f;
+      p.sampling.seed = 11 + i;
+      order.push_back(*ex->submit(ids(kPrompts[i]), p));
+    }
+    auto results = drain(*ex);
+    std::vector<Completion> out;
+    for (int64_t id : order) out.push_back(results.at(id).completions[0]);
+    return out;
+  };
+  const std::vector<Completion> a = run(3), b = run(3);
+  int64_t accepted = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].tokens, b[i].tokens) << "prompt " << i;
+    EXPECT_EQ(a[i].tokens.size(), 50u);
+    EXPECT_EQ(a[i].draft.accepted, b[i].draft.accepted) << "prompt " << i;
+    accepted += a[i].draft.accepted;
+  }
+  EXPECT_GT(accepted, 0);
+}
+
+TEST(ExecutorDrafting, RefusesADraftWidthTheStepCannotHold) {
+  ExecutorOptions o = ngram_options(64);  // the embedded model's step is 32 (its window)
+  auto ex = Executor::create(tiny(), &testing::bytes_tokenizer(), o);
+  ASSERT_FALSE(ex.ok());
+  EXPECT_EQ(ex.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(ex.status().message().find("draft_max = 64"), std::string::npos)
+      << ex.status().message();
+  ExecutorOptions d = ngram_options(0);  // the default: min(8, step - 1)
+  auto ok = make(d);
+  ASSERT_NE(ok, nullptr);
+  EXPECT_EQ(ok->spec().draft_max, 8);
+}
+
+}  // namespace
+}  // namespace kvcache::serve
