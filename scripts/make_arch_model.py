@@ -13,6 +13,12 @@ Writes a small file for one of:
                   slide, 1 and 3 are full: gpt-oss's alternation)
   llama-yarn      llama-swa with YaRN RoPE as gpt-oss's keys give it (rope.scaling.type yarn,
                   factor 32, original_context_length 4096, freq_base 150000, head width 16)
+  gpt-oss         4 layers alternating Sliding(5) (even) / full, learned attn_sinks per query
+                  head, q/k/v/output biases, 4 experts of which 2 are used with router and
+                  expert biases (ffn_*_exps.bias [experts, width]), the MLP input norm named
+                  post_attention_norm, YaRN RoPE (factor 32, original context 4096); gate and
+                  up weights scaled so that the clamps at +-7 of its activation are reached;
+                  --mxfp4 stores the expert stacks as MXFP4
 --sinks adds blk.N.attn_sinks.weight (one f32 logit per query head, learned attention sinks)
 to every layer of any of them.
 with llama.cpp's key and tensor names and no kvcache.* keys, so the cache geometry must be
@@ -51,29 +57,49 @@ CONFIGS = {
                       eps=1e-5, base=10000.0, window=5, pattern=2),
     "llama-yarn": dict(arch="llama", layers=4, d=32, ff=48, vocab=300, heads=4, kv_heads=2, dk=16,
                        eps=1e-5, base=150000.0, window=5, pattern=2, yarn=32.0, yarn_ctx=4096),
+    # gpt-oss-20b publishes 24 layers, d 2880, 64 heads / 8 kv of 64, window 128, 32 experts
+    # (4 used) of 2880, base 150000, YaRN x32 from 4096. Here: small, window 5, rope_dim 16
+    # so that YaRN's ramp (pairs 2..5 of 8) lies inside the rotated pairs.
+    "gpt-oss": dict(arch="gpt-oss", layers=4, d=64, ff=32, vocab=300, heads=4, kv_heads=2,
+                    dk=16, eps=1e-5, base=150000.0, window=5, experts=4, used=2, expert_ff=32,
+                    yarn=32.0, yarn_ctx=4096, gpt_oss=True),
 }
 
 
-def add_experts(w, p, c, mat, rng):
+def add_experts(w, p, c, mat, rng, mxfp4=False):
     """A mixture-of-experts MLP with llama.cpp's names: the router ffn_gate_inp [experts, d]
     (f32, as converters keep it) and the experts stacked in 3-D tensors of numpy shape
     [experts, out, in] (GGUF dims [in, out, experts]). Router logits of about unit scale times
-    2 keep the top-k choice far from ties."""
+    2 keep the top-k choice far from ties. gpt-oss: biases on router and experts, gate/up
+    times 4 (the activation's clamps at +-7 are reached); mxfp4: stacks stored as MXFP4."""
     n, d, ff = c["experts"], c["d"], c.get("expert_ff", c["ff"])
     router = 2.0 * rng.standard_normal((n, d)) / np.sqrt(d)
     w.add_tensor(p + "ffn_gate_inp.weight", router.astype(np.float32))
-    w.add_tensor(p + "ffn_gate_exps.weight", np.stack([mat(ff, d) for _ in range(n)]))
-    w.add_tensor(p + "ffn_up_exps.weight", np.stack([mat(ff, d) for _ in range(n)]))
-    w.add_tensor(p + "ffn_down_exps.weight", np.stack([mat(d, ff) for _ in range(n)]))
+    gain = 4.0 if c.get("gpt_oss") else 1.0
+    stacks = {"ffn_gate_exps": (ff, d, gain), "ffn_up_exps": (ff, d, gain),
+              "ffn_down_exps": (d, ff, 1.0)}
+    for name, (out, inp, g) in stacks.items():
+        x = np.stack([mat(out, inp) for _ in range(n)]) * g
+        if mxfp4:
+            w.add_quantized_tensor(p + name + ".weight", x, gguf_py.GGML_MXFP4)
+        else:
+            w.add_tensor(p + name + ".weight", x)
+    if c.get("gpt_oss"):
+        w.add_tensor(p + "ffn_gate_inp.bias", (0.5 * rng.standard_normal(n)).astype(np.float32))
+        for name, (out, _, _) in stacks.items():
+            bias = 0.5 * rng.standard_normal((n, out))
+            w.add_tensor(p + name + ".bias", bias.astype(np.float32))
 
 
 def build(name, seed, arch=None, rope_scaling=None, f16=False, context=256, expert_used=None,
-          sinks=False):
+          sinks=False, mxfp4=False, drop=None):
     """arch / rope_scaling override general.architecture (keys follow it) and write
     rope.scaling.type: files the engine must refuse by name. f16: matrices stored as F16.
     expert_used: write this expert_used_count instead (refusal tests). sinks: every layer
-    gets attn_sinks (one logit per query head)."""
+    gets attn_sinks (one logit per query head; gpt-oss always has them). mxfp4: expert
+    stacks as MXFP4. drop: leave out this tensor (refusal tests)."""
     c = dict(CONFIGS[name])
+    sinks = sinks or c.get("gpt_oss", False)
     if arch:
         c["arch"] = arch
     if rope_scaling:
@@ -123,6 +149,9 @@ def build(name, seed, arch=None, rope_scaling=None, f16=False, context=256, expe
     def norm(n):
         return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
 
+    def bias(n):
+        return (0.1 * rng.standard_normal(n)).astype(np.float32)
+
     d, ff, dk = c["d"], c["ff"], c["dk"]
     qd, kd = c["heads"] * dk, c["kv_heads"] * dk
     gemma = c["arch"].startswith("gemma")
@@ -147,9 +176,14 @@ def build(name, seed, arch=None, rope_scaling=None, f16=False, context=256, expe
         if sinks:  # around the logits' scale, some heads' sinks well above it
             w.add_tensor(p + "attn_sinks.weight",
                          (1.5 * rng.standard_normal(c["heads"]) + 0.5).astype(np.float32))
-        w.add_tensor(p + "ffn_norm.weight", norm(d))
+        if c.get("gpt_oss"):
+            for n, size in (("attn_q", qd), ("attn_k", kd), ("attn_v", kd), ("attn_output", d)):
+                w.add_tensor(p + n + ".bias", bias(size))
+            w.add_tensor(p + "post_attention_norm.weight", norm(d))  # the MLP's input norm
+        else:
+            w.add_tensor(p + "ffn_norm.weight", norm(d))
         if "experts" in c:
-            add_experts(w, p, c, mat, rng)
+            add_experts(w, p, c, mat, rng, mxfp4)
         else:
             w.add_tensor(p + "ffn_gate.weight", mat(ff, d))
             w.add_tensor(p + "ffn_up.weight", mat(ff, d))
@@ -160,6 +194,8 @@ def build(name, seed, arch=None, rope_scaling=None, f16=False, context=256, expe
     w.add_tensor("output_norm.weight", norm(d))
     if not gemma:  # Gemma ties the output to the embedding: llama.cpp writes no output.weight
         w.add_tensor("output.weight", mat(c["vocab"], d))
+    if drop:
+        w.tensors = [(n, t) for n, t in w.tensors if n != drop]
     return w
 
 
@@ -177,9 +213,11 @@ def main():
                     help="write this expert_used_count (refusal tests; MoE configs)")
     ap.add_argument("--sinks", action="store_true",
                     help="write blk.N.attn_sinks.weight (learned attention sinks) on every layer")
+    ap.add_argument("--mxfp4", action="store_true", help="store the expert stacks as MXFP4")
+    ap.add_argument("--drop", help="leave out this tensor (refusal tests)")
     args = ap.parse_args()
     build(args.arch, args.seed, args.set_arch, args.rope_scaling, args.f16,
-          args.context, args.expert_used, args.sinks).write(args.out)
+          args.context, args.expert_used, args.sinks, args.mxfp4, args.drop).write(args.out)
     print(f"wrote {args.out} ({args.arch})")
 
 

@@ -14,6 +14,10 @@ Mixtures of experts (qwen3moe, as Qwen3-MoE; llama with expert_count, as Mixtral
 block has ffn_gate_inp: per token the router's softmax over all experts, the expert_used_count
 most probable kept and their weights renormalised to sum 1 (expert_weights_norm, default true;
 false keeps the softmax values), the weighted sum of those experts' SwiGLU MLPs.
+gpt-oss (the published model definition): rotate-half RoPE with YaRN as above, even layers
+sliding, the sinks, q/k/v/output biases, the MLP input norm post_attention_norm, a router with
+bias whose top-k logits are softmaxed among themselves, experts with biases and the clamped
+SwiGLU: g = min(g, 7), u = clamp(u, -7, 7), g * sigmoid(1.702 g) * (u + 1).
 Other architectures slide where the file gives attention.sliding_window and an integer
 attention.sliding_window_pattern (period p: layer i slides iff (i + 1) % p != 0). Learned
 attention sinks (blk.N.attn_sinks.weight, one logit per query head, as gpt-oss): the sink joins
@@ -36,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf_py  # noqa: E402
 
 INTERLEAVED_ARCHS = {"llama"}
-ROTATE_HALF_ARCHS = {"qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3"}
+ROTATE_HALF_ARCHS = {"qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "gpt-oss"}
 GEMMA_ARCHS = {"gemma2", "gemma3"}
 
 
@@ -53,7 +57,7 @@ class Hparams:
         self.arch = g.get("general.architecture")
         if self.arch not in INTERLEAVED_ARCHS | ROTATE_HALF_ARCHS:
             raise ValueError(f"general.architecture {self.arch!r} unsupported "
-                             "(llama, qwen2, qwen3, qwen3moe, gemma2, gemma3)")
+                             "(llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, gpt-oss)")
         a = self.arch + "."
         self.n_layers = int(g.kv[a + "block_count"])
         self.d = int(g.kv[a + "embedding_length"])
@@ -71,6 +75,7 @@ class Hparams:
             self.rope_factor = float(g.kv[a + "rope.scaling.factor"])
         elif g.get(a + "rope.scaling.type", "none") == "yarn":
             self.yarn = self.yarn_inv_freq(g, a)
+        self.gpt_oss = self.arch == "gpt-oss"
         self.layer_cache = [int(c) for c in g.get("kvcache.layer_cache", range(self.n_layers))]
         if len(self.layer_cache) != self.n_layers:
             raise ValueError(f"kvcache.layer_cache has {len(self.layer_cache)} entries, "
@@ -133,6 +138,9 @@ class Hparams:
         if self.arch == "gemma3":
             w = int(g.get(a + "attention.sliding_window", 0))
             return [w if (i + 1) % 6 != 0 else 0 for i in range(n)]
+        if self.arch == "gpt-oss":  # sliding and full attention alternate, layer 0 sliding
+            w = int(g.get(a + "attention.sliding_window", 0))
+            return [w if i % 2 == 0 else 0 for i in range(n)]
         w = int(g.get(a + "attention.sliding_window", 0))
         period = g.get(a + "attention.sliding_window_pattern")
         if w > 0 and isinstance(period, int):
@@ -218,6 +226,26 @@ def moe_mlp(h, W, p, hp):
     return out
 
 
+def gpt_oss_mlp(h, W, p, hp):
+    """gpt-oss's MLP of h [T, d]: router logits (+ bias), the top-k logits softmaxed among
+    themselves, each chosen expert's clamped SwiGLU with biases, weighted and summed."""
+    logits = h @ W[p + "ffn_gate_inp.weight"].T + W[p + "ffn_gate_inp.bias"]
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        chosen = np.argsort(-logits[t], kind="stable")[: hp.n_expert_used]
+        top = logits[t, chosen]
+        weights = np.exp(top - top.max())
+        weights /= weights.sum()
+        for e, wt in zip(chosen, weights):
+            gate = W[p + "ffn_gate_exps.weight"][e] @ h[t] + W[p + "ffn_gate_exps.bias"][e]
+            up = W[p + "ffn_up_exps.weight"][e] @ h[t] + W[p + "ffn_up_exps.bias"][e]
+            gate = np.minimum(gate, 7.0)
+            up = np.clip(up, -7.0, 7.0)
+            act = gate / (1.0 + np.exp(-1.702 * gate)) * (up + 1.0)
+            out[t] += wt * (W[p + "ffn_down_exps.weight"][e] @ act + W[p + "ffn_down_exps.bias"][e])
+    return out
+
+
 def forward(g, tokens):
     hp = Hparams(g)
     W = {n: np.asarray(a, dtype=np.float64) for n, a in g.tensors.items()}
@@ -249,6 +277,10 @@ def forward(g, tokens):
         k, v = caches[c]
         o = attend(q, k, v, hp.windows[c], hp, W.get(p + "attn_sinks.weight")) @ \
             W[p + "attn_output.weight"].T
+        if hp.gpt_oss:
+            x = x + o + W[p + "attn_output.bias"]
+            x = x + gpt_oss_mlp(rmsnorm(x, W[p + "post_attention_norm.weight"], hp.eps), W, p, hp)
+            continue
         if hp.gemma:
             o = rmsnorm(o, W[p + "post_attention_norm.weight"], hp.eps)
         x = x + o

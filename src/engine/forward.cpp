@@ -113,6 +113,7 @@ Status Engine::run_layer(int32_t i, int64_t t, std::span<const int64_t> position
   KVCACHE_RETURN_IF_ERROR_CTX(std::move(attended), str_cat("engine: layer ", i));
   if (w.post_attn_norm.empty()) {
     matmul(att_, w.wo, x_, t, /*accumulate=*/true);
+    add_bias(x_, w.bo, t);
   } else {
     matmul(att_, w.wo, h_, t);
     add_residual(h_, w.post_attn_norm, t);

@@ -129,6 +129,21 @@ Status load_experts(const GgufFile& f, const HParams& hp, const std::string& p,
   Result<Weight> r = load_weight(f, p + "ffn_gate_inp.weight", n, d, o);
   if (!r.ok()) return r.status();
   w.router = std::move(*r);
+  if (hp.gpt_oss) {  // biases: GGUF dims [n] and [width, n] (one row per expert)
+    const struct {
+      std::vector<float>* dst;
+      const char* name;
+      int64_t width;
+    } biases[] = {{&w.router_b, "ffn_gate_inp.bias", 0},
+                  {&w.gate_exps_b, "ffn_gate_exps.bias", ff},
+                  {&w.up_exps_b, "ffn_up_exps.bias", ff},
+                  {&w.down_exps_b, "ffn_down_exps.bias", d}};
+    for (const auto& b : biases) {
+      Result<std::vector<float>> t = load_tensor(f, p + b.name, n, b.width);
+      if (!t.ok()) return t.status();
+      *b.dst = std::move(*t);
+    }
+  }
   const struct {
     std::vector<Weight>* dst;
     const char* name;
@@ -181,7 +196,14 @@ Status load_layer(const GgufFile& f, const HParams& hp, int32_t i, const LoadOpt
     KVCACHE_RETURN_IF_ERROR(get(w.post_ffn_norm, "post_ffw_norm.weight", d, 0, false));
   }
   KVCACHE_RETURN_IF_ERROR(mat(w.wo, "attn_output.weight", d, int64_t{hp.q_heads} * hp.value_dim));
-  KVCACHE_RETURN_IF_ERROR(get(w.ffn_norm, "ffn_norm.weight", d, 0, false));
+  if (hp.gpt_oss) {
+    KVCACHE_RETURN_IF_ERROR(get(w.bo, "attn_output.bias", d, 0, false));
+    if (w.attn_sinks.empty())  // optional for the others, gpt-oss's blocks all have them
+      return not_found("load model: tensor " + p + "attn_sinks.weight is missing");
+  }
+  // gpt-oss names its MLP input norm post_attention_norm (llama.cpp's ATTN_POST_NORM).
+  KVCACHE_RETURN_IF_ERROR(get(w.ffn_norm, hp.gpt_oss ? "post_attention_norm.weight"
+                                                     : "ffn_norm.weight", d, 0, false));
   if (hp.n_expert > 0) return load_experts(f, hp, p, o, w);
   KVCACHE_RETURN_IF_ERROR(mat(w.w_gate, "ffn_gate.weight", hp.d_ff, d));
   KVCACHE_RETURN_IF_ERROR(mat(w.w_up, "ffn_up.weight", hp.d_ff, d));
@@ -190,8 +212,8 @@ Status load_layer(const GgufFile& f, const HParams& hp, int32_t i, const LoadOpt
 }
 
 
-constexpr const char* kArchitectures[] = {"llama",  "qwen2",  "qwen3",
-                                          "qwen3moe", "gemma2", "gemma3"};
+constexpr const char* kArchitectures[] = {"llama",  "qwen2",  "qwen3", "qwen3moe",
+                                          "gemma2", "gemma3", "gpt-oss"};
 
 // A float key that must be finite and >= 0 (a soft-cap or a RoPE base); `fallback` if absent.
 Result<float> nonnegative_float(const gguf::KeyReader& keys, gguf::Key key, double fallback) {
@@ -211,6 +233,11 @@ Status apply_architecture(const gguf::KeyReader& keys, HParams& hp) {
   hp.rope_linear_swa = hp.rope_linear;
   hp.attn_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hp.head_dim)));
   hp.rope_interleaved = hp.arch == "llama";
+  if (hp.arch == "gpt-oss") {  // rotate-half RoPE, scale 1/sqrt(key_length), biases, sinks
+    hp.gpt_oss = true;
+    hp.ffn_act = FfnActivation::kSwigluOai;
+    return ok_status();
+  }
   if (hp.arch != "gemma2" && hp.arch != "gemma3") return ok_status();
   hp.embed_scale = static_cast<float>(std::sqrt(static_cast<double>(hp.d_model)));
   hp.ffn_act = FfnActivation::kGeluTanh;
@@ -251,7 +278,7 @@ Status apply_architecture(const gguf::KeyReader& keys, HParams& hp) {
 // softmax router without shared experts is implemented; other gating is refused by value.
 Status read_experts(const gguf::KeyReader& keys, HParams& hp) {
   using gguf::Key;
-  const bool moe_arch = hp.arch == "qwen3moe";
+  const bool moe_arch = hp.arch == "qwen3moe" || hp.arch == "gpt-oss";
   if (!moe_arch && keys.find(Key::kExpertCount) == nullptr) return ok_status();
   auto fail = [&](Key key, auto value, const std::string& expected) {
     return invalid_argument(str_cat("load model: ", keys.name(key), " = ", value, ", expected ",
@@ -278,7 +305,7 @@ Status read_experts(const gguf::KeyReader& keys, HParams& hp) {
   hp.n_expert = static_cast<int32_t>(*n);
   hp.n_expert_used = static_cast<int32_t>(*used);
   hp.d_ff_expert = static_cast<int32_t>(*ff);
-  hp.expert_weights_norm = *norm;
+  hp.expert_weights_norm = *norm || hp.gpt_oss;  // gpt-oss: softmax over the chosen logits
   return ok_status();
 }
 
@@ -344,7 +371,7 @@ Result<HParams> read_hparams(const GgufFile& f) {
       std::end(kArchitectures))
     return invalid_argument("load model: general.architecture = \"" + hp.arch +
                             "\" is not supported, expected one of llama, qwen2, qwen3, "
-                            "qwen3moe, gemma2, gemma3");
+                            "qwen3moe, gemma2, gemma3, gpt-oss");
   Result<int32_t> v = positive_int(keys, Key::kBlockCount);
   if (!v.ok()) return v.status();
   hp.n_layers = *v;
@@ -526,6 +553,9 @@ int64_t Model::n_params() const {
     for (const std::vector<float>* v : {&w.attn_norm, &w.bq, &w.bk, &w.bv, &w.q_norm, &w.k_norm,
                                         &w.ffn_norm, &w.post_attn_norm, &w.post_ffn_norm,
                                         &w.attn_sinks})
+      n += static_cast<int64_t>(v->size());
+    for (const std::vector<float>* v :
+         {&w.bo, &w.router_b, &w.gate_exps_b, &w.up_exps_b, &w.down_exps_b})  // gpt-oss
       n += static_cast<int64_t>(v->size());
   }
   return n;

@@ -28,6 +28,15 @@ void top_k(const float* l, int32_t n, int32_t k, ExpertChoice* o) {
   }
 }
 
+// rows[n, width] += bias row e of a per-expert bias table (gpt-oss); no-op when absent.
+void add_expert_bias(float* rows, int64_t n, int64_t width, const std::vector<float>& bias,
+                     int32_t e) {
+  if (bias.empty()) return;
+  const float* b = bias.data() + int64_t{e} * width;
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t i = 0; i < width; ++i) rows[r * width + i] += b[i];
+}
+
 int64_t expert_bytes(const LayerWeights& w, int32_t e) {
   return static_cast<int64_t>(w.gate_exps[e].bytes.size() + w.up_exps[e].bytes.size() +
                               w.down_exps[e].bytes.size());
@@ -59,6 +68,9 @@ void moe_ffn(const LayerWeights& w, const HParams& hp, int32_t layer, std::span<
   const int64_t d = hp.d_model, ff = hp.d_ff_expert, k = hp.n_expert_used;
   grow(s.logits, t * hp.n_expert);
   matmul(h, w.router, s.logits, t);
+  if (!w.router_b.empty())
+    for (int64_t r = 0; r < t; ++r)
+      for (int32_t e = 0; e < hp.n_expert; ++e) s.logits[r * hp.n_expert + e] += w.router_b[e];
   route_tokens(s.logits, t, hp.n_expert, hp.n_expert_used, hp.expert_weights_norm, s.choices);
   // Choices grouped by expert, tokens in order within a group: no pass over all experts.
   const int64_t n_choices = t * k;
@@ -87,8 +99,13 @@ void moe_ffn(const LayerWeights& w, const HParams& hp, int32_t layer, std::span<
     }
     matmul(s.xs, w.gate_exps[e], s.gate, n);
     matmul(s.xs, w.up_exps[e], s.up, n);
-    swiglu(std::span<float>(s.gate.data(), static_cast<size_t>(n * ff)), s.up);
+    add_expert_bias(s.gate.data(), n, ff, w.gate_exps_b, e);
+    add_expert_bias(s.up.data(), n, ff, w.up_exps_b, e);
+    const std::span<float> g(s.gate.data(), static_cast<size_t>(n * ff));
+    if (hp.ffn_act == FfnActivation::kSwigluOai) swiglu_oai(g, s.up);
+    else swiglu(g, s.up);
     matmul(s.gate, w.down_exps[e], s.out, n);
+    add_expert_bias(s.out.data(), n, d, w.down_exps_b, e);
     for (int64_t j = 0; j < n; ++j) {
       const ExpertChoice& c = s.choices[s.order[a + j]];
       float* dst = y.data() + (s.order[a + j] / k) * d;

@@ -99,12 +99,30 @@ double gelu_tanh(double x) {
   return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
 }
 
+// Row e of a per-expert bias table [n_expert * width]; empty when the table is.
+std::vector<float> expert_row(const std::vector<float>& table, int64_t e, int64_t width) {
+  if (table.empty()) return {};
+  return {table.begin() + e * width, table.begin() + (e + 1) * width};
+}
+
+// The gated activation of one (gate, up) pair: silu, GELU-tanh, or gpt-oss's clamped form
+// min(g, 7) * sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1).
+double gated(FfnActivation act, double g, double u) {
+  if (act == FfnActivation::kGeluTanh) return gelu_tanh(g) * u;
+  if (act == FfnActivation::kSwigluOai) {
+    g = std::min(g, 7.0);
+    u = std::min(std::max(u, -7.0), 7.0);
+    return g / (1.0 + std::exp(-1.702 * g)) * (u + 1.0);
+  }
+  return g / (1.0 + std::exp(-g)) * u;
+}
+
 // The mixture-of-experts MLP of h [T, d], token by token: router logits, the top k (ties:
 // lower index), softmax weights (over the chosen when renormalised, else over all), and the
 // weighted sum of the chosen experts' SwiGLU outputs.
 Vec moe(const Vec& h, const LayerWeights& w, const HParams& hp, int64_t t) {
   const int64_t d = hp.d_model, n = hp.n_expert, k = hp.n_expert_used;
-  const Vec logits = linear(h, w.router, {}, t);
+  const Vec logits = linear(h, w.router, w.router_b, t);
   Vec y(t * d, 0.0);
   std::vector<int64_t> ids(n);
   for (int64_t p = 0; p < t; ++p) {
@@ -117,10 +135,10 @@ Vec moe(const Vec& h, const LayerWeights& w, const HParams& hp, int64_t t) {
     const Vec x(h.begin() + p * d, h.begin() + (p + 1) * d);
     for (int64_t j = 0; j < k; ++j) {
       const int64_t e = ids[j];
-      Vec g = linear(x, w.gate_exps[e], {}, 1);
-      const Vec u = linear(x, w.up_exps[e], {}, 1);
-      for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
-      const Vec o = linear(g, w.down_exps[e], {}, 1);
+      Vec g = linear(x, w.gate_exps[e], expert_row(w.gate_exps_b, e, hp.d_ff_expert), 1);
+      const Vec u = linear(x, w.up_exps[e], expert_row(w.up_exps_b, e, hp.d_ff_expert), 1);
+      for (size_t i = 0; i < g.size(); ++i) g[i] = gated(hp.ffn_act, g[i], u[i]);
+      const Vec o = linear(g, w.down_exps[e], expert_row(w.down_exps_b, e, d), 1);
       const double weight = std::exp(l[e] - l[ids[0]]) / sum;
       for (int64_t i = 0; i < d; ++i) y[p * d + i] += weight * o[i];
     }
@@ -157,7 +175,7 @@ std::vector<double> reference_logits(const Model& model, std::span<const int32_t
     }
     Vec att = attend(q, cache_k[w.cache], cache_v[w.cache], t, hq, hkv, dk, dv,
                      geo.layers[w.cache].window, hp.attn_scale, hp.attn_softcap, w.attn_sinks);
-    add_residual(x, linear(att, w.wo, {}, t), w.post_attn_norm, t, d, hp.rms_eps);
+    add_residual(x, linear(att, w.wo, w.bo, t), w.post_attn_norm, t, d, hp.rms_eps);
     h = x;
     rmsnorm(h, w.ffn_norm, t, d, hp.rms_eps);
     if (!w.router.empty()) {
@@ -166,9 +184,7 @@ std::vector<double> reference_logits(const Model& model, std::span<const int32_t
     }
     Vec g = linear(h, w.w_gate, {}, t);
     Vec u = linear(h, w.w_up, {}, t);
-    const bool gelu = hp.ffn_act == FfnActivation::kGeluTanh;
-    for (size_t i = 0; i < g.size(); ++i)
-      g[i] = (gelu ? gelu_tanh(g[i]) : g[i] / (1.0 + std::exp(-g[i]))) * u[i];
+    for (size_t i = 0; i < g.size(); ++i) g[i] = gated(hp.ffn_act, g[i], u[i]);
     add_residual(x, linear(g, w.w_down, {}, t), w.post_ffn_norm, t, d, hp.rms_eps);
   }
   rmsnorm(x, model.output_norm(), t, d, hp.rms_eps);

@@ -143,6 +143,16 @@ void swiglu(std::span<float> g, std::span<const float> u) {
   });
 }
 
+void swiglu_oai(std::span<float> g, std::span<const float> u, float alpha, float limit) {
+  split_items(static_cast<int64_t>(g.size()), 1, [&](int64_t i0, int64_t i1) {
+    for (auto i = static_cast<size_t>(i0); i < static_cast<size_t>(i1); ++i) {
+      const float x = std::min(g[i], limit);
+      const float y = std::clamp(u[i], -limit, limit);
+      g[i] = x / (1.0f + std::exp(-alpha * x)) * (y + 1.0f);
+    }
+  });
+}
+
 float gelu_tanh(float x) {
   constexpr double kSqrt2OverPi = 0.7978845608028654;
   const double v = x;

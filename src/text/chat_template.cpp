@@ -9,13 +9,14 @@
 namespace kvcache::text {
 namespace {
 
-constexpr std::array<std::pair<ChatTemplate, std::string_view>, 6> kNames = {{
+constexpr std::array<std::pair<ChatTemplate, std::string_view>, 7> kNames = {{
     {ChatTemplate::kPlain, "plain"},
     {ChatTemplate::kChatml, "chatml"},
     {ChatTemplate::kLlama3, "llama3"},
     {ChatTemplate::kGemma, "gemma"},
     {ChatTemplate::kMistral, "mistral"},
     {ChatTemplate::kPhi3, "phi3"},
+    {ChatTemplate::kHarmony, "harmony"},
 }};
 
 // Checks the roles every template shares: known roles, system only first.
@@ -59,6 +60,16 @@ void render_phi3(ChatWriter& w, std::span<const ChatMessage> m, bool gen, const 
   w.raw(gen ? std::string_view("<|assistant|>\n") : std::string_view(t.eos));
 }
 
+// gpt-oss's harmony format, the subset render_chat documents.
+void render_harmony(ChatWriter& w, std::span<const ChatMessage> m, bool gen) {
+  for (const ChatMessage& msg : m) {
+    w.raw("<|start|>").raw(msg.role);
+    if (msg.role == "assistant") w.raw("<|channel|>final");
+    w.raw("<|message|>").content(msg.content).raw("<|end|>");
+  }
+  if (gen) w.raw("<|start|>assistant");
+}
+
 // No template: one "role: content" line per message, then "assistant: " to generate.
 void render_plain(ChatWriter& w, std::span<const ChatMessage> m, bool gen) {
   for (const ChatMessage& msg : m) w.raw(msg.role).raw(": ").content(msg.content).raw("\n");
@@ -84,6 +95,9 @@ std::optional<ChatTemplate> detect_chat_template(std::string_view text) {
   if (text.find("<|start_header_id|>") != std::string_view::npos) return ChatTemplate::kLlama3;
   if (text.find("<start_of_turn>") != std::string_view::npos) return ChatTemplate::kGemma;
   if (text.find("[INST]") != std::string_view::npos) return ChatTemplate::kMistral;
+  if (text.find("<|start|>") != std::string_view::npos &&
+      text.find("<|message|>") != std::string_view::npos)
+    return ChatTemplate::kHarmony;
   if (text.find("<|user|>") != std::string_view::npos &&
       text.find("<|end|>") != std::string_view::npos)
     return ChatTemplate::kPhi3;
@@ -119,6 +133,7 @@ ChatTokens default_chat_tokens(ChatTemplate t) {
     case ChatTemplate::kGemma: return {"<bos>", "<eos>"};
     case ChatTemplate::kMistral: return {"<s>", "</s>"};
     case ChatTemplate::kPhi3: return {"<s>", "<|endoftext|>"};
+    case ChatTemplate::kHarmony: return {"", "<|return|>"};
     case ChatTemplate::kChatml:
     case ChatTemplate::kPlain: break;
   }
@@ -140,6 +155,7 @@ Result<RenderedChat> render_chat_spans(ChatTemplate t, std::span<const ChatMessa
       break;
     case ChatTemplate::kGemma:
     case ChatTemplate::kPhi3:
+    case ChatTemplate::kHarmony:
     case ChatTemplate::kPlain: {
       // No tool syntax in these templates: the generic form, then the family's turns.
       Result<std::vector<ChatMessage>> folded =
@@ -153,6 +169,8 @@ Result<RenderedChat> render_chat_spans(ChatTemplate t, std::span<const ChatMessa
         render_gemma(w, f, gen, tokens);
       } else if (t == ChatTemplate::kPhi3) {
         render_phi3(w, f, gen, tokens);
+      } else if (t == ChatTemplate::kHarmony) {
+        render_harmony(w, f, gen);
       } else {
         render_plain(w, f, gen);
       }

@@ -196,6 +196,32 @@ TEST(Architecture, YarnRopeScalingReadsItsKeysAndRefusesIncompleteOnes) {
       << h.status().message();
 }
 
+TEST(Architecture, GptOssReadsYarnExpertsAndItsTraits) {
+  Result<HParams> h = read_hparams(header("gpt-oss", 2, [](gguf::GgufWriter& w,
+                                                           const std::string& a) {
+    w.set_uint32(a + "context_length", 131072);
+    w.set_string(a + "rope.scaling.type", "yarn");
+    w.set_float32(a + "rope.scaling.factor", 32.0f);
+    w.set_uint32(a + "rope.scaling.original_context_length", 4096);
+    w.set_uint32(a + "expert_count", 4);
+    w.set_uint32(a + "expert_used_count", 2);
+    w.set_uint32(a + "expert_feed_forward_length", 32);
+    w.set_bool(a + "expert_weights_norm", false);  // gpt-oss softmaxes the chosen logits
+  }));
+  ASSERT_TRUE(h.ok()) << h.status().message();
+  EXPECT_TRUE(h->gpt_oss);
+  EXPECT_FALSE(h->rope_interleaved);  // NEOX pairs (i, i + r/2)
+  EXPECT_EQ(h->ffn_act, FfnActivation::kSwigluOai);
+  EXPECT_FLOAT_EQ(h->attn_scale, 0.25f);  // 1 / sqrt(16)
+  EXPECT_FLOAT_EQ(h->rope_yarn_factor, 32.0f);
+  EXPECT_NEAR(h->rope_attn_factor, 0.1 * std::log(32.0) + 1.0, 1e-6);  // 1.3466
+  EXPECT_EQ(h->rope_yarn_orig_ctx, 4096);
+  EXPECT_FLOAT_EQ(h->rope_linear, 1.0f);
+  EXPECT_EQ(h->n_expert, 4);
+  EXPECT_EQ(h->n_expert_used, 2);
+  EXPECT_TRUE(h->expert_weights_norm);
+}
+
 TEST(Architecture, RopeFreqsAreLoadedAndBadOnesRefusedByIndex) {
   TinySpec s;
   s.rope_freqs = {1.0f, 2.0f, 4.0f, 8.0f};  // head_dim 8: 4 pairs

@@ -3,8 +3,9 @@
 // tensor, the cached forward equal to the no-cache reference, and that only the chosen
 // experts are read: changing an expert no token chose changes no logit, decode runs k experts
 // per layer and a prefill chunk reads each chosen expert once; the requantized drafter encodes
-// every expert. The interpretation itself is pinned against the independent Python reference
-// by engine_arch_golden_{qwen3moe,llama-moe}.
+// every expert; gpt-oss (sinks, YaRN, biases, clamped SwiGLU) cached = reference too. The
+// interpretation itself is pinned against the independent Python reference by
+// engine_arch_golden_{qwen3moe,llama-moe,gpt-oss}.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -192,6 +193,50 @@ TEST(MoeForward, CachedLogitsEqualTheReferenceInBothLayoutsAndChunkSizes) {
             << s.arch << " " << gguf::to_string(s.experts_as) << " " << kind << " " << chunk;
       }
   }
+}
+
+TinySpec gpt_oss_spec() {
+  TinySpec s;
+  s.arch = "gpt-oss";
+  s.bias = true;
+  s.sinks = s.q_heads;
+  s.cache_windows = {4, 0, 4};
+  s.n_expert = 4;
+  s.d_ff_expert = 32;
+  s.yarn_factor = 32.0f;
+  s.yarn_orig_ctx = 4096;
+  s.rope_base = 150000.0f;
+  return s;
+}
+
+TEST(MoeForward, GptOssCachedLogitsEqualTheReferencePastTheWindowInBothLayouts) {
+  Model model = tiny_model(gpt_oss_spec());
+  ASSERT_TRUE(model.hparams().gpt_oss);
+  ASSERT_FALSE(model.layers()[0].attn_sinks.empty());
+  const std::vector<int32_t> tokens = some_tokens(19, model.hparams().vocab, 4);
+  for (const char* kind : {"sequence", "cell"})
+    for (int chunk : {1, 4}) {
+      CacheOptions o;
+      o.kind = kind;
+      o.capacity = 32;
+      Built b = build(model, o);
+      std::vector<float> got = cached_logits(b, tokens, chunk);
+      EXPECT_LE(rel_diff(got, reference_logits(model, tokens, &b.setup.geometry)), kTol)
+          << kind << " " << chunk;
+    }
+}
+
+TEST(MoeLoad, GptOssRefusesAMissingSinkOrExpertBiasNamingTheTensor) {
+  TinySpec s = gpt_oss_spec();
+  s.skip_tensors = {"blk.3.attn_sinks.weight"};
+  // Layer 3 shares cache layer 1 with layer 1, whose tensor is present: the geometry refuses.
+  expect_refused(s, StatusCode::kInvalidArgument, "blk.3.attn_sinks.weight is absent");
+  s.skip_tensors = {"blk.0.attn_sinks.weight"};
+  expect_refused(s, StatusCode::kNotFound, "tensor blk.0.attn_sinks.weight is missing");
+  s.skip_tensors = {"blk.2.ffn_up_exps.bias"};
+  expect_refused(s, StatusCode::kNotFound, "tensor blk.2.ffn_up_exps.bias is missing");
+  s.skip_tensors = {"blk.1.post_attention_norm.weight"};
+  expect_refused(s, StatusCode::kNotFound, "tensor blk.1.post_attention_norm.weight is missing");
 }
 
 TEST(MoeForward, RequantizedDrafterEncodesEveryExpertAndKeepsTheRouter) {

@@ -49,6 +49,12 @@ std::vector<uint8_t> tiny_model_bytes(const TinySpec& s) {
     w.set_string(a + "rope.scaling.type", "linear");
     w.set_float32(a + "rope.scaling.factor", s.rope_linear);
   }
+  if (s.yarn_factor > 0.0f) {
+    w.set_string(a + "rope.scaling.type", "yarn");
+    w.set_float32(a + "rope.scaling.factor", s.yarn_factor);
+    w.set_uint32(a + "rope.scaling.original_context_length",
+                 static_cast<uint32_t>(s.yarn_orig_ctx));
+  }
   if (s.n_expert > 0) {
     w.set_uint32(a + "expert_count", static_cast<uint32_t>(s.n_expert));
     w.set_uint32(a + "expert_used_count", static_cast<uint32_t>(s.n_expert_used));
@@ -81,6 +87,7 @@ std::vector<uint8_t> tiny_model_bytes(const TinySpec& s) {
     return gen.normal(out * in, 1.0 / std::sqrt(static_cast<double>(in)));
   };
   const bool gemma = s.arch.rfind("gemma", 0) == 0;
+  const bool gpt_oss = s.arch == "gpt-oss";
   // Gemma scales embeddings by sqrt(d): keep the scaled rows near unit RMS.
   add("token_embd.weight", {d, s.vocab},
       gen.normal(int64_t{s.vocab} * d, gemma ? 1.0 / std::sqrt(static_cast<double>(d)) : 1.0));
@@ -108,13 +115,21 @@ std::vector<uint8_t> tiny_model_bytes(const TinySpec& s) {
         add(p + "attn_k_norm.weight", {s.head_dim}, gen.normal(s.head_dim, 0.1, 1.0));
     }
     add(p + "attn_output.weight", {qd, d}, mat(d, qd));
-    add(p + "ffn_norm.weight", {d}, gen.normal(d, 0.1, 1.0));
+    if (gpt_oss) add(p + "attn_output.bias", {d}, gen.normal(d, 0.2));
+    add(p + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), {d},
+        gen.normal(d, 0.1, 1.0));
     if (s.n_expert > 0) {
       const int64_t n = s.stack_experts > 0 ? s.stack_experts : s.n_expert, ff = s.d_ff_expert;
       add(p + "ffn_gate_inp.weight", {d, s.n_expert}, gen.normal(s.n_expert * d, 2.0 / std::sqrt(d)));
       add(p + "ffn_gate_exps.weight", {d, ff, n}, mat(n * ff, d));
       add(p + "ffn_up_exps.weight", {d, ff, n}, mat(n * ff, d));
       add(p + "ffn_down_exps.weight", {ff, d, n}, mat(n * d, ff));
+      if (gpt_oss) {  // gate/up biases of 4: the activation's clamps at 7 are reached
+        add(p + "ffn_gate_inp.bias", {s.n_expert}, gen.normal(s.n_expert, 0.5));
+        add(p + "ffn_gate_exps.bias", {ff, n}, gen.normal(n * ff, 4.0));
+        add(p + "ffn_up_exps.bias", {ff, n}, gen.normal(n * ff, 4.0));
+        add(p + "ffn_down_exps.bias", {d, n}, gen.normal(n * d, 0.5));
+      }
     } else {
       add(p + "ffn_gate.weight", {d, s.d_ff}, mat(s.d_ff, d));
       add(p + "ffn_up.weight", {d, s.d_ff}, mat(s.d_ff, d));

@@ -55,6 +55,11 @@ struct TinySpec {
   // change one expert's slice.
   std::function<void(const std::string&, std::vector<float>&)> edit;
   std::vector<std::pair<std::string, int64_t>> extra_ints;  // more uint32 keys (errors)
+  // YaRN keys (rope.scaling.type yarn) when > 0: factor and original context.
+  float yarn_factor = 0.0f;
+  int64_t yarn_orig_ctx = 64;
+  // arch "gpt-oss" also writes attn_output.bias, post_attention_norm (instead of ffn_norm),
+  // ffn_gate_inp.bias and the 2-D expert biases; set sinks = q_heads and n_expert > 0.
 };
 
 // The GGUF file bytes for the spec.

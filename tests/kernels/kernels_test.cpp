@@ -174,6 +174,17 @@ TEST(Kernels, RopeFrequencyFactorsDivideEachPairsAngle) {
   }
 }
 
+TEST(Kernels, SwigluOaiClampsGateAboveAndUpBothWays) {
+  // out = min(g, 7) sigmoid(1.702 min(g, 7)) (clamp(u, -7, 7) + 1).
+  std::vector<float> g = {0.0f, 1.0f, 10.0f, -3.0f}, u = {5.0f, 2.0f, 9.0f, -10.0f};
+  swiglu_oai(g, u);
+  auto sig = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
+  EXPECT_EQ(g[0], 0.0f);
+  EXPECT_NEAR(g[1], 1.0 * sig(1.702) * 3.0, 1e-6);
+  EXPECT_NEAR(g[2], 7.0 * sig(1.702 * 7.0) * 8.0, 1e-5);      // both clamped at 7
+  EXPECT_NEAR(g[3], -3.0 * sig(-1.702 * 3.0) * -6.0, 1e-6);   // up clamped at -7
+}
+
 TEST(Kernels, GeluTanhGateMatchesPublishedValues) {
   // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) at x = 1, -1, 3, 0.
   EXPECT_NEAR(gelu_tanh(1.0f), 0.8411920, 1e-6);

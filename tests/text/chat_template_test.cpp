@@ -114,7 +114,8 @@ TEST(ChatTemplate, DetectsEveryFixtureByItsMarkers) {
 
 TEST(ChatTemplate, NamesRoundTripAndUnknownIsRefused) {
   for (auto t : {ChatTemplate::kPlain, ChatTemplate::kChatml, ChatTemplate::kLlama3,
-                 ChatTemplate::kGemma, ChatTemplate::kMistral, ChatTemplate::kPhi3})
+                 ChatTemplate::kGemma, ChatTemplate::kMistral, ChatTemplate::kPhi3,
+                 ChatTemplate::kHarmony})
     EXPECT_EQ(chat_template_from_name(to_string(t)), t);
   EXPECT_EQ(chat_template_from_name("jinja"), std::nullopt);
 }
@@ -126,12 +127,35 @@ TEST(ChatTemplate, ChoiceTakesTheFlagThenTheModelThenPlain) {
   const TemplateChoice bad_name = choose_chat_template("jinja", std::nullopt);
   EXPECT_EQ(bad_name.tmpl, std::nullopt);
   EXPECT_EQ(bad_name.problem, "no chat template: chat_template = 'jinja' is not one of plain, "
-                              "chatml, llama3, gemma, mistral, phi3");
+                              "chatml, llama3, gemma, mistral, phi3, harmony");
   const TemplateChoice unknown = choose_chat_template("", "{{ messages }}");
   EXPECT_EQ(unknown.tmpl, std::nullopt);
   EXPECT_EQ(unknown.problem,
             "the model's tokenizer.chat_template is not one the server knows; pick one with "
-            "chat_template: plain, chatml, llama3, gemma, mistral, phi3");
+            "chat_template: plain, chatml, llama3, gemma, mistral, phi3, harmony");
+}
+
+// No gpt-oss Jinja fixture in the tree: the expected text is harmony's published layout.
+TEST(ChatTemplate, HarmonyWritesStartMessageEndTurnsAndTheFinalChannel) {
+  const Conversation c = {{"system", "S"}, {"user", "U"}, {"assistant", "A"}, {"user", "V"}};
+  Result<RenderedChat> on = render_chat_spans(ChatTemplate::kHarmony, c, true, {});
+  ASSERT_TRUE(on.ok()) << on.status().message();
+  EXPECT_EQ(on->text,
+            "<|start|>system<|message|>S<|end|><|start|>user<|message|>U<|end|>"
+            "<|start|>assistant<|channel|>final<|message|>A<|end|>"
+            "<|start|>user<|message|>V<|end|><|start|>assistant");
+  // The four contents, and nothing else, are client text.
+  ASSERT_EQ(on->content.size(), 4u);
+  EXPECT_EQ(on->text.substr(on->content[2].first, on->content[2].second - on->content[2].first),
+            "A");
+  Result<std::string> off = render_chat(ChatTemplate::kHarmony, {{{"user", "U"}}}, false, {});
+  ASSERT_TRUE(off.ok());
+  EXPECT_EQ(*off, "<|start|>user<|message|>U<|end|>");
+  EXPECT_EQ(detect_chat_template("{{- '<|start|>' + role + '<|message|>' }}"),
+            ChatTemplate::kHarmony);
+  EXPECT_EQ(default_chat_tokens(ChatTemplate::kHarmony).eos, "<|return|>");
+  EXPECT_EQ(render_chat(ChatTemplate::kHarmony, {{{"bot", "x"}}}, true, {}).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST(ChatTemplate, PlainWritesRoleLinesThenAssistantPrompt) {

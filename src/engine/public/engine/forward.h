@@ -45,7 +45,7 @@ struct Logits {
 class Engine {
  public:
   // InvalidArgument when the cache's geometry does not fit the model (cache layer count,
-  // kv_heads, head/value dims; windows may differ).
+  // kv_heads, head/value dims, sinks; windows may differ).
   static Result<std::unique_ptr<Engine>> create(const Model& model, std::shared_ptr<Cache> cache);
 
   // Declares the step on the cache and runs every block. A refused declaration or an invalid
@@ -81,7 +81,8 @@ class Engine {
   MoeScratch moe_;  // mixture-of-experts blocks: routing, gathered rows, counters
 };
 
-// Checks that `g` (a cache's geometry) fits the model's cache layers; windows may differ.
+// Checks that `g` (a cache's geometry) fits the model's cache layers (kv_heads, dims, sinks);
+// windows may differ.
 Status check_cache_fits(const Model& model, const CacheGeometry& g);
 
 }  // namespace kvcache::engine

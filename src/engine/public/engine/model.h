@@ -1,5 +1,5 @@
 // A Llama-family decoder's hyperparameters and weights, loaded from a GGUF file per
-// docs/model_format.md (dense, or a mixture of experts: qwen3moe, llama with experts).
+// docs/model_format.md (dense, or a mixture of experts: qwen3moe, llama with experts, gpt-oss).
 // Layer: engine. Matrices stay in the file's type (F32, F16, BF16, Q4_0,
 // Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) as views of the memory-mapped file, which the
 // Model keeps mapped; vectors (norms, biases) are converted to float32 once at load.
@@ -18,12 +18,13 @@
 
 namespace kvcache::engine {
 
-// The MLP's gate activation: silu (llama, qwen) or the tanh form of GELU (gemma).
-enum class FfnActivation { kSilu, kGeluTanh };
+// The MLP's gate activation: silu (llama, qwen), the tanh form of GELU (gemma) or gpt-oss's
+// clamped SwiGLU (kernels.h swiglu_oai).
+enum class FfnActivation { kSilu, kGeluTanh, kSwigluOai };
 
 struct HParams {
-  // general.architecture: llama, qwen2, qwen3, qwen3moe, gemma2, gemma3 (text); others are
-  // refused.
+  // general.architecture: llama, qwen2, qwen3, qwen3moe, gemma2, gemma3 (text), gpt-oss;
+  // others are refused.
   std::string arch;
   int32_t n_layers = 0;        // block_count
   int32_t d_model = 0;         // embedding_length
@@ -65,6 +66,9 @@ struct HParams {
   // The chosen experts' softmax probabilities are renormalised to sum 1 (expert_weights_norm;
   // Mixtral's softmax over the chosen logits is the same thing).
   bool expert_weights_norm = true;
+  // gpt-oss: attn_output.bias, the router's and the experts' biases and per-layer
+  // attn_sinks.weight are required; the MLP input norm is named post_attention_norm.
+  bool gpt_oss = false;
 };
 
 // One decoder block. Matrices are [out, in]. Empty = absent (optional / KV-shared).
@@ -84,6 +88,9 @@ struct LayerWeights {
   // [q_heads] learned attention-sink logits (blk.N.attn_sinks.weight), handed to the cache
   // with every attend call; empty when the file has none (the geometry's flag says the same).
   std::vector<float> attn_sinks;
+  // gpt-oss: output bias [d], router bias [n_expert], expert biases flattened per expert:
+  // gate/up [n_expert * d_ff_expert], down [n_expert * d]. Empty = absent.
+  std::vector<float> bo, router_b, gate_exps_b, up_exps_b, down_exps_b;
 };
 
 struct LoadOptions {

@@ -1,4 +1,5 @@
-// The mixture-of-experts MLP of a block (qwen3moe; llama with experts, Mixtral's layout): the
+// The mixture-of-experts MLP of a block (qwen3moe; llama with experts, Mixtral's layout;
+// gpt-oss with router/expert biases and its clamped SwiGLU): the
 // router's softmax, the top-k experts of every token, and each selected expert's SwiGLU run
 // once per step over all the tokens routed to it (its three matrices read once per step).
 // Layer: engine. Experts no token chose are never read. Attention and the dense MLP are in

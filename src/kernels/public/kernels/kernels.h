@@ -1,8 +1,8 @@
 // The engine's dense kernels: f32 matrix products (OpenBLAS sgemm/sgemv; products with a
 // typed Weight are in weight.h), RMSNorm, RoPE (both pairings, optional per-pair frequency
-// factors), SwiGLU, GELU-tanh gating and the logit soft-cap. Layer: engine. matmul_reference
-// is the readable double-accumulating form the fast paths are tested against. Attention goes
-// through the cache.
+// factors), SwiGLU (plain and gpt-oss's clamped form), GELU-tanh gating and the logit
+// soft-cap. Layer: engine. matmul_reference is the readable double-accumulating form the fast
+// paths are tested against. Attention goes through the cache.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +50,11 @@ void swiglu_reference(std::span<float> g, std::span<const float> u);
 namespace kernels_detail {
 void swiglu_avx512(float* g, const float* u, int64_t n);  // kernels_avx512.cpp
 }  // namespace kernels_detail
+
+// gpt-oss's gated activation: with g' = min(g, limit) and u' = clamp(u, -limit, limit),
+// g[i] = g' * sigmoid(alpha * g') * (u' + 1). Published constants: alpha 1.702, limit 7.
+void swiglu_oai(std::span<float> g, std::span<const float> u, float alpha = 1.702f,
+                float limit = 7.0f);
 
 // The tanh approximation of GELU: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 float gelu_tanh(float x);

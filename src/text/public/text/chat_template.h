@@ -1,6 +1,7 @@
 // Chat templates: built-in formatters that render a conversation the way a model family's
-// own Jinja template does (ChatML/Qwen2.5, Llama 3, Gemma, Mistral, Phi-3, and a plain one
-// for models without a template), and detection of the family from a GGUF's
+// own Jinja template does (ChatML/Qwen2.5, Llama 3, Gemma, Mistral, Phi-3, gpt-oss's harmony
+// (a subset, see render_chat), and a plain one for models without a template), and detection
+// of the family from a GGUF's
 // tokenizer.chat_template text by its markers. Layer: text. There is no Jinja engine: tools,
 // assistant tool calls and tool results are rendered as the Qwen2.5, Llama 3.1 and Mistral
 // templates do, and by a documented generic form (fold_tools_generic) for the others; template
@@ -20,7 +21,7 @@
 namespace kvcache::text {
 
 // Serialized by name (the chat_template option); append only.
-enum class ChatTemplate { kPlain, kChatml, kLlama3, kGemma, kMistral, kPhi3 };
+enum class ChatTemplate { kPlain, kChatml, kLlama3, kGemma, kMistral, kPhi3, kHarmony };
 
 std::string_view to_string(ChatTemplate t);
 std::optional<ChatTemplate> chat_template_from_name(std::string_view name);
@@ -70,6 +71,12 @@ ChatTokens default_chat_tokens(ChatTemplate t);
 // that is not first, a system message with Gemma, roles that do not alternate user/assistant
 // with Gemma and Mistral (tool turns aside), more than one call in a Llama 3 assistant turn,
 // a Mistral tool call id that is not 9 characters, a tool that is not a JSON object.
+// Harmony (gpt-oss) renders the subset of its format that the messages carry: each message
+// as <|start|>{role}<|message|>{content}<|end|>, assistant messages in the final channel
+// (<|start|>assistant<|channel|>final<|message|>...<|end|>), the generation prompt
+// <|start|>assistant; tools by the generic form (fold_tools_generic). Not rendered: the
+// model's own system message (identity, dates, reasoning effort), developer instructions,
+// the analysis channel and harmony's tool namespaces.
 Result<std::string> render_chat(ChatTemplate t, std::span<const ChatMessage> messages,
                                 bool add_generation_prompt, const ChatTokens& tokens,
                                 std::span<const std::string> tools = {});
