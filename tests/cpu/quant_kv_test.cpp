@@ -24,6 +24,7 @@ namespace kvcache::cpu {
 namespace {
 
 using testing::random_floats;
+using testing::worst_error;
 
 // ---- the block rule ----------------------------------------------------------------------
 
@@ -290,15 +291,6 @@ struct QProblem {
   std::vector<KeySet> sets;
   AttentionProblem p;
 };
-
-double worst_error(const std::vector<float>& got, const std::vector<float>& want) {
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double e = std::abs(double(got[i]) - want[i]) / (1.0 + std::abs(double(want[i])));
-    if (!(e <= worst)) worst = e;
-  }
-  return worst;
-}
 
 std::vector<Isa> isas_here() {
   std::vector<Isa> isas = {Isa::kScalar};

@@ -20,6 +20,16 @@ inline std::vector<float> random_floats(std::mt19937& rng, size_t n, float lo = 
   return v;
 }
 
+// The largest |got - want| / (1 + |want|) over the outputs; NaN anywhere counts as infinite.
+inline double worst_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double e = std::abs(double(got[i]) - want[i]) / (1.0 + std::abs(double(want[i])));
+    if (!(e <= worst)) worst = e;
+  }
+  return worst;
+}
+
 // What storing in `dtype` and reading back gives.
 inline std::vector<float> rounded(DType dtype, const std::vector<float>& v) {
   std::vector<uint16_t> tmp(v.size() * 2);
