@@ -159,22 +159,6 @@ inline __m128 fold4(const __m512* a) {
   return _mm_hadd_ps(_mm_hadd_ps(u[0], u[1]), _mm_hadd_ps(u[2], u[3]));
 }
 
-// Asks for key j's K and V rows a line at a time (the last byte too: a block row need not
-// start on a line), into L1 (near) or L2 (far).
-template <int kLocality>
-inline void prefetch_key(const KvView& kv, const KeySet& keys, int32_t g, int64_t j) {
-  const int64_t row = keys.row(j);
-  const auto* kp = reinterpret_cast<const char*>(kv.k_row(g, row));
-  const auto* vp = reinterpret_cast<const char*>(kv.v_row(g, row));
-  for (int64_t o = 0; o < kv.k_bytes; o += 64) __builtin_prefetch(kp + o, 0, kLocality);
-  __builtin_prefetch(kp + kv.k_bytes - 1, 0, kLocality);
-  for (int64_t o = 0; o < kv.v_bytes; o += 64) __builtin_prefetch(vp + o, 0, kLocality);
-  __builtin_prefetch(vp + kv.v_bytes - 1, 0, kLocality);
-}
-// q8_0 rows of 128 values are 136 bytes: 128 keys ahead into L2 and 16 into L1 measured
-// 1.5x the calls per second of 32 ahead into L1 at 16K keys (32/8 heads of 128, 1 thread;
-// noisy shared machine: 282 vs 182 calls/s), 64K keys 1.6x.
-constexpr int64_t kFarKeys = 128, kNearKeys = 16;
 
 struct Avx512Ops {
   // One key at a time (the float-key fallback and rows wider than kMaxPairs blocks).
