@@ -6,7 +6,7 @@ tied embeddings, F16 matrices drawn uniformly from +-1.7/sqrt(fan_in), unit norm
 with their own generator; this file is for the CLI (docs/perplexity.md measures K/V types on
 it). The weights differ from the benchmarks' (another generator); the shape is the same.
 
-  /usr/bin/python3 scripts/make_bench_model.py --out /tmp/bench.gguf
+  /usr/bin/python3 scripts/make_bench_model.py --out /tmp/bench.gguf [--outliers 8]
 """
 
 import argparse
@@ -26,6 +26,9 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--outliers", type=float, default=1.0,
+                    help="scale two K and two V channels of every kv head by this (as trained "
+                         "models' outlier channels; 1 = none)")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     w = gguf_py.GGUFWriter()
@@ -41,6 +44,12 @@ def main():
         s = 1.7 / np.sqrt(cols)
         return rng.uniform(-s, s, (rows, cols)).astype(np.float16)
 
+    def outlying(m, channels):
+        for h in range(KV_HEADS):
+            for c in channels:
+                m[h * HEAD_DIM + c] *= np.float16(args.outliers)
+        return m
+
     ones = np.ones(D, dtype=np.float32)
     w.add_tensor("token_embd.weight", mat(VOCAB, D))
     for i in range(LAYERS):
@@ -48,8 +57,8 @@ def main():
         w.add_tensor(p + "attn_norm.weight", ones)
         w.add_tensor(p + "ffn_norm.weight", ones)
         w.add_tensor(p + "attn_q.weight", mat(HEADS * HEAD_DIM, D))
-        w.add_tensor(p + "attn_k.weight", mat(KV_HEADS * HEAD_DIM, D))
-        w.add_tensor(p + "attn_v.weight", mat(KV_HEADS * HEAD_DIM, D))
+        w.add_tensor(p + "attn_k.weight", outlying(mat(KV_HEADS * HEAD_DIM, D), (3, 17)))
+        w.add_tensor(p + "attn_v.weight", outlying(mat(KV_HEADS * HEAD_DIM, D), (5, 40)))
         w.add_tensor(p + "attn_output.weight", mat(D, HEADS * HEAD_DIM))
         w.add_tensor(p + "ffn_gate.weight", mat(FF, D))
         w.add_tensor(p + "ffn_up.weight", mat(FF, D))
