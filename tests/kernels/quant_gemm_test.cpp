@@ -225,11 +225,21 @@ TEST(QuantGemm, MatmulSendsLongQ8ProductsToTheIntegerGemmAboveScalar) {
   EXPECT_EQ(q8_gemm_available(w, cpu::Isa::kAvx512), matvec_isa_supported(cpu::Isa::kAvx512));
   const Weight f32 = Weight::from_f32(2, 32, std::vector<float>(64, 1.0f));
   EXPECT_FALSE(q8_gemm_available(f32));
-  // Other block types: the AVX2 kernel only (the AVX-512 one is Q8_0's).
+  // Other block types: the AVX2 kernel, at the AVX-512 level too (its own is Q8_0's and
+  // MXFP4's), so long Q4_K products are the integer GEMM's there as well.
   const Weight q4 = block_weight(TensorType::kQ4_K, 1, 256, 3);
   EXPECT_EQ(q8_gemm_available(q4, cpu::Isa::kAvx2), matvec_isa_supported(cpu::Isa::kAvx2));
-  EXPECT_FALSE(q8_gemm_available(q4, cpu::Isa::kAvx512));
-  EXPECT_EQ(q8_gemm_available(q4), level == cpu::Isa::kAvx2);
+  EXPECT_EQ(q8_gemm_available(q4, cpu::Isa::kAvx512), matvec_isa_supported(cpu::Isa::kAvx512));
+  EXPECT_EQ(q8_gemm_available(q4), integer);
+  if (integer) {
+    const Weight q4big = block_weight(TensorType::kQ4_K, 40, 256, 5);
+    const int64_t t = 24;
+    const std::vector<float> x = rnd(static_cast<size_t>(t * 256), 11);
+    std::vector<float> got(static_cast<size_t>(t * 40)), want(got.size());
+    matmul(x, q4big, got, t);
+    q8_gemm_reference(q4big, x.data(), want.data(), t, false);
+    EXPECT_EQ(got, want) << "Q4_K, 24 rows at " << cpu::to_string(level);
+  }
   const Weight f16 = block_weight(TensorType::kF16, 1, 32, 3);
   EXPECT_FALSE(q8_gemm_available(f16, cpu::Isa::kAvx2));
 }
