@@ -4,12 +4,17 @@
 // The context is filled cheaply: random K/V written straight into the cache through
 // update_and_attend (q_heads = kv_heads, output discarded) instead of full forwards, growing
 // one cache from 1K to 16K; each timed step is rewound so the context stays fixed.
+// BM_Verify: the forward that checks K drafts (K + 1 rows, logits for every row) at 1K of
+// context, for K = 0 (a plain decode step), 1, 2, 4, 8: its counter step_cost is its time
+// in units of the K = 0 step measured in the same process (the v of docs/speculative.md).
 // Output: Google Benchmark (--benchmark_format=json); counter tokens_per_s.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
 #include <cstdio>
+#include <chrono>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -93,17 +98,20 @@ Status fill_to(Cache& cache, int64_t ctx) {
   return ok_status();
 }
 
-void run_steps(benchmark::State& bs, int64_t tokens_per_step) {
+// Times forwards of `tokens_per_step` tokens at context bs.range(0) (or `context` when set);
+// returns the seconds spent in them.
+double run_steps(benchmark::State& bs, int64_t tokens_per_step,
+                 LogitsMode mode = LogitsMode::kLast, int64_t context = -1) {
   State& s = state();
   if (!s.error.empty()) {
     bs.SkipWithError(s.error.c_str());
-    return;
+    return 0;
   }
-  const int64_t ctx = bs.range(0);
+  const int64_t ctx = context >= 0 ? context : bs.range(0);
   Status st = fill_to(*s.cache, ctx);
   if (!st.ok()) {
     bs.SkipWithError(st.to_string().c_str());
-    return;
+    return 0;
   }
   std::vector<int32_t> tokens(tokens_per_step), ids(tokens_per_step, 0);
   std::vector<int64_t> pos(tokens_per_step);
@@ -112,8 +120,11 @@ void run_steps(benchmark::State& bs, int64_t tokens_per_step) {
     pos[i] = ctx + i;
   }
   Logits out;
+  double seconds = 0;
   for (auto _ : bs) {
-    st = s.engine->forward({tokens, ids, pos}, LogitsMode::kLast, out);
+    const auto t0 = std::chrono::steady_clock::now();
+    st = s.engine->forward({tokens, ids, pos}, mode, out);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!st.ok()) {
       bs.SkipWithError(st.to_string().c_str());
       break;
@@ -127,12 +138,31 @@ void run_steps(benchmark::State& bs, int64_t tokens_per_step) {
       benchmark::Counter::kIsRate);
   bs.counters["context"] = static_cast<double>(ctx);
   bs.counters["params_m"] = static_cast<double>(s.model->n_params()) / 1e6;
+  return seconds;
 }
 
-void BM_Prefill512(benchmark::State& bs) { run_steps(bs, kChunk); }
-void BM_Decode(benchmark::State& bs) { run_steps(bs, 1); }
+void BM_Prefill512(benchmark::State& bs) { (void)run_steps(bs, kChunk); }
+
+// Seconds per verification forward of K + 1 rows, by K, in this process (BM_Verify/0 first).
+std::map<int64_t, double>& verify_seconds() {
+  static std::map<int64_t, double> m;
+  return m;
+}
+
+void BM_Verify(benchmark::State& bs) {
+  const int64_t k = bs.range(0);
+  const double total = run_steps(bs, k + 1, LogitsMode::kAll, 1024);
+  if (bs.iterations() == 0 || bs.error_occurred()) return;
+  const double seconds = total / static_cast<double>(bs.iterations());
+  verify_seconds()[k] = seconds;
+  if (auto it = verify_seconds().find(0); it != verify_seconds().end())
+    bs.counters["step_cost"] = seconds / it->second;
+}
+void BM_Decode(benchmark::State& bs) { (void)run_steps(bs, 1); }
 
 // Decode and prefill alternate per context so the cache grows once: 1K, 4K, 16K.
+BENCHMARK(BM_Verify)->Arg(0)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Iterations(24)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Decode)->Arg(1024)->Iterations(16)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Prefill512)->Arg(1024)->Iterations(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Decode)->Arg(4096)->Iterations(16)->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -175,10 +175,13 @@ Status Session::decode(int32_t max_new_tokens, Sampler& sampler, TurnStats& st,
     }
     draft_.clear();
     history_.push_back(tok);  // the drafter's context ends with the held token
+    double draft_seconds = 0.0;
     if (drafter_ != nullptr) {
       const int64_t left = max_new_tokens - static_cast<int64_t>(st.generated.size());
       const auto k = static_cast<int32_t>(std::min<int64_t>({draft_k_.k(), room - 1, left - 1}));
+      const auto t0 = std::chrono::steady_clock::now();
       Status d = k > 0 ? drafter_->propose(history_, k, draft_) : ok_status();
+      draft_seconds = seconds_since(t0);
       if (!d.ok()) {
         history_.pop_back();
         return d;
@@ -192,7 +195,9 @@ Status Session::decode(int32_t max_new_tokens, Sampler& sampler, TurnStats& st,
     positions_.resize(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) positions_[i] = p0 + i;
     Batch b{feed_, ids_, positions_};
+    const auto t1 = std::chrono::steady_clock::now();
     Status s = engine_.forward(b, n > 1 ? LogitsMode::kAll : LogitsMode::kLast, logits_);
+    const double forward_seconds = seconds_since(t1);
     if (!s.ok()) {
       history_.pop_back();
       return s;
@@ -211,7 +216,11 @@ Status Session::decode(int32_t max_new_tokens, Sampler& sampler, TurnStats& st,
     history_.insert(history_.end(), draft_.tokens.begin(), draft_.tokens.begin() + kept);
     st.decode_tokens += 1 + kept;
     if (drafter_ != nullptr) ++st.spec.steps;
-    if (drafter_ != nullptr) draft_k_.observe(static_cast<int32_t>(n - 1), v.accepted);
+    if (drafter_ != nullptr) {
+      draft_k_.observe_costs(static_cast<int32_t>(n - 1), draft_seconds, static_cast<int32_t>(n),
+                             forward_seconds);
+      draft_k_.observe(static_cast<int32_t>(n - 1), v.accepted);
+    }
     st.spec.drafted += n - 1;
     st.spec.accepted += v.accepted;
     if (done) return ok_status();

@@ -2,6 +2,7 @@
 #include "engine/speculative.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "core/str_cat.h"
@@ -127,16 +128,81 @@ AdaptiveK::AdaptiveK(const SpecOptions& options) : options_(options), k_(options
 void AdaptiveK::observe(int32_t drafted, int32_t accepted) {
   if (!options_.adaptive) return;
   if (drafted < 1) {  // nothing verified: only a session resting at K = 0 counts the step
-    if (k_ == 0 && ++plain_ >= kProbeAfter) {
+    if (k_ == 0 && ++plain_ >= probe_wait_) {
       k_ = 1;
       plain_ = 0;
+      probing_ = timed_;
     }
     return;
   }
   rate_ = 0.75 * rate_ + 0.25 * static_cast<double>(accepted) / static_cast<double>(drafted);
+  plain_ = 0;
+  if (timed_) {
+    constexpr double kDecay = 0.9;  // about the last ten verified steps
+    kept_ = kDecay * kept_ + accepted;
+    examined_ = kDecay * examined_ + accepted + (accepted < drafted ? 1 : 0);
+    k_ = best_k();
+    // A probe that finds drafting still not worth it, and whose drafter took longer than a
+    // plain step (a draft model catching up), waits twice as long for the next one.
+    // A drafter that could not pay even with every draft kept is not probed again.
+    const bool costly = probe_draft_seconds_ > forward_cost(1);
+    if (k_ > 0) probe_wait_ = kProbeAfter;
+    else if (hopeless()) probe_wait_ = std::numeric_limits<int32_t>::max();
+    else if (probing_ && costly) probe_wait_ = std::min(2 * probe_wait_, kMaxProbeWait);
+    probing_ = false;
+    return;
+  }
   if (accepted == drafted) k_ = std::min(k_ + 1, options_.draft_max);
   else if (accepted == 0 || rate_ < 0.5) k_ /= 2;
-  plain_ = 0;
+}
+
+void AdaptiveK::observe_costs(int32_t drafted, double draft_seconds, int32_t rows,
+                              double forward_seconds) {
+  if (!options_.adaptive || rows < 1 || rows > options_.draft_max + 1) return;
+  timed_ = true;
+  forward_.resize(static_cast<size_t>(options_.draft_max) + 2, 0.0);
+  auto smooth = [](double& x, double v) { x = x > 0.0 ? 0.8 * x + 0.2 * v : v; };
+  smooth(forward_[static_cast<size_t>(rows)], forward_seconds);
+  // A probe's drafter first catches up on every token of the plain steps before it: not
+  // what a draft costs while drafting.
+  if (drafted > 0 && !probing_) smooth(draft_cost_, draft_seconds / drafted);
+  if (probing_) probe_draft_seconds_ = draft_seconds;
+}
+
+double AdaptiveK::forward_cost(int32_t rows) const {
+  auto at = [&](int32_t r) {
+    return static_cast<size_t>(r) < forward_.size() ? forward_[static_cast<size_t>(r)] : 0.0;
+  };
+  for (int32_t r = rows; r >= 1; --r)  // the widest narrower width measured
+    if (at(r) > 0.0) return at(r);
+  for (int32_t r = rows + 1; r <= options_.draft_max + 1; ++r)  // else a wider one, per row
+    if (at(r) > 0.0) return at(r) * rows / r;
+  return 0.0;
+}
+
+double AdaptiveK::tokens_per_second(int32_t k) const {
+  const double v = forward_cost(k + 1);
+  if (!timed_ || v <= 0.0) return 0.0;
+  const double p = examined_ > 0.0 ? kept_ / examined_ : 1.0;
+  double e = 0.0, pi = 1.0;
+  for (int32_t i = 0; i <= k; ++i, pi *= p) e += pi;
+  return e / (k * draft_cost_ + v);
+}
+
+bool AdaptiveK::hopeless() const {
+  const double plain = forward_cost(1);
+  if (draft_cost_ <= 0.0 || plain <= 0.0) return false;
+  for (int32_t k = 1; k <= options_.draft_max; ++k)
+    if ((k + 1) / (k * draft_cost_ + forward_cost(k + 1)) > 1.01 / plain) return false;
+  return true;
+}
+
+int32_t AdaptiveK::best_k() const {
+  int32_t best = 0;
+  double best_rate = tokens_per_second(0);
+  for (int32_t k = 1; k <= options_.draft_max; ++k)
+    if (const double r = tokens_per_second(k); r > best_rate * 1.01) best = k, best_rate = r;
+  return best;
 }
 
 Verdict accept_drafts(const Logits& logits, const Draft& draft, Sampler& sampler, size_t first) {

@@ -558,5 +558,78 @@ TEST(AdaptiveK, ALowRateHalvesEvenWhenSomeDraftsAreKeptAndANonAdaptiveKNeverMove
   EXPECT_EQ(fixed.k(), 8);
 }
 
+
+// The measured-cost rule: K maximizes E(K) / (K c + v(K + 1)). Costs in milliseconds.
+TEST(AdaptiveK, WithMeasuredCostsKMaximizesExpectedTokensPerSecond) {
+  SpecOptions o;
+  o.draft_max = 4;
+  AdaptiveK k(o);
+  EXPECT_EQ(k.tokens_per_second(2), 0.0) << "no costs yet";
+  // A free drafter; v(5) = 2 (a 5-row forward costs two plain steps); every draft kept.
+  k.observe_costs(4, 0.0, 5, 2.0);
+  k.observe(4, 4);
+  // p = 1: E(K) = K + 1. Unmeasured widths cost 5-row time per row: v(r) = 0.4 r, so every
+  // K gives E / v = 2.5; a wider K must win by more than 1 %, so K = 0.
+  EXPECT_DOUBLE_EQ(k.tokens_per_second(0), 1.0 / 0.4);
+  EXPECT_EQ(k.k(), 0);
+  // A plain step measures v(1) = 1 and a 2-row step v(2) = 1.1, both drafts kept.
+  k.observe_costs(0, 0.0, 1, 1.0);
+  k.observe(0, 0);
+  k.observe_costs(1, 0.0, 2, 1.1);
+  k.observe(1, 1);
+  // K = 1: 2 / 1.1 = 1.82; K = 2, 3 priced as v(2): 3 / 1.1, 4 / 1.1; K = 4: 5 / 2 = 2.5.
+  EXPECT_EQ(k.k(), 3);
+  EXPECT_DOUBLE_EQ(k.tokens_per_second(3), 4.0 / 1.1);
+  // The 4-row forward turns out to cost 3 plain steps and the first draft fails. Kept and
+  // examined decay by 0.9 a verified step: 4, then 0.9 * 4 + 1 = 4.6 of 4.6, now kept
+  // 0.9 * 4.6 = 4.14 of 4.14 + 1 examined. K = 2 (v(3) still priced as v(2) = 1.1) gives
+  // (1 + p + p^2) / 1.1 = 2.23; K = 3: 0.99; K = 4: 1.70; K = 1: 1.65.
+  k.observe_costs(3, 0.0, 4, 3.0);
+  k.observe(3, 0);
+  const double p = 4.14 / 5.14;
+  EXPECT_NEAR(k.tokens_per_second(2), (1 + p + p * p) / 1.1, 1e-12);
+  EXPECT_NEAR(k.tokens_per_second(3), (1 + p + p * p + p * p * p) / 3.0, 1e-12);
+  EXPECT_EQ(k.k(), 2);
+  // A drafter that costs as much as a plain step per draft: plain decoding wins.
+  AdaptiveK slow(o);
+  slow.observe_costs(0, 0.0, 1, 1.0);
+  slow.observe_costs(1, 1.0, 2, 1.1);
+  slow.observe(1, 1);
+  EXPECT_EQ(slow.k(), 0);
+  EXPECT_DOUBLE_EQ(slow.tokens_per_second(1), 2.0 / 2.1);
+  // It could not pay even with every draft kept (K = 1: 2 / 2.1, K = 4: 5 / 5.1 plain
+  // steps' worth): no probe follows.
+  auto plain_steps_until_probe = [](AdaptiveK& a) {
+    int n = 0;
+    while (a.k() == 0 && n < 1000) {
+      a.observe_costs(0, 0.0, 1, 1.0);
+      a.observe(0, 0);
+      ++n;
+    }
+    return n;
+  };
+  EXPECT_EQ(plain_steps_until_probe(slow), 1000);
+  // A cheap drafter (0.1 a draft) whose drafts fail: probes after 16 plain steps; one that
+  // ends at K = 0 with drafter time above a plain step (a draft model catching up: 50) doubles
+  // the wait (32, then 64) and leaves the draft cost as it was; a cheap probe does not.
+  AdaptiveK flaky(o);
+  flaky.observe_costs(0, 0.0, 1, 1.0);
+  flaky.observe_costs(4, 0.4, 5, 1.5);
+  flaky.observe(4, 0);
+  EXPECT_EQ(flaky.k(), 0);
+  EXPECT_EQ(plain_steps_until_probe(flaky), 16);
+  flaky.observe_costs(1, 50.0, 2, 1.1);
+  flaky.observe(1, 0);
+  EXPECT_EQ(flaky.k(), 0);
+  EXPECT_DOUBLE_EQ(flaky.tokens_per_second(1), (1 + 0.0) / (0.1 + 1.1)) << "c still 0.1, p 0";
+  EXPECT_EQ(plain_steps_until_probe(flaky), 32);
+  flaky.observe_costs(1, 3.0, 2, 1.1);
+  flaky.observe(1, 0);
+  EXPECT_EQ(plain_steps_until_probe(flaky), 64);
+  flaky.observe_costs(1, 0.5, 2, 1.1);
+  flaky.observe(1, 0);
+  EXPECT_EQ(plain_steps_until_probe(flaky), 64);
+}
+
 }  // namespace
 }  // namespace kvcache::engine::testing

@@ -100,27 +100,60 @@ struct SpecOptions {
   bool adaptive = true;  // K follows the acceptance (AdaptiveK); false = always draft_max
 };
 
-// The draft width of one session, from its running acceptance (docs/speculative.md,
-// "Adaptive K"): after a step that verified d >= 1 drafts and kept a, rate = 3/4 rate +
-// 1/4 a/d (starting at 1); K grows by 1 (up to draft_max) when every draft was kept, else
-// halves (rounding down, so 1 falls to 0) when none was kept or rate < 1/2. At K = 0 the
-// session decodes plainly; after kProbeAfter plain steps it tries K = 1 again. Tensor-free;
-// the one home of the rule (Session::decode and the batching executor use it).
+// The draft width of one session (docs/speculative.md, "Adaptive K"). Two rules, one home
+// (Session::decode and the batching executor use it):
+// - acceptance only (the executor, whose step time is shared by every session): after a step
+//   that verified d >= 1 drafts and kept a, rate = 3/4 rate + 1/4 a/d (starting at 1); K
+//   grows by 1 (up to draft_max) when every draft was kept, else halves (rounding down, so 1
+//   falls to 0) when none was kept or rate < 1/2;
+// - measured cost (a single session that times its own steps and reports them through
+//   observe_costs() before observe()): K maximizes the expected tokens per second,
+//   E(K) / (K c + v(K + 1)), with E(K) = 1 + p + ... + p^K for the per-draft acceptance p
+//   (kept drafts over drafts examined, the first rejected one included), c the drafter's
+//   seconds per draft and v(r) the seconds of a forward of r rows; a width not measured yet
+//   is priced as the widest narrower one measured (or, with none, a wider one's time per
+//   row), so it gets tried; a wider K must win by more than 1 %.
+// At K = 0 the session decodes plainly; after kProbeAfter plain steps it tries K = 1 again
+// (with measured costs, a probe that leads back to K = 0 and whose drafter took longer than a
+// plain step doubles the wait, up to kMaxProbeWait; its drafter time, a draft model catching
+// up on the plain steps, is not a draft cost); a drafter that could not pay even if every
+// draft were kept is not probed again).
+// Tensor-free.
 class AdaptiveK {
  public:
   static constexpr int32_t kProbeAfter = 16;  // plain steps at K = 0 before a 1-draft probe
+  static constexpr int32_t kMaxProbeWait = 256;
   explicit AdaptiveK(const SpecOptions& options = {});
   int32_t k() const { return k_; }  // drafts to ask for next; 0 = a plain step
   double rate() const { return rate_; }
   // After a decode step that verified `drafted` drafts (0: a plain step, or the drafter
   // offered nothing) and kept `accepted` of them.
   void observe(int32_t drafted, int32_t accepted);
+  // Before observe(), for the same step: the drafter took `draft_seconds` to propose
+  // `drafted` drafts, and the forward of `rows` rows took `forward_seconds`.
+  void observe_costs(int32_t drafted, double draft_seconds, int32_t rows,
+                     double forward_seconds);
+  // The measured-cost rule's expected tokens per second at width k (0 without costs).
+  double tokens_per_second(int32_t k) const;
 
  private:
+  double forward_cost(int32_t rows) const;
+  int32_t best_k() const;
+  bool hopeless() const;  // no K pays at acceptance 1 (measured costs)
+
   SpecOptions options_;
   int32_t k_ = 0;
   double rate_ = 1.0;
   int32_t plain_ = 0;  // plain steps since K fell to 0
+  int32_t probe_wait_ = kProbeAfter;
+  bool probing_ = false;  // this step is a probe (measured costs only)
+  double probe_draft_seconds_ = 0.0;  // the last probe's drafter time
+  // Measured costs: seconds per forward of r rows (index r; 0 = not measured), seconds per
+  // draft, and the decayed counts of kept drafts and drafts examined.
+  std::vector<double> forward_;
+  double draft_cost_ = 0.0;
+  bool timed_ = false;
+  double kept_ = 0.0, examined_ = 0.0;
 };
 
 // InvalidArgument naming draft_max when it is < 1 or K + 1 exceeds `step_tokens` (the
