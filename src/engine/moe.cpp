@@ -113,50 +113,67 @@ void make_items(const std::vector<MoeGroup>& groups, int64_t rows, int64_t chunk
         items.push_back({static_cast<int32_t>(i), r0, std::min(rows, r0 + chunk)});
 }
 
-// Every fused group (slot >= 0: at most kSmallBatch tokens) through its expert's SwiGLU into
-// s.out[slot * d], `rows` slots in all: one pool dispatch for all the groups' gate and up rows,
-// the activation, one dispatch for all their down rows.
-void run_fused(const LayerWeights& w, const HParams& hp, std::span<const float> h, int64_t rows,
-               MoeScratch& s) {
-  const int64_t d = hp.d_model, ff = hp.d_ff_expert, k = hp.n_expert_used;
-  if (rows == 0) return;
-  grow(s.xs, rows * d);
-  grow(s.gate, rows * ff);
-  grow(s.up, rows * ff);
-  grow(s.out, rows * d);
-  if (s.inputs.size() < s.groups.size()) s.inputs.resize(s.groups.size());
-  const Weight& gate0 = w.gate_exps[0];
-  const bool quantize_x = product_quantizes(gate0.type) || product_quantizes(w.up_exps[0].type);
+// Stage 1 of the fused groups: each group's rows of h gathered into s.xs[slot * d] (quantized
+// once for both matrices), then one dispatch for every group's gate and up rows into
+// s.gate / s.up[slot * ff], then their biases.
+void fused_gate_up(const LayerWeights& w, const HParams& hp, std::span<const float> h,
+                   int64_t rows, MoeScratch& s) {
+  const int64_t d = hp.d_model, ff = hp.d_ff_expert;
+  const Weight& gate0 = w.gate_exps[0];  // every expert has its shape and type
+  const bool quantize = product_quantizes(gate0.type) || product_quantizes(w.up_exps[0].type);
   for (size_t i = 0; i < s.groups.size(); ++i) {
     const MoeGroup& g = s.groups[i];
     if (g.slot < 0) continue;
     float* x = s.xs.data() + g.slot * d;
-    gather(h, s, g, d, k, x);
-    s.inputs[i].set(x, g.n, d, quantize_x);
+    gather(h, s, g, d, hp.n_expert_used, x);
+    s.inputs[i].set(x, g.n, d, quantize);
   }
-  const int64_t macs = rows * ff * d;
   make_items(s.groups, ff, row_chunk(gate0), s.items);
-  run_items(s.items, 2 * macs, [&](const MoeItem& it) {
+  run_items(s.items, 2 * rows * ff * d, [&](const MoeItem& it) {
     const MoeGroup& g = s.groups[static_cast<size_t>(it.group)];
     const ProductInput& in = s.inputs[static_cast<size_t>(it.group)];
     matmul_rows(w.gate_exps[g.expert], in, it.r0, it.r1, s.gate.data() + g.slot * ff);
     matmul_rows(w.up_exps[g.expert], in, it.r0, it.r1, s.up.data() + g.slot * ff);
   });
   for (const MoeGroup& g : s.groups)
-    if (g.slot >= 0) add_gate_up_biases(w, g, ff, s.gate.data() + g.slot * ff, s.up.data() + g.slot * ff);
-  activate(hp, s.gate.data(), s.up.data(), rows * ff);
-  const bool quantize_a = product_quantizes(w.down_exps[0].type);
-  for (size_t i = 0; i < s.groups.size(); ++i)
-    if (s.groups[i].slot >= 0)
-      s.inputs[i].set(s.gate.data() + s.groups[i].slot * ff, s.groups[i].n, ff, quantize_a);
-  make_items(s.groups, d, row_chunk(w.down_exps[0]), s.items);
-  run_items(s.items, macs, [&](const MoeItem& it) {
+    if (g.slot >= 0)
+      add_gate_up_biases(w, g, ff, s.gate.data() + g.slot * ff, s.up.data() + g.slot * ff);
+}
+
+// Stage 2: the activated s.gate rows through one dispatch for every group's down rows into
+// s.out[slot * d], then their biases.
+void fused_down(const LayerWeights& w, const HParams& hp, int64_t rows, MoeScratch& s) {
+  const int64_t d = hp.d_model, ff = hp.d_ff_expert;
+  const Weight& down0 = w.down_exps[0];
+  for (size_t i = 0; i < s.groups.size(); ++i) {
+    const MoeGroup& g = s.groups[i];
+    if (g.slot >= 0)
+      s.inputs[i].set(s.gate.data() + g.slot * ff, g.n, ff, product_quantizes(down0.type));
+  }
+  make_items(s.groups, d, row_chunk(down0), s.items);
+  run_items(s.items, rows * ff * d, [&](const MoeItem& it) {
     const MoeGroup& g = s.groups[static_cast<size_t>(it.group)];
     matmul_rows(w.down_exps[g.expert], s.inputs[static_cast<size_t>(it.group)], it.r0, it.r1,
                 s.out.data() + g.slot * d);
   });
   for (const MoeGroup& g : s.groups)
     if (g.slot >= 0) add_expert_bias(s.out.data() + g.slot * d, g.n, d, w.down_exps_b, g.expert);
+}
+
+// Every fused group (slot >= 0: at most kSmallBatch tokens) through its expert's SwiGLU into
+// s.out[slot * d], `rows` slots in all: one pool dispatch for all the groups' gate and up rows,
+// the activation, one dispatch for all their down rows.
+void run_fused(const LayerWeights& w, const HParams& hp, std::span<const float> h, int64_t rows,
+               MoeScratch& s) {
+  if (rows == 0) return;
+  grow(s.xs, rows * hp.d_model);
+  grow(s.gate, rows * hp.d_ff_expert);
+  grow(s.up, rows * hp.d_ff_expert);
+  grow(s.out, rows * hp.d_model);
+  if (s.inputs.size() < s.groups.size()) s.inputs.resize(s.groups.size());
+  fused_gate_up(w, hp, h, rows, s);
+  activate(hp, s.gate.data(), s.up.data(), rows * hp.d_ff_expert);
+  fused_down(w, hp, rows, s);
 }
 
 // A group of more than kSmallBatch tokens (prefill) alone, with matmul's GEMM over the pool;

@@ -214,7 +214,8 @@ void ProductInput::set(const float* x_rows, int64_t rows, int64_t width, bool qu
   quantized = quantize;
   if (!quantize) return;
   if (static_cast<int64_t>(q.size()) < t) q.resize(static_cast<size_t>(t));
-  for (int64_t j = 0; j < t; ++j) quantize_activations(x + j * cols, cols, q[static_cast<size_t>(j)]);
+  for (int64_t j = 0; j < t; ++j)
+    quantize_activations(x + j * cols, cols, q[static_cast<size_t>(j)]);
 }
 
 void quant_detail::product_rows(const Weight& w, const ProductInput& in, int64_t r0, int64_t r1,
