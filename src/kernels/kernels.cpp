@@ -50,25 +50,27 @@ void split_items(int64_t n, int64_t per_item, const std::function<void(int64_t, 
 
 }  // namespace
 
+void matmul_f32_rows(const float* x, const float* w, float* y, int64_t t, int64_t in,
+                     int64_t out, int64_t r0, int64_t r1, bool accumulate) {
+  if (t <= 0 || r1 <= r0) return;
+  blas_single_threaded();
+  const float beta = accumulate ? 1.0f : 0.0f;
+  const auto nr = static_cast<blasint>(r1 - r0), k = static_cast<blasint>(in);
+  if (t == 1) {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, nr, k, 1.0f, w + r0 * in, k, x, 1, beta, y + r0, 1);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(t), nr, k, 1.0f,
+                x, k, w + r0 * in, k, beta, y + r0, static_cast<blasint>(out));
+  }
+}
+
 void matmul(std::span<const float> x, std::span<const float> w, std::span<float> y, int64_t t,
             int64_t in, int64_t out, bool accumulate) {
   assert(static_cast<int64_t>(x.size()) >= t * in && static_cast<int64_t>(w.size()) >= out * in);
   assert(static_cast<int64_t>(y.size()) >= t * out);
   if (t <= 0 || out <= 0) return;
-  blas_single_threaded();
-  const float beta = accumulate ? 1.0f : 0.0f;
-  const auto m = static_cast<blasint>(t), n = static_cast<blasint>(out);
-  const auto k = static_cast<blasint>(in);
-  // Each chunk computes output columns [r0, r1) for every token.
   split_rows(out, t * in * out, [&](int64_t r0, int64_t r1) {
-    const auto nr = static_cast<blasint>(r1 - r0);
-    if (t == 1) {
-      cblas_sgemv(CblasRowMajor, CblasNoTrans, nr, k, 1.0f, w.data() + r0 * in, k, x.data(), 1,
-                  beta, y.data() + r0, 1);
-    } else {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nr, k, 1.0f, x.data(), k,
-                  w.data() + r0 * in, k, beta, y.data() + r0, n);
-    }
+    matmul_f32_rows(x.data(), w.data(), y.data(), t, in, out, r0, r1, accumulate);
   });
 }
 

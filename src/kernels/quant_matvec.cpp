@@ -3,11 +3,13 @@
 #include "kernels/quant_matvec.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstring>
 #include <functional>
 
 #include "cpu/thread_pool.h"
+#include "kernels/kernels.h"
 #include "program/gguf_quant.h"
 #include "core/half.h"
 
@@ -198,48 +200,76 @@ RowKernel scalar_kernel(TensorType type) {
 }
 }  // namespace quant_detail
 
-void matvec(const Weight& w, const float* x, float* y, bool accumulate, cpu::Isa isa) {
-  if (w.rows == 0) return;
+bool product_quantizes(gguf::TensorType type) { return is_block_type(type); }
+
+ProductInput::ProductInput() = default;
+ProductInput::~ProductInput() = default;
+ProductInput::ProductInput(ProductInput&&) noexcept = default;
+ProductInput& ProductInput::operator=(ProductInput&&) noexcept = default;
+
+void ProductInput::set(const float* x_rows, int64_t rows, int64_t width, bool quantize) {
+  x = x_rows;
+  t = rows;
+  cols = width;
+  quantized = quantize;
+  if (!quantize) return;
+  if (static_cast<int64_t>(q.size()) < t) q.resize(static_cast<size_t>(t));
+  for (int64_t j = 0; j < t; ++j)
+    quantize_activations(x + j * cols, cols, q[static_cast<size_t>(j)]);
+}
+
+void quant_detail::product_rows(const Weight& w, const ProductInput& in, int64_t r0, int64_t r1,
+                                float* y, bool accumulate, cpu::Isa isa) {
+  assert(in.cols == w.cols && (in.quantized || !is_block_type(w.type)));
+  if (r1 <= r0 || in.t <= 0) return;
   isa = matvec_isa(isa);
-  quant_detail::RowKernel fn = isa == cpu::Isa::kAvx512 ? quant_detail::avx512_kernel(w.type)
-                               : isa == cpu::Isa::kAvx2 ? quant_detail::avx2_kernel(w.type)
-                                                        : quant_detail::scalar_kernel(w.type);
-  thread_local Q8Activations a;
-  if (is_block_type(w.type)) quantize_activations(x, w.cols, a);
-  const Q8Activations& shared = a;  // the workers read the caller's thread_local
-  share_rows(w.rows, w.rows * w.cols < (int64_t{1} << 15), [&](int64_t r0, int64_t r1) {
-    fn(w, r0, r1, shared, x, y + r0, accumulate);
-  });
+  const RowKernel fn = isa == cpu::Isa::kAvx512 ? avx512_kernel(w.type)
+                       : isa == cpu::Isa::kAvx2 ? avx2_kernel(w.type)
+                                                : scalar_kernel(w.type);
+  static const Q8Activations kNone;  // F16/BF16 kernels read x, not this
+  auto acts = [&](int64_t j) -> const Q8Activations& {
+    return in.quantized ? in.q[static_cast<size_t>(j)] : kNone;
+  };
+  if (in.t == 1) return fn(w, r0, r1, acts(0), in.x, y + r0, accumulate);
+  // F16/BF16: one pass over each weight row for every activation row.
+  const HalfBatchKernel hb = isa == cpu::Isa::kAvx512 ? avx512_half_batch(w.type)
+                             : isa == cpu::Isa::kAvx2 ? avx2_half_batch(w.type)
+                                                      : nullptr;
+  if (hb != nullptr) return hb(w, r0, r1, in.x, in.t, y + r0, w.rows, accumulate);
+  // Chunks of about kRowChunkBytes of weight rows stay in L2 while every activation row passes.
+  const int64_t chunk = std::max<int64_t>(4, kRowChunkBytes / std::max<int64_t>(1, w.row_bytes()));
+  for (int64_t c0 = r0; c0 < r1; c0 += chunk) {
+    const int64_t c1 = std::min(r1, c0 + chunk);
+    for (int64_t j = 0; j < in.t; ++j)
+      fn(w, c0, c1, acts(j), in.x + j * w.cols, y + j * w.rows + c0, accumulate);
+  }
+}
+
+void matmul_rows(const Weight& w, const ProductInput& x, int64_t r0, int64_t r1, float* y,
+                 bool accumulate) {
+  if (w.type == gguf::TensorType::kF32)
+    return matmul_f32_rows(x.x, w.f32(), y, x.t, w.cols, w.rows, r0, r1, accumulate);
+  quant_detail::product_rows(w, x, r0, r1, y, accumulate, cpu::Isa::kAuto);
+}
+
+int64_t row_chunk(const Weight& w) {
+  return std::max<int64_t>(4, kRowChunkBytes / std::max<int64_t>(1, w.row_bytes())) & ~int64_t{3};
 }
 
 void matvec_batch(const Weight& w, const float* x, float* y, int64_t t, bool accumulate,
                   cpu::Isa isa) {
   if (w.rows == 0 || t <= 0) return;
-  isa = matvec_isa(isa);
-  quant_detail::RowKernel fn = isa == cpu::Isa::kAvx512 ? quant_detail::avx512_kernel(w.type)
-                               : isa == cpu::Isa::kAvx2 ? quant_detail::avx2_kernel(w.type)
-                                                        : quant_detail::scalar_kernel(w.type);
-  thread_local std::vector<Q8Activations> acts;
-  if (static_cast<int64_t>(acts.size()) < t) acts.resize(static_cast<size_t>(t));
-  if (is_block_type(w.type))
-    for (int64_t j = 0; j < t; ++j) quantize_activations(x + j * w.cols, w.cols, acts[j]);
-  // Chunks of about 64 KiB of weight rows stay in L2 while every activation row passes.
-  const int64_t chunk = std::max<int64_t>(4, (int64_t{64} << 10) / std::max<int64_t>(1, w.row_bytes()));
-  const std::vector<Q8Activations>& a = acts;  // the workers read the caller's thread_local
-  // F16/BF16: one pass over each weight row for every activation row.
-  const quant_detail::HalfBatchKernel hb =
-      isa == cpu::Isa::kAvx512 ? quant_detail::avx512_half_batch(w.type)
-      : isa == cpu::Isa::kAvx2 ? quant_detail::avx2_half_batch(w.type)
-                               : nullptr;
-  auto run = [&](int64_t r0, int64_t r1) {
-    if (hb != nullptr) return hb(w, r0, r1, x, t, y + r0, w.rows, accumulate);
-    for (int64_t c0 = r0; c0 < r1; c0 += chunk) {
-      const int64_t c1 = std::min(r1, c0 + chunk);
-      for (int64_t j = 0; j < t; ++j)
-        fn(w, c0, c1, a[static_cast<size_t>(j)], x + j * w.cols, y + j * w.rows + c0, accumulate);
-    }
-  };
-  share_rows(w.rows, t * w.rows * w.cols < (int64_t{1} << 15), run);
+  isa = matvec_isa(isa);  // one level for every range
+  thread_local ProductInput in;
+  in.set(x, t, w.cols, is_block_type(w.type));
+  const ProductInput& shared = in;  // the workers read the caller's thread_local
+  share_rows(w.rows, t * w.rows * w.cols < (int64_t{1} << 15), [&](int64_t r0, int64_t r1) {
+    quant_detail::product_rows(w, shared, r0, r1, y, accumulate, isa);
+  });
+}
+
+void matvec(const Weight& w, const float* x, float* y, bool accumulate, cpu::Isa isa) {
+  matvec_batch(w, x, y, 1, accumulate, isa);
 }
 
 void matvec_reference(const Weight& w, const float* x, float* y, bool accumulate) {

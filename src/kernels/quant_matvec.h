@@ -41,15 +41,20 @@ inline cpu::Isa matvec_isa(cpu::Isa isa = cpu::Isa::kAuto) {
   return cpu::resolve_isa(isa, cpu::KernelFamily::kInt8Dot);
 }
 
+// Bytes of weight rows a small-batch product reads for every activation row before moving on
+// (they stay in L2); row_chunk (weight.h) splits work items by the same size.
+inline constexpr int64_t kRowChunkBytes = int64_t{64} << 10;
+
 // y[w.rows] = W x (+ y when accumulate). w.type is not F32. `isa` must be supported (kAuto
-// always is); rows are shared over cpu::global_pool().
+// always is); rows are shared over cpu::global_pool() (matvec_batch with t = 1).
 void matvec(const Weight& w, const float* x, float* y, bool accumulate,
             cpu::Isa isa = cpu::Isa::kAuto);
 
 // Y[T, w.rows] = X[T, w.cols] W^T (+ Y when accumulate) for a few rows (a batched decode
 // step): each chunk of weight rows is read from memory once and applied to every row of X
 // while it is in cache, with the same row kernel as matvec — so row j of Y is bitwise what
-// matvec gives for row j of X alone, whoever else is in the batch.
+// matvec gives for row j of X alone, whoever else is in the batch. Ranges of rows are shared
+// over cpu::global_pool(), each computed by quant_detail::product_rows.
 void matvec_batch(const Weight& w, const float* x, float* y, int64_t t, bool accumulate,
                   cpu::Isa isa = cpu::Isa::kAuto);
 
@@ -73,6 +78,10 @@ void int_block(gguf::TensorType type, const uint8_t* b, int sb, IntBlock& o);
 using RowKernel = void (*)(const Weight& w, int64_t r0, int64_t r1, const Q8Activations& a,
                            const float* x, float* y, bool accumulate);
 RowKernel scalar_kernel(gguf::TensorType type);
+// matmul_rows (weight.h) at a given ISA (must be supported; kAuto resolves): the one home of
+// the row-range product of non-F32 weights — matvec, matvec_batch and matmul_rows call it.
+void product_rows(const Weight& w, const ProductInput& in, int64_t r0, int64_t r1, float* y,
+                  bool accumulate, cpu::Isa isa);
 // F16/BF16 rows [r0, r1) against t activation rows: y[j * y_stride + r - r0], each bitwise what
 // the ISA's RowKernel gives row j alone; nullptr for other types or without the ISA.
 using HalfBatchKernel = void (*)(const Weight& w, int64_t r0, int64_t r1, const float* x,

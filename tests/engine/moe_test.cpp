@@ -3,7 +3,9 @@
 // tensor, the cached forward equal to the no-cache reference, and that only the chosen
 // experts are read: changing an expert no token chose changes no logit, decode runs k experts
 // per layer and a prefill chunk reads each chosen expert once; the requantized drafter encodes
-// every expert; gpt-oss (sinks, YaRN, biases, clamped SwiGLU) cached = reference too. The
+// every expert; gpt-oss (sinks, YaRN, biases, clamped SwiGLU) cached = reference too; experts
+// wide enough to be shared over the pool give bitwise the same logits with 1 and 2 threads,
+// and a chunk mixing small (fused) and large (GEMM) expert groups equals the reference. The
 // interpretation itself is pinned against the independent Python reference by
 // engine_arch_golden_{qwen3moe,llama-moe,gpt-oss}.
 #include <gtest/gtest.h>
@@ -12,6 +14,7 @@
 #include <set>
 #include <string>
 
+#include "cpu/thread_pool.h"
 #include "engine/moe.h"
 #include "engine_test_util.h"
 #include "test_model.h"
@@ -322,6 +325,78 @@ TEST(MoeForward, DecodeReadsKExpertsPerLayerAndAChunkReadsEachChosenExpertOnce) 
   EXPECT_EQ(b.engine->moe_stats().expert_runs, int64_t{2} * h.n_layers);
   EXPECT_EQ(b.engine->moe_stats().expert_bytes, int64_t{2} * h.n_layers * per_expert);
   EXPECT_EQ(b.engine->moe_stats().router_bytes, int64_t{h.n_layers} * 6 * 32 * 4);
+}
+
+// Experts wide enough that moe_ffn shares their rows over the pool (d 256, width 512: a
+// decode's gate and up rows are 2 x 2 x 512 x 256 = 524288 multiply-adds, past 2^15). The
+// dense matrices are F16: the output product of a 4-token chunk (4 x 260 x 256 multiply-adds)
+// is shared over the pool too, and F16 rows, unlike BLAS's F32 ranges, never depend on the split.
+TinySpec wide_experts_spec(gguf::TensorType type) {
+  TinySpec s = qwen3moe_spec();
+  s.d_model = 256;  // one K-type super-block
+  s.d_ff_expert = 512;
+  s.experts_as = type;
+  s.store_as = gguf::TensorType::kF16;
+  return s;
+}
+
+// The work items of a step's experts are fixed by the shapes, never by the thread count, and
+// the outputs are added in ascending expert order: decode (groups of one token) and chunks of 4
+// (groups of up to 4) give the same bits on 1 and 2 threads, F32 (BLAS on row ranges) included.
+TEST(MoeForward, LogitsAreBitwiseTheSameWithOneAndTwoThreads) {
+  using gguf::TensorType;
+  for (TensorType type : {TensorType::kF32, TensorType::kF16, TensorType::kQ8_0,
+                          TensorType::kQ4_K, TensorType::kMXFP4}) {
+    Model model = tiny_model(wide_experts_spec(type));
+    const std::vector<int32_t> tokens = some_tokens(12, model.hparams().vocab, 5);
+    const std::vector<double> want = reference_logits(model, tokens);
+    for (int chunk : {1, 4}) {
+      std::vector<float> got[2];
+      for (int threads : {1, 2}) {
+        cpu::set_global_threads(threads);
+        CacheOptions o;
+        o.capacity = 32;
+        Built b = build(model, o);
+        got[threads - 1] = cached_logits(b, tokens, chunk);
+      }
+      EXPECT_EQ(got[0], got[1]) << gguf::to_string(type) << " chunk " << chunk;
+      // Int8 activations (block types) can flip a near tie of the router against the f64
+      // reference; their accuracy is the test above's. Unquantized experts match it.
+      if (!product_quantizes(type))
+        EXPECT_LE(rel_diff(got[1], want), kTol) << gguf::to_string(type) << " chunk " << chunk;
+    }
+  }
+  cpu::set_global_threads(2);
+}
+
+// A chunk of 40 tokens over 2 of 4 experts routes 80 choices: groups of more than kSmallBatch
+// (16) tokens run alone with the GEMM, smaller ones fused; the sum is the reference's.
+TEST(MoeForward, AChunkMixingSmallAndLargeExpertGroupsEqualsTheReference) {
+  using gguf::TensorType;
+  for (TensorType type : {TensorType::kF32, TensorType::kQ8_0}) {
+    TinySpec s = wide_experts_spec(type);
+    s.n_expert = 4;
+    s.cache_windows = {0, 0, 0};  // no sliding layer: the chunk may be wider than 4
+    s.max_step_tokens = 40;
+    Model model = tiny_model(s);
+    const std::vector<int32_t> tokens = some_tokens(40, model.hparams().vocab, 11);
+    CacheOptions o;
+    o.capacity = 48;
+    o.max_step_tokens = 40;
+    Built b = build(model, o);
+    const std::vector<float> got = cached_logits(b, tokens, 40);
+    const MoeStats& st = b.engine->moe_stats();
+    int64_t large = 0, small = 0;
+    for (int64_t n : st.tokens) {  // one step: tokens per (layer, expert) = its group's size
+      if (n > kSmallBatch) ++large;
+      else if (n > 0) ++small;
+    }
+    EXPECT_GT(large, 0) << "no expert group took more than kSmallBatch tokens";
+    EXPECT_GT(small, 0) << "every expert group took more than kSmallBatch tokens";
+    // Q8_0 experts quantize the activations to int8 blocks too: about 1e-2.
+    const double tol = type == TensorType::kQ8_0 ? 5e-2 : kTol;
+    EXPECT_LE(rel_diff(got, reference_logits(model, tokens)), tol) << gguf::to_string(type);
+  }
 }
 
 }  // namespace

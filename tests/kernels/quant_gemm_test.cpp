@@ -32,11 +32,9 @@ constexpr TensorType kBlockTypes[] = {TensorType::kQ4_0, TensorType::kQ4_1, Tens
                                       TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kMXFP4};
 
 Weight block_weight(TensorType type, int64_t rows, int64_t cols, uint64_t seed) {
-  const std::vector<float> dense = rnd(static_cast<size_t>(rows * cols), seed);
-  const int64_t row_bytes = *gguf::row_bytes(type, cols);
-  std::vector<uint8_t> bytes(static_cast<size_t>(rows * row_bytes));
-  EXPECT_TRUE(gguf::quantize(type, dense, bytes));
-  return Weight::from_bytes(type, rows, cols, std::move(bytes));
+  Weight w = testing::random_weight(type, rows, cols, seed);
+  EXPECT_EQ(w.rows, rows) << gguf::to_string(type) << " cannot encode " << cols << " columns";
+  return w;
 }
 
 Weight q8_weight(int64_t rows, int64_t cols, uint64_t seed) {

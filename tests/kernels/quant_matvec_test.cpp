@@ -29,10 +29,9 @@ using gguf::TensorType;
 using testing::rnd;
 
 Weight quantized(TensorType type, int64_t rows, int64_t cols, uint64_t seed) {
-  std::vector<float> dense = rnd(static_cast<size_t>(rows * cols), seed);
-  std::vector<uint8_t> bytes(static_cast<size_t>(rows * *gguf::row_bytes(type, cols)));
-  EXPECT_TRUE(gguf::quantize(type, dense, bytes));
-  return Weight::from_bytes(type, rows, cols, std::move(bytes));
+  Weight w = testing::random_weight(type, rows, cols, seed);
+  EXPECT_EQ(w.rows, rows) << gguf::to_string(type) << " cannot encode " << cols << " columns";
+  return w;
 }
 
 const TensorType kTypes[] = {TensorType::kF16,  TensorType::kBF16, TensorType::kQ4_0,

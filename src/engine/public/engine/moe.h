@@ -1,7 +1,8 @@
 // The mixture-of-experts MLP of a block (qwen3moe; llama with experts, Mixtral's layout;
 // gpt-oss with router/expert biases and its clamped SwiGLU): the
 // router's softmax, the top-k experts of every token, and each selected expert's SwiGLU run
-// once per step over all the tokens routed to it (its three matrices read once per step).
+// once per step over all the tokens routed to it (its three matrices read once per step),
+// the small experts' products of a step shared over the pool in one dispatch per stage.
 // Layer: engine. Experts no token chose are never read. Attention and the dense MLP are in
 // forward.cpp; loading the expert tensors in model.cpp.
 #pragma once
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "engine/model.h"
+#include "kernels/weight.h"
 
 namespace kvcache::engine {
 
@@ -36,19 +38,37 @@ struct MoeStats {
   std::vector<int64_t> tokens;
 };
 
+// One expert's share of a step: choices order[a, a + n) are routed to it.
+struct MoeGroup {
+  int32_t expert = 0;
+  int64_t a = 0, n = 0;
+  int64_t slot = -1;  // first row in the fused buffers; -1 = run alone (n > kSmallBatch)
+};
+// A work item of the fused products: rows [r0, r1) of one group's expert matrix.
+struct MoeItem {
+  int32_t group = 0;
+  int64_t r0 = 0, r1 = 0;
+};
+
 // Buffers of moe_ffn, grown to the largest step seen, and its counters.
 struct MoeScratch {
-  std::vector<float> logits, xs, gate, up, out;
+  std::vector<float> logits, xs, gate, up, out, big_out;
   std::vector<float> y;  // [t, d]: the caller's output buffer (forward.cpp)
   std::vector<ExpertChoice> choices;
   std::vector<int32_t> order;  // indices into choices, grouped by expert
+  std::vector<MoeGroup> groups;       // ascending expert
+  std::vector<ProductInput> inputs;   // per group: its gathered rows, then its activations
+  std::vector<MoeItem> items;
   MoeStats stats;
 };
 
 // y[t, d] = the MoE MLP of h[t, d] (the block's normalised input) for block `layer` (w must be
-// a mixture-of-experts block: w.router non-empty). Tokens are grouped by expert; an expert's
-// rows are gathered, run through its gate/up/down matrices with the batched matmul (weight.h;
-// rows shared over the global pool) and scattered back, weighted, in ascending expert order.
+// a mixture-of-experts block: w.router non-empty). Tokens are grouped by expert and each
+// group's rows gathered. Groups of at most kSmallBatch tokens (decode, batched decode, small
+// chunks) run together: one pool dispatch for every group's gate and up rows (work items =
+// (expert, row chunk) pairs, weight.h matmul_rows), the activation, one dispatch for every
+// group's down rows. Larger groups run alone with matmul's GEMM. The outputs are added,
+// weighted, in ascending expert order: bitwise the same for any thread count.
 void moe_ffn(const LayerWeights& w, const HParams& hp, int32_t layer, std::span<const float> h,
              int64_t t, std::span<float> y, MoeScratch& s);
 

@@ -18,6 +18,10 @@ namespace kvcache::engine {
 // when T == 1, cblas_sgemm otherwise.
 void matmul(std::span<const float> x, std::span<const float> w, std::span<float> y, int64_t t,
             int64_t in, int64_t out, bool accumulate = false);
+// Output columns [r0, r1) of that product for every token, on the calling thread (BLAS): the
+// piece matmul shares out, and matmul_rows (weight.h) for F32 weights.
+void matmul_f32_rows(const float* x, const float* w, float* y, int64_t t, int64_t in,
+                     int64_t out, int64_t r0, int64_t r1, bool accumulate);
 void matmul_reference(std::span<const float> x, std::span<const float> w, std::span<float> y,
                       int64_t t, int64_t in, int64_t out, bool accumulate = false);
 

@@ -1,7 +1,8 @@
 // A weight matrix as the engine reads it: a view of (type, rows, cols, bytes) over memory it
 // shares ownership of — the memory-mapped model file (no widening copy at load) or a buffer of
-// its own — and the matrix product that dispatches on the type. Layer: engine. The per-type
-// matrix-vector kernels live in quant_matvec.h; this header does not load files (model.cpp).
+// its own — the matrix product that dispatches on the type, and its row-range piece for callers
+// that schedule several products at once. Layer: engine. The per-type matrix-vector kernels
+// live in quant_matvec.h; this header does not load files (model.cpp).
 #pragma once
 
 #include <cstdint>
@@ -52,6 +53,42 @@ inline constexpr int64_t kSmallBatch = 16;
 // cpu::global_pool().
 void matmul(std::span<const float> x, const Weight& w, std::span<float> y, int64_t t,
             bool accumulate = false);
+
+struct Q8Activations;  // quant_matvec.h: a row of x as int8 blocks
+
+// The input side of a product split into row ranges: x's t rows [t, cols] borrowed as f32 and,
+// for block-type weights, quantized once to int8 blocks, so the ranges of a product (or the
+// products of several weights of one width, e.g. the experts of a layer) do not each
+// quantize it again. Buffers grow to the largest input seen. Thread-safety: set() on one
+// thread; then any number of concurrent matmul_rows readers until the next set().
+struct ProductInput {
+  const float* x = nullptr;  // borrowed [t, cols]; the caller keeps it alive until the next set
+  int64_t t = 0, cols = 0;
+  bool quantized = false;      // q[0, t) hold x's rows as int8 blocks (cols a multiple of 32)
+  std::vector<Q8Activations> q;
+
+  ProductInput();
+  ~ProductInput();
+  ProductInput(ProductInput&&) noexcept;
+  ProductInput& operator=(ProductInput&&) noexcept;
+  void set(const float* x_rows, int64_t rows, int64_t width, bool quantize);
+};
+// Whether products with weights of `type` read the input quantized (the block types).
+bool product_quantizes(gguf::TensorType type);
+
+// Rows [r0, r1) of y[x.t, w.rows] = x W^T (+ y when accumulate), on the calling thread; y is
+// the whole output (row j of x lands at y + j * w.rows). x must be set with cols = w.cols and,
+// when product_quantizes(w.type), quantized. Each chunk of weight rows is read once for every
+// row of x (the small-batch kernel: meant for x.t <= kSmallBatch). Non-F32 types: a row's
+// value does not depend on the range it is computed in, so every split is bitwise what matmul
+// gives (matmul is this function over ranges shared on the pool). F32: BLAS on the range.
+void matmul_rows(const Weight& w, const ProductInput& x, int64_t r0, int64_t r1, float* y,
+                 bool accumulate = false);
+// Rows per work item for a caller that splits products into row ranges itself (the
+// mixture-of-experts layer): about 64 KiB of w's rows, a multiple of 4, at least 4. Depends on
+// the shape alone, so a split by it never depends on the thread count.
+int64_t row_chunk(const Weight& w);
+
 // Single-threaded scalar f16 gemv (reference of the dispatched kernel; exposed for tests).
 void gemv_f16_scalar(const uint16_t* w, const float* x, float* y, int64_t rows, int64_t cols,
                      bool accumulate);
