@@ -362,8 +362,9 @@ TEST(MoeForward, LogitsAreBitwiseTheSameWithOneAndTwoThreads) {
       EXPECT_EQ(got[0], got[1]) << gguf::to_string(type) << " chunk " << chunk;
       // Int8 activations (block types) can flip a near tie of the router against the f64
       // reference; their accuracy is the test above's. Unquantized experts match it.
-      if (!product_quantizes(type))
+      if (!product_quantizes(type)) {
         EXPECT_LE(rel_diff(got[1], want), kTol) << gguf::to_string(type) << " chunk " << chunk;
+      }
     }
   }
   cpu::set_global_threads(2);
