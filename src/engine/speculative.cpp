@@ -158,7 +158,9 @@ void AdaptiveK::observe(int32_t drafted, int32_t accepted) {
 
 void AdaptiveK::observe_costs(int32_t drafted, double draft_seconds, int32_t rows,
                               double forward_seconds) {
-  if (!options_.adaptive || rows < 1 || rows > options_.draft_max + 1) return;
+  if (!options_.adaptive || !options_.measured_cost || rows < 1 ||
+      rows > options_.draft_max + 1)
+    return;
   timed_ = true;
   forward_.resize(static_cast<size_t>(options_.draft_max) + 2, 0.0);
   auto smooth = [](double& x, double v) { x = x > 0.0 ? 0.8 * x + 0.2 * v : v; };

@@ -168,8 +168,9 @@ TEST(ExecutorDrafting, DraftingAndPlainSessionsShareSteps) {
   EXPECT_EQ(ex->stats().peak_running, 4) << "all four ran in the same steps";
 }
 
-// The executor and `kvcache run`'s session apply one rule (AdaptiveK, accept_drafts) with one
-// drafter, so alone in the executor a request drafts and keeps exactly what run does.
+// The executor and a session on the acceptance rule (`kvcache run` chooses K from measured
+// costs instead) apply one rule (AdaptiveK, accept_drafts) with one drafter, so alone in the
+// executor a request drafts and keeps exactly what that session does.
 TEST(ExecutorDrafting, CountersEqualRunsOnARepetitivePrompt) {
   constexpr int32_t kNew = 80;
   const std::vector<int32_t> prompt = ids(kPrompts[0]);
@@ -179,6 +180,7 @@ TEST(ExecutorDrafting, CountersEqualRunsOnARepetitivePrompt) {
   engine::NgramDrafter ngram(3);
   engine::SpecOptions spec;
   spec.draft_max = 8;
+  spec.measured_cost = false;
   ASSERT_TRUE(session.set_drafter(&ngram, spec).ok());
   engine::Sampler sampler(engine::SamplerConfig{});
   auto st = session.turn(prompt, kNew, sampler);

@@ -98,6 +98,9 @@ struct SpecOptions {
   int32_t draft_max = kDefaultDraftMax;  // K: most drafts per step, >= 1; a step is K + 1
                                          // tokens, so K + 1 <= the cache's max_write
   bool adaptive = true;  // K follows the acceptance (AdaptiveK); false = always draft_max
+  // With adaptive K, a session that times its steps chooses K from the measured costs
+  // (AdaptiveK's second rule); false = the acceptance rule, as the executor applies it.
+  bool measured_cost = true;
 };
 
 // The draft width of one session (docs/speculative.md, "Adaptive K"). Two rules, one home
