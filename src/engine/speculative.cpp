@@ -123,7 +123,10 @@ Status check_spec_options(const SpecOptions& o, int64_t step_tokens) {
   return ok_status();
 }
 
-AdaptiveK::AdaptiveK(const SpecOptions& options) : options_(options), k_(options.draft_max) {}
+AdaptiveK::AdaptiveK(const SpecOptions& options)
+    : options_(options),
+      k_(options.adaptive && options.measured_cost ? std::min(kFirstMeasured, options.draft_max)
+                                                   : options.draft_max) {}
 
 void AdaptiveK::observe(int32_t drafted, int32_t accepted) {
   if (!options_.adaptive) return;

@@ -227,7 +227,9 @@ Executor::Session& Executor::new_session(Request& r, int32_t completion,
   const GenerateParams& p = r.params;
   s->may_draft = opt_.make_drafter && p.draft && !p.grammar && p.logit_bias.empty() &&
                  p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f && p.logprobs < 0;
-  s->draft_k = engine::AdaptiveK(opt_.spec);
+  engine::SpecOptions by_acceptance = opt_.spec;
+  by_acceptance.measured_cost = false;
+  s->draft_k = engine::AdaptiveK(by_acceptance);
   Session& ref = *s;
   r.sessions.push_back(ref.id);
   sessions_.emplace(ref.id, std::move(s));

@@ -514,6 +514,7 @@ namespace {
 // The rule of docs/speculative.md, "Adaptive K", step by step.
 TEST(AdaptiveK, HalvesToZeroOnRejectionsProbesAfterSixteenPlainStepsAndGrowsBack) {
   SpecOptions o;
+  o.measured_cost = false;  // the acceptance rule (the executor's)
   o.draft_max = 4;
   AdaptiveK k(o);
   EXPECT_EQ(k.k(), 4);
@@ -544,6 +545,7 @@ TEST(AdaptiveK, HalvesToZeroOnRejectionsProbesAfterSixteenPlainStepsAndGrowsBack
 
 TEST(AdaptiveK, ALowRateHalvesEvenWhenSomeDraftsAreKeptAndANonAdaptiveKNeverMoves) {
   SpecOptions o;
+  o.measured_cost = false;  // the acceptance rule (the executor's)
   o.draft_max = 8;
   AdaptiveK k(o);
   // a/d = 1/8 each step: rate 1 -> 0.781 -> 0.617 -> 0.494 (< 1/2: halves)
@@ -567,6 +569,7 @@ TEST(AdaptiveK, WithMeasuredCostsKMaximizesExpectedTokensPerSecond) {
   SpecOptions o;
   o.draft_max = 4;
   AdaptiveK k(o);
+  EXPECT_EQ(k.k(), AdaptiveK::kFirstMeasured) << "a narrow first step";
   EXPECT_EQ(k.tokens_per_second(2), 0.0) << "no costs yet";
   // A free drafter; v(5) = 2 (a 5-row forward costs two plain steps); every draft kept.
   k.observe_costs(4, 0.0, 5, 2.0);

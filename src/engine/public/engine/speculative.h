@@ -116,6 +116,7 @@ struct SpecOptions {
 //   seconds per draft and v(r) the seconds of a forward of r rows; a width not measured yet
 //   is priced as the widest narrower one measured (or, with none, a wider one's time per
 //   row), so it gets tried; a wider K must win by more than 1 %.
+// K starts at draft_max (acceptance rule) or kFirstMeasured (measured-cost rule).
 // At K = 0 the session decodes plainly; after kProbeAfter plain steps it tries K = 1 again
 // (with measured costs, a probe that leads back to K = 0 and whose drafter took longer than a
 // plain step doubles the wait, up to kMaxProbeWait; its drafter time, a draft model catching
@@ -126,6 +127,9 @@ class AdaptiveK {
  public:
   static constexpr int32_t kProbeAfter = 16;  // plain steps at K = 0 before a 1-draft probe
   static constexpr int32_t kMaxProbeWait = 256;
+  // The first width under the measured-cost rule (the acceptance rule starts at draft_max):
+  // nothing is known yet, and a wide first step costs a draft model K draft forwards.
+  static constexpr int32_t kFirstMeasured = 2;
   explicit AdaptiveK(const SpecOptions& options = {});
   int32_t k() const { return k_; }  // drafts to ask for next; 0 = a plain step
   double rate() const { return rate_; }

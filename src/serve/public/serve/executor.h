@@ -87,7 +87,8 @@ struct ExecutorOptions {
   // (k from engine::AdaptiveK). A factory that fails leaves that session decoding plainly.
   std::function<Result<std::unique_ptr<engine::Drafter>>(const DraftRoom&)> make_drafter;
   // draft_max: 0 = min(engine::kDefaultDraftMax, step width - 1); else draft_max + 1 <= the
-  // step width (InvalidArgument otherwise).
+  // step width (InvalidArgument otherwise). The executor applies adaptive K's acceptance rule
+  // (a step's time is shared by every session): measured_cost is ignored.
   engine::SpecOptions spec = [] {
     engine::SpecOptions o;
     o.draft_max = 0;
