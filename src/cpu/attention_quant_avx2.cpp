@@ -34,13 +34,6 @@ inline float fast_scale(const std::byte* block) {
 
 constexpr int32_t kMaxBlocks = 16;  // key rows up to 512 values in vectors; wider ones go scalar
 
-inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 constexpr int kTile = 8;  // keys a logit tile
 
 // The lane sums of eight int32 vectors, in order: one tree of horizontal adds, then the two
@@ -62,46 +55,11 @@ inline __m256i q4_nibbles(const std::byte* block) {
 struct Avx2Ops {
   static void prepare(const QueryBlocks&, const KvView&, int32_t) {}
 
+  // One key at a time: only for float keys and rows wider than kMaxBlocks blocks, which
+  // logits_block leaves to logits_by_key.
   static void logits(const KvView& kv, const std::byte* k, QueryBlocks& qb, const float* q,
                      int32_t group, float scale, float* s) {
-    const int32_t nblk = qb.nblk;
-    if (!is_block_type(kv.k_dtype) || nblk > kMaxBlocks)
-      return logits_key_scalar(kv, k, qb, q, group, scale, s);
-    const bool q8 = kv.k_dtype == DType::kQ8_0;
-    const int64_t bb = block_bytes(kv.k_dtype);
-    __m256i kb[kMaxBlocks];  // q8_0: the signed bytes; q4_0: the nibbles
-    __m256i ka[kMaxBlocks];  // q8_0: |k| (what vpmaddubsw takes unsigned)
-    float kd[kMaxBlocks];
-    for (int32_t b = 0; b < nblk; ++b) {
-      const std::byte* blk = k + b * bb;
-      kd[b] = fast_scale(blk);
-      if (q8) {
-        kb[b] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
-        ka[b] = _mm256_sign_epi8(kb[b], kb[b]);
-      } else {
-        kb[b] = q4_nibbles(blk);
-      }
-    }
-    const __m256i ones = _mm256_set1_epi16(1);
-    const int32_t dk = kv.head_dim;
-    for (int32_t h = 0; h < group; ++h) {
-      const int8_t* qs = qb.qs.data() + int64_t{h} * dk;
-      const float* qd = qb.d.data() + int64_t{h} * nblk;
-      const int32_t* qsum = qb.sum.data() + int64_t{h} * nblk;
-      __m256 acc = _mm256_setzero_ps();
-      for (int32_t b = 0; b < nblk; ++b) {
-        const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * b));
-        __m256i p;
-        if (q8) {
-          p = _mm256_madd_epi16(_mm256_maddubs_epi16(ka[b], _mm256_sign_epi8(qv, kb[b])), ones);
-        } else {
-          p = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(kb[b], qv), ones),
-                               _mm256_set1_epi32(-qsum[b]));  // 8 lanes x -sum = -8 x sum
-        }
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(kd[b] * qd[b]), acc);
-      }
-      s[h * kKeyBlock] = hsum8(acc) * scale;
-    }
+    logits_key_scalar(kv, k, qb, q, group, scale, s);
   }
 
   // Tiles of 8 keys: per head and block, the 8 keys' int32 partial sums (vpmaddubsw,
@@ -119,18 +77,8 @@ struct Avx2Ops {
     const int64_t bb = block_bytes(kv.k_dtype);
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t b0 = 0; b0 < nb; b0 += kTile) {
-      const int valid = static_cast<int>(std::min<int64_t>(kTile, nb - b0));
       const std::byte* k[kTile];
-      for (int i = 0; i < kTile; ++i) {
-        const int64_t j = jb + b0 + std::min(i, valid - 1);
-        const int64_t row = keys.row(j);
-        k[i] = kv.k_row(g, row);
-        if (i < valid) {
-          rows[b0 + i] = kv.v_row(g, row);
-          if (j + kFarKeys < j1) prefetch_key<2>(kv, keys, g, j + kFarKeys);
-          if (j + kNearKeys < j1) prefetch_key<3>(kv, keys, g, j + kNearKeys);
-        }
-      }
+      const int valid = gather_tile(kv, keys, g, jb, b0, nb, j1, kTile, k, rows);
       __m256i ku[kMaxBlocks][kTile];  // q8_0: |k|; q4_0: the nibbles in value order
       __m256 kd[kMaxBlocks];          // the 8 keys' scales of each block
       for (int32_t b = 0; b < nblk; ++b) {

@@ -188,18 +188,8 @@ struct Avx512Ops {
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     for (int64_t b0 = 0; b0 < nb; b0 += 4) {
-      const int valid = static_cast<int>(std::min<int64_t>(4, nb - b0));
       const std::byte* k[4];
-      for (int i = 0; i < 4; ++i) {
-        const int64_t j = jb + b0 + std::min(i, valid - 1);
-        const int64_t row = keys.row(j);
-        k[i] = kv.k_row(g, row);
-        if (i < valid) {
-          rows[b0 + i] = kv.v_row(g, row);
-          if (j + kFarKeys < j1) prefetch_key<2>(kv, keys, g, j + kFarKeys);
-          if (j + kNearKeys < j1) prefetch_key<3>(kv, keys, g, j + kNearKeys);
-        }
-      }
+      const int valid = gather_tile(kv, keys, g, jb, b0, nb, j1, 4, k, rows);
       for (int32_t c = 0; c < group / 4; ++c) {
         __m512 acc = _mm512_setzero_ps();
         for (int32_t b = 0; b < nblk; ++b) {
@@ -254,19 +244,11 @@ struct Avx512Ops {
     const int64_t bb = block_bytes(kv.k_dtype);
     const __m128 scale = _mm_set1_ps(p.scale);
     for (int64_t b = 0; b < nb; b += 4) {
-      const int valid = static_cast<int>(std::min<int64_t>(4, nb - b));
+      const std::byte* k[4];
+      const int valid = gather_tile(kv, keys, g, jb, b, nb, j1, 4, k, rows);
       __m512i ku[4][kMaxPairs];
       __m512 kd[4][kMaxPairs];
-      for (int i = 0; i < 4; ++i) {
-        const int64_t j = jb + b + std::min(i, valid - 1);
-        const int64_t row = keys.row(j);
-        if (i < valid) {
-          rows[b + i] = kv.v_row(g, row);
-          if (j + kFarKeys < j1) prefetch_key<2>(kv, keys, g, j + kFarKeys);
-          if (j + kNearKeys < j1) prefetch_key<3>(kv, keys, g, j + kNearKeys);
-        }
-        load_key(kv.k_row(g, row), q8, bb, qb.nblk, pairs, ku[i], kd[i]);
-      }
+      for (int i = 0; i < 4; ++i) load_key(k[i], q8, bb, qb.nblk, pairs, ku[i], kd[i]);
       for (int32_t h = 0; h < group; ++h) {
         const int32_t* start = t.start.data() + int64_t{h} * pairs * 16;
         const float* qd = t.qd.data() + int64_t{h} * pairs * 16;
