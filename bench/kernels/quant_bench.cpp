@@ -172,7 +172,8 @@ void BM_MatvecShape(benchmark::State& bs) {
 }
 
 void matvec_shape_args(benchmark::internal::Benchmark* b) {
-  for (TensorType t : {TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K, TensorType::kMXFP4})
+  for (TensorType t : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_K, TensorType::kQ6_K,
+                       TensorType::kMXFP4})
     for (int64_t mib : {64, 1})
       for (int threads : {1, 2}) {
         b->Args({static_cast<int64_t>(t), 2048, 768, mib, threads});
