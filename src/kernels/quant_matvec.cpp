@@ -184,6 +184,18 @@ void quant_detail::quantize_activations_scalar(const float* x, int64_t cols,
     out.dsum16[2 * b + 1] = d * static_cast<float>(s[1]);
     out.dsum[b] = d * static_cast<float>(s[0] + s[1]);
   }
+  pair_activations(out);
+}
+
+void quant_detail::pair_activations(Q8Activations& out) {
+  const int64_t groups = out.blocks / 8;
+  out.q_pairs.resize(static_cast<size_t>(256 * groups));
+  for (int64_t g = 0; g < groups; ++g)
+    for (int k = 0; k < 4; ++k)
+      for (int half = 0; half < 2; ++half)
+        for (int blk = 0; blk < 2; ++blk)  // block k, then k + 4
+          std::memcpy(out.q_pairs.data() + 256 * g + 64 * k + 32 * half + 16 * blk,
+                      out.q.data() + 32 * (8 * g + k + 4 * blk) + 16 * half, 16);
 }
 
 void quantize_activations(const float* x, int64_t cols, Q8Activations& out) {

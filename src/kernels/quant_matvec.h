@@ -19,9 +19,12 @@ namespace kvcache::engine {
 // sum16[2 b + h] = sum of q over the half [32 b + 16 h, +16) (for offsets and mins), also
 // premultiplied by d[b] (dsum16) and whole (dsum[b] = d[b] * sum of the block's q);
 // sum4[8 b + k] = sum of q over [32 b + 4 k, +4) (lane k of a SIMD dot product).
+// q_pairs: q's whole groups of eight blocks regrouped for kernels that hold the nibbles of
+// blocks k and k + 4 in one vector: per group g and k < 4, 64 bytes at 256 g + 64 k: the first
+// 16 values of block 8 g + k, of 8 g + k + 4, then the last 16 of each (pair_activations).
 struct Q8Activations {
   int64_t blocks = 0;
-  std::vector<int8_t> q;
+  std::vector<int8_t> q, q_pairs;
   std::vector<float> d;
   std::vector<int32_t> sum16, sum4;
   std::vector<float> dsum16, dsum;
@@ -91,6 +94,8 @@ HalfBatchKernel avx512_half_batch(gguf::TensorType type);
 RowKernel avx2_kernel(gguf::TensorType type);
 // quantize_activations one value at a time, and the AVX2 form (nullptr without it).
 void quantize_activations_scalar(const float* x, int64_t cols, Q8Activations& out);
+// Fills out.q_pairs from out.q (both quantizers end with it).
+void pair_activations(Q8Activations& out);
 using QuantizeFn = void (*)(const float* x, int64_t cols, Q8Activations& out);
 QuantizeFn avx2_quantize();
 RowKernel avx512_kernel(gguf::TensorType type);

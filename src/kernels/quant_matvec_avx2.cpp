@@ -24,6 +24,14 @@ inline __m256i dot4(__m256i u8, __m256i s8) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u8, s8), _mm256_set1_epi16(1));
 }
 
+// dot4(u0, s0) + dot4(u1, s1) for bytes u0, u1 <= 24 (nibbles, MXFP4's table + 12): the two
+// products' 16-bit pair sums (|.| <= 2 * 24 * 127 each) are added before the one widening.
+inline __m256i dot4_sum(__m256i u0, __m256i s0, __m256i u1, __m256i s1) {
+  return _mm256_madd_epi16(
+      _mm256_add_epi16(_mm256_maddubs_epi16(u0, s0), _mm256_maddubs_epi16(u1, s1)),
+      _mm256_set1_epi16(1));
+}
+
 #include "kernels/quant_matvec_simd.inc"
 
 // quantize_activations_scalar 32 values a step, bit for bit: amax over |x| (a NaN skipped, as
@@ -73,6 +81,7 @@ void quantize_simd(const float* x, int64_t cols, Q8Activations& out) {
     out.dsum16[2 * b + 1] = d * static_cast<float>(s1);
     out.dsum[b] = d * static_cast<float>(s0 + s1);
   }
+  quant_detail::pair_activations(out);
 }
 
 }  // namespace

@@ -31,6 +31,10 @@ inline __m256i dot4(__m256i u8, __m256i s8) {
   return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u8, s8);
 }
 
+inline __m256i dot4_sum(__m256i u0, __m256i s0, __m256i u1, __m256i s1) {
+  return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u0, s0), u1, s1);
+}
+
 #include "kernels/quant_matvec_simd.inc"
 
 // F16 / BF16 with 512-bit vectors. One accumulator of 16 lanes holds, in its low and high

@@ -142,7 +142,8 @@ TEST(QuantMatvec, PrefillProductsMatchTheReferenceOverTilesAndThreads) {
 // Rows whose every product sits at the largest magnitude the type holds, against activations
 // that all quantize to +127 or -127: the SIMD kernels sum each block's products in 16-bit
 // lanes before widening (up to 8 x 2 x 15 x 127 = 30480 for Q4_K nibbles, 2 x 63 x 127 =
-// 16002 for Q6_K, 2 x 128 x 127 = 32512 for Q8_0's -128), where a wrap would move a row's sum
+// 16002 for Q6_K, 2 x 128 x 127 = 32512 for Q8_0's -128, 2 x 2 x 15 x 127 = 7620 for Q4_0's
+// two nibble halves added before widening), where a wrap would move a row's sum
 // by 65536 (more than the sub-block's whole sum). The scalar kernel (int32 sums) gives the
 // exact dot product of the decoded row with x (within the f32 rounding of the activation's
 // block scale 1/127); every ISA must give the scalar kernel's result (summation order aside).
@@ -166,6 +167,10 @@ std::vector<uint8_t> extreme_row(TensorType type, int64_t cols, int variant) {
         std::memset(p + 192, variant == 0 ? 0x7F : 0x80, 16);
         store_f16(p + 208, 1.0f);
         break;
+      case TensorType::kQ4_0:  // scale 1, then 32 values of 15 - 8 = 7 (variant 1: 0 - 8)
+        store_f16(p, 1.0f);
+        std::memset(p + 2, variant == 0 ? 0xFF : 0x00, 16);
+        break;
       case TensorType::kMXFP4:  // step 1 (e = 127); every code 6 (variant 1: -6), 12 doubled
         p[0] = 127;
         std::memset(p + 1, variant == 0 ? 0x77 : 0xFF, 16);
@@ -177,8 +182,8 @@ std::vector<uint8_t> extreme_row(TensorType type, int64_t cols, int variant) {
 }
 
 TEST(QuantMatvec, ExtremeBlocksKeepEveryIsasIntegerSumsExact) {
-  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K,
-                          TensorType::kMXFP4})
+  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_K,
+                          TensorType::kQ6_K, TensorType::kMXFP4})
     for (int64_t cols : {int64_t{256}, int64_t{768}})
       for (float sign : {1.0f, -1.0f}) {
         const int64_t rows = 3;  // two extreme rows and a random one between them
@@ -278,9 +283,35 @@ TEST(QuantMatvec, Avx2ActivationQuantizationEqualsTheScalarOneBitwise) {
   EXPECT_EQ(std::memcmp(got.d.data(), want.d.data(), 4 * want.d.size()), 0);
   EXPECT_EQ(std::memcmp(got.dsum16.data(), want.dsum16.data(), 4 * want.dsum16.size()), 0);
   EXPECT_EQ(std::memcmp(got.dsum.data(), want.dsum.data(), 4 * want.dsum.size()), 0);
+  EXPECT_EQ(got.q_pairs, want.q_pairs);
   EXPECT_EQ(want.q[96 + 1], -16);  // -15.5 rounds to the even -16
   EXPECT_EQ(want.q[96 + 2], -14);  // -14.5 to -14
   EXPECT_EQ(want.q[130], 0);
+}
+
+// q_pairs regroups each whole group of eight blocks for the two-blocks-per-vector kernels
+// (Q4_0, MXFP4): 64 bytes per pair k < 4, the first halves of blocks k and k + 4, then their
+// second halves. 20 blocks: two whole groups (512 bytes); the last four blocks are left out.
+TEST(QuantMatvec, PairedActivationsHoldTheHalvesOfBlocksKAndKPlusFour) {
+  Q8Activations a;
+  std::vector<float> x(32 * 20);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 97) - 48.0f;
+  quant_detail::quantize_activations_scalar(x.data(), static_cast<int64_t>(x.size()), a);
+  ASSERT_EQ(a.q_pairs.size(), 512u);
+  for (int64_t g = 0; g < 2; ++g)
+    for (int64_t k = 0; k < 4; ++k)
+      for (int64_t j = 0; j < 16; ++j) {
+        const int8_t* pair = a.q_pairs.data() + 256 * g + 64 * k;
+        const int8_t* lo = a.q.data() + 32 * (8 * g + k);  // block 8 g + k
+        const int8_t* hi = lo + 32 * 4;                      // block 8 g + k + 4
+        ASSERT_EQ(pair[j], lo[j]) << g << " " << k << " " << j;
+        ASSERT_EQ(pair[16 + j], hi[j]) << g << " " << k << " " << j;
+        ASSERT_EQ(pair[32 + j], lo[16 + j]) << g << " " << k << " " << j;
+        ASSERT_EQ(pair[48 + j], hi[16 + j]) << g << " " << k << " " << j;
+      }
+  // Pair 1 of group 1 opens with block 9's first value: x[288] = 288 % 97 - 48 = 46, in a block
+  // whose amax is 48 (values 46..48, -48..): q = lrint(46 * 127 / 48) = 122.
+  EXPECT_EQ(a.q_pairs[256 + 64], 122);
 }
 
 // A batched decode step (2..kSmallBatch rows) gives every row bitwise what its product alone
