@@ -35,6 +35,20 @@ inline __m256i dot4_sum(__m256i u0, __m256i s0, __m256i u1, __m256i s1) {
   return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u0, s0), u1, s1);
 }
 
+// Lane k (0..7): block k's sum of u * x over four pairs (pair_dot's operands w[j][h] against
+// x + 64 j + 32 h, q_pairs' order; blocks j and j + 4), times lane k of sc32 when kScaled.
+template <bool kScaled>
+inline __m256i nibble_pair_sums(const __m256i (&w)[4][2], const int8_t* x, __m256i sc32) {
+  __m256i p[4];
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j)
+    p[j] = dot4_sum(w[j][0], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 64 * j)),
+                    w[j][1], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 64 * j + 32)));
+  // per 128 bits: [p0 01, p0 23, p1 01, p1 23], then [p0, p1, p2, p3]: blocks 0-3 | 4-7
+  const __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+  return kScaled ? _mm256_mullo_epi32(s, sc32) : s;
+}
+
 #include "kernels/quant_matvec_simd.inc"
 
 // F16 / BF16 with 512-bit vectors. One accumulator of 16 lanes holds, in its low and high
