@@ -24,8 +24,9 @@ inline __m256i dot4(__m256i u8, __m256i s8) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u8, s8), _mm256_set1_epi16(1));
 }
 
-// dot4(u0, s0) + dot4(u1, s1) for bytes u0, u1 <= 24 (nibbles, MXFP4's table + 12): the two
-// products' 16-bit pair sums (|.| <= 2 * 24 * 127 each) are added before the one widening.
+// dot4(u0, s0) + dot4(u1, s1) for bytes u0, u1 <= 63 (nibbles, Q5_K's 5-bit values, MXFP4's
+// table + 12): the two products' 16-bit pair sums (|.| <= 2 * 63 * 127 = 16002 each) are added
+// before the one widening.
 inline __m256i dot4_sum(__m256i u0, __m256i s0, __m256i u1, __m256i s1) {
   return _mm256_madd_epi16(
       _mm256_add_epi16(_mm256_maddubs_epi16(u0, s0), _mm256_maddubs_epi16(u1, s1)),

@@ -143,10 +143,11 @@ TEST(QuantMatvec, PrefillProductsMatchTheReferenceOverTilesAndThreads) {
 // that all quantize to +127 or -127: the SIMD kernels sum each block's products in 16-bit
 // lanes before widening (up to 8 x 2 x 15 x 127 = 30480 for Q4_K nibbles, 2 x 63 x 127 =
 // 16002 for Q6_K, 2 x 128 x 127 = 32512 for Q8_0's -128, 2 x 2 x 15 x 127 = 7620 for Q4_0's
-// two nibble halves added before widening), where a wrap would move a row's sum
-// by 65536 (more than the sub-block's whole sum). The scalar kernel (int32 sums) gives the
-// exact dot product of the decoded row with x (within the f32 rounding of the activation's
-// block scale 1/127); every ISA must give the scalar kernel's result (summation order aside).
+// two nibble halves added before widening, 2 x 2 x 31 x 127 = 15748 for Q5_K's), where a wrap
+// would move a row's sum by 65536 (more than the sub-block's whole sum). The scalar kernel
+// (int32 sums) gives the exact dot product of the decoded row with x (within the f32 rounding
+// of the activation's block scale 1/127); every ISA must give the scalar kernel's result
+// (summation order aside).
 std::vector<uint8_t> extreme_row(TensorType type, int64_t cols, int variant) {
   std::vector<uint8_t> row(static_cast<size_t>(*gguf::row_bytes(type, cols)));
   const int64_t bytes = gguf::block_geometry(type)->bytes;
@@ -161,6 +162,11 @@ std::vector<uint8_t> extreme_row(TensorType type, int64_t cols, int variant) {
         store_f16(p, 1.0f);
         store_f16(p + 2, variant == 0 ? 0.5f : 0.0f);
         std::memset(p + 4, 0xFF, 140);
+        break;
+      case TensorType::kQ5_K:  // as Q4_K, with every fifth bit set: every value 31
+        store_f16(p, 1.0f);
+        store_f16(p + 2, variant == 0 ? 0.5f : 0.0f);
+        std::memset(p + 4, 0xFF, 172);
         break;
       case TensorType::kQ6_K:  // every value 63 - 32 = 31; scales 127 (variant 1: -128); d 1
         std::memset(p, 0xFF, 192);
@@ -183,7 +189,7 @@ std::vector<uint8_t> extreme_row(TensorType type, int64_t cols, int variant) {
 
 TEST(QuantMatvec, ExtremeBlocksKeepEveryIsasIntegerSumsExact) {
   for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_K,
-                          TensorType::kQ6_K, TensorType::kMXFP4})
+                          TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kMXFP4})
     for (int64_t cols : {int64_t{256}, int64_t{768}})
       for (float sign : {1.0f, -1.0f}) {
         const int64_t rows = 3;  // two extreme rows and a random one between them
