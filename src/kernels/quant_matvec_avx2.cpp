@@ -41,13 +41,14 @@ template <bool kScaled>
 inline __m256i nibble_pair_sums(const __m256i (&w)[4][2], const int8_t* x, __m256i sc32) {
   __m256i m[4];
 #pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j)
-    m[j] = _mm256_add_epi16(
-        _mm256_maddubs_epi16(w[j][0], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 64 * j))),
-        _mm256_maddubs_epi16(w[j][1],
-                             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 64 * j + 32))));
+  for (int j = 0; j < 4; ++j) {
+    const auto* xj = reinterpret_cast<const __m256i*>(x + 64 * j);
+    m[j] = _mm256_add_epi16(_mm256_maddubs_epi16(w[j][0], _mm256_loadu_si256(xj)),
+                            _mm256_maddubs_epi16(w[j][1], _mm256_loadu_si256(xj + 1)));
+  }
   // per 128 bits: int16 lanes 2 k, 2 k + 1 hold halves of block k (blocks 0-3 | 4-7)
-  const __m256i h = _mm256_hadd_epi16(_mm256_hadd_epi16(m[0], m[1]), _mm256_hadd_epi16(m[2], m[3]));
+  const __m256i h =
+      _mm256_hadd_epi16(_mm256_hadd_epi16(m[0], m[1]), _mm256_hadd_epi16(m[2], m[3]));
   const __m256i sc16 = kScaled ? _mm256_or_si256(sc32, _mm256_slli_epi32(sc32, 16))
                                : _mm256_set1_epi16(1);
   return _mm256_madd_epi16(h, sc16);

@@ -41,11 +41,13 @@ template <bool kScaled>
 inline __m256i nibble_pair_sums(const __m256i (&w)[4][2], const int8_t* x, __m256i sc32) {
   __m256i p[4];
 #pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j)
-    p[j] = dot4_sum(w[j][0], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 64 * j)),
-                    w[j][1], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 64 * j + 32)));
+  for (int j = 0; j < 4; ++j) {
+    const auto* xj = reinterpret_cast<const __m256i*>(x + 64 * j);
+    p[j] = dot4_sum(w[j][0], _mm256_loadu_si256(xj), w[j][1], _mm256_loadu_si256(xj + 1));
+  }
   // per 128 bits: [p0 01, p0 23, p1 01, p1 23], then [p0, p1, p2, p3]: blocks 0-3 | 4-7
-  const __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+  const __m256i s =
+      _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
   return kScaled ? _mm256_mullo_epi32(s, sc32) : s;
 }
 
