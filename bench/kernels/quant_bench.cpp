@@ -172,7 +172,8 @@ void BM_MatvecShape(benchmark::State& bs) {
 }
 
 void matvec_shape_args(benchmark::internal::Benchmark* b) {
-  for (TensorType t : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_K, TensorType::kQ6_K,
+  for (TensorType t : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1, TensorType::kQ5_0,
+                       TensorType::kQ5_1, TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K,
                        TensorType::kMXFP4})
     for (int64_t mib : {64, 1})
       for (int threads : {1, 2}) {
