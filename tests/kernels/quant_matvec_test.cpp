@@ -142,8 +142,8 @@ TEST(QuantMatvec, PrefillProductsMatchTheReferenceOverTilesAndThreads) {
 // Rows whose every product sits at the largest magnitude the type holds, against activations
 // that all quantize to +127 or -127: the SIMD kernels sum each block's products in 16-bit
 // lanes before widening (up to 8 x 2 x 15 x 127 = 30480 for Q4_K nibbles, 2 x 63 x 127 =
-// 16002 for Q6_K, 2 x 128 x 127 = 32512 for Q8_0's -128, 2 x 2 x 15 x 127 = 7620 for Q4_0's
-// two nibble halves added before widening, 2 x 2 x 31 x 127 = 15748 for Q5_K's), where a wrap
+// 16002 for Q6_K, 2 x 128 x 127 = 32512 for Q8_0's -128, 8 x 2 x 15 x 127 = 30480 for Q4_0's
+// and Q4_1's nibble pairs, 2 x 2 x 31 x 127 = 15748 for Q5_K's), where a wrap
 // would move a row's sum by 65536 (more than the sub-block's whole sum). The scalar kernel
 // (int32 sums) gives the exact dot product of the decoded row with x (within the f32 rounding
 // of the activation's block scale 1/127); every ISA must give the scalar kernel's result
@@ -157,6 +157,11 @@ std::vector<uint8_t> extreme_row(TensorType type, int64_t cols, int variant) {
       case TensorType::kQ8_0:  // scale 1, then 32 values of 127 or -128
         store_f16(p, 1.0f);
         std::memset(p + 2, variant == 0 ? 0x7F : 0x80, 32);
+        break;
+      case TensorType::kQ4_1:  // scale 1, min -8 (variant 1: -1 / 2), then 32 values of 15
+        store_f16(p, 1.0f);
+        store_f16(p + 2, variant == 0 ? -8.0f : -0.5f);
+        std::memset(p + 4, 0xFF, 16);
         break;
       case TensorType::kQ4_K:  // d 1, dmin 1 / 2 (variant 1: 0); scales, mins, nibbles at max
         store_f16(p, 1.0f);
@@ -188,8 +193,9 @@ std::vector<uint8_t> extreme_row(TensorType type, int64_t cols, int variant) {
 }
 
 TEST(QuantMatvec, ExtremeBlocksKeepEveryIsasIntegerSumsExact) {
-  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_K,
-                          TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kMXFP4})
+  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1,
+                          TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K,
+                          TensorType::kMXFP4})
     for (int64_t cols : {int64_t{256}, int64_t{768}})
       for (float sign : {1.0f, -1.0f}) {
         const int64_t rows = 3;  // two extreme rows and a random one between them
