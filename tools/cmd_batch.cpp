@@ -63,11 +63,6 @@ struct Input {
   serve::GenerateParams params;
 };
 
-int fail(const std::string& msg) {
-  std::fprintf(stderr, "kvcache batch: %s\n", msg.c_str());
-  return 1;
-}
-
 void add_flags(CLI::App* cmd, BatchFlags& f) {
   cmd->add_option("model", f.model, "GGUF model file (default: the embedded tiny model)");
   cmd->add_option("--prompts-file", f.prompts_file,
@@ -240,8 +235,6 @@ Result<std::vector<Input>> read_inputs(const BatchFlags& f, const engine::Loaded
   return inputs;
 }
 
-double per_s(int64_t n, double s) { return s > 0.0 ? static_cast<double>(n) / s : 0.0; }
-
 // Drafting figures: tokens_per_step = tokens the cache kept per decode step (1 = plain).
 json draft_json(int64_t steps, int64_t drafted, int64_t accepted) {
   return json{{"steps", steps},
@@ -291,9 +284,9 @@ int run_batch(const BatchFlags& f) {
   apply_threads(f.cache);
   Result<engine::LoadedModel> m =
       engine::load_model(engine::ModelSource::file(f.model), load_options(f.cache));
-  if (!m.ok()) return fail(m.status().message());
+  if (!m.ok()) return fail("batch", m.status().message());
   Result<std::vector<Input>> inputs = read_inputs(f, *m);
-  if (!inputs.ok()) return fail(inputs.status().message());
+  if (!inputs.ok()) return fail("batch", inputs.status().message());
   serve::ExecutorOptions o;
   o.max_sessions = f.cache.max_sessions;
   o.max_session_tokens = f.cache.max_session_tokens;
@@ -314,17 +307,17 @@ int run_batch(const BatchFlags& f) {
   ExecutorDraft draft;
   if (std::optional<DraftError> de = make_executor_drafter(
           f.draft, *m, cache_options(f.cache), load_options(f.cache), o, draft)) {
-    fail(de->message);
+    fail("batch", de->message);
     return de->usage ? 2 : 1;
   }
   Result<std::unique_ptr<serve::Executor>> ex = serve::Executor::create(*m->model, &*m->tokenizer, o);
   if (!ex.ok()) {
-    fail(flag_message(ex.status(), {kExecutorFieldFlags}));
+    fail("batch", flag_message(ex.status(), {kExecutorFieldFlags}));
     return plan_exit_code(ex.status());
   }
   serve::Executor& e = **ex;
   Result<std::string> drafting = executor_draft_summary(draft, o, e);
-  if (!drafting.ok()) return fail("--draft: " + drafting.status().message());
+  if (!drafting.ok()) return fail("batch", "--draft: " + drafting.status().message());
   ModelGeometry g = m->model->geometry();
   g.cache = e.setup().geometry;
   SummaryOptions so;
@@ -336,7 +329,7 @@ int run_batch(const BatchFlags& f) {
   std::vector<int64_t> ids;  // request id per input
   for (size_t i = 0; i < inputs->size(); ++i) {
     Result<int64_t> id = e.submit((*inputs)[i].prompt, (*inputs)[i].params);
-    if (!id.ok()) return fail(str_cat(f.prompts_file, ": request ", i + 1, ": ",
+    if (!id.ok()) return fail("batch", str_cat(f.prompts_file, ": request ", i + 1, ": ",
                                       id.status().message()));
     ids.push_back(*id);
   }
@@ -346,7 +339,7 @@ int run_batch(const BatchFlags& f) {
   size_t done = 0;
   while (!e.idle()) {
     Status st = e.step();
-    if (!st.ok()) return fail(st.message());
+    if (!st.ok()) return fail("batch", st.message());
     for (serve::RequestResult& r : e.take_finished()) {
       const size_t index = static_cast<size_t>(
           std::find(ids.begin(), ids.end(), r.id) - ids.begin());

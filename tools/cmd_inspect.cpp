@@ -31,11 +31,6 @@ struct InspectArgs {
   bool json = false;
 };
 
-int fail(const Status& s) {
-  std::fprintf(stderr, "kvcache inspect: %s\n", s.message().c_str());
-  return 1;
-}
-
 int usage(const std::string& message) {
   std::fprintf(stderr, "kvcache inspect: %s\n", message.c_str());
   return 2;
@@ -99,7 +94,7 @@ Experts read_experts(const gguf::GgufFile& f) {
 
 int run_inspect(const InspectArgs& a) {
   if (a.example == !a.file.empty())
-    return fail(invalid_argument("give either a model FILE or --example"));
+    return fail("inspect", invalid_argument("give either a model FILE or --example"));
   ModelGeometry g;
   std::string arch;
   std::map<gguf::TensorType, TypeCount> types;
@@ -109,9 +104,9 @@ int run_inspect(const InspectArgs& a) {
     arch = "example (Gemma-3-like)";
   } else {
     auto file = gguf::GgufFile::open(a.file);
-    if (!file.ok()) return fail(file.status());
+    if (!file.ok()) return fail("inspect", file.status());
     auto geometry = read_model_geometry(*file);
-    if (!geometry.ok()) return fail(geometry.status());
+    if (!geometry.ok()) return fail("inspect", geometry.status());
     g = std::move(geometry).value();
     types = weight_types(*file);
     if (auto name = file->get_string(gguf::key_pattern(gguf::Key::kGeneralArchitecture));
@@ -152,7 +147,7 @@ int run_inspect(const InspectArgs& a) {
     setup = engine::plan_cache(g, g.max_context, co);
   }
   if (!setup.ok()) {
-    fail(invalid_argument(flag_message(setup.status(), {kInspectFieldFlags, kCacheFieldFlags})));
+    fail("inspect", invalid_argument(flag_message(setup.status(), {kInspectFieldFlags, kCacheFieldFlags})));
     return plan_exit_code(setup.status());
   }
   g.cache = setup->geometry;
@@ -160,7 +155,7 @@ int run_inspect(const InspectArgs& a) {
   o.config = setup->config;
   o.kv_memory = setup->kv_memory;
   nlohmann::json j = cache_summary_json(g, o);
-  if (j.contains("error")) return fail(invalid_argument(j["error"].get<std::string>()));
+  if (j.contains("error")) return fail("inspect", invalid_argument(j["error"].get<std::string>()));
   if (a.json) {
     j["file"] = a.example ? "" : a.file;
     j["architecture"] = arch;

@@ -29,7 +29,7 @@
 namespace kvcache::tools {
 namespace {
 
-constexpr uint64_t kMaxTextBytes = uint64_t{16} << 20;  // hours of CPU time for any model
+constexpr uint64_t kMaxPerplexityTextBytes = uint64_t{16} << 20;  // hours of CPU time for any model
 constexpr int64_t kMaxCtx = int64_t{1} << 30;
 
 struct PplFlags {
@@ -45,11 +45,6 @@ int usage(const std::string& msg) {
   std::fprintf(stderr, "kvcache perplexity: %s\n", msg.c_str());
   return 2;
 }
-int fail(const std::string& msg) {
-  std::fprintf(stderr, "kvcache perplexity: %s\n", msg.c_str());
-  return 1;
-}
-
 // The text's windows: ctx tokens each, the rest of the text dropped; the first token of each
 // window is BOS when the tokenizer adds one (every window starts as a document would).
 struct Windows {
@@ -216,11 +211,11 @@ void print_text(const nlohmann::json& j) {
 int run(const PplFlags& f) {
   apply_threads(f.cache);
   Result<std::string> text =
-      read_file(f.text_file, FileRule{"--text-file", kMaxTextBytes, ""});
+      read_file(f.text_file, FileRule{"--text-file", kMaxPerplexityTextBytes, ""});
   if (!text.ok()) return usage(text.status().message());
   Result<engine::LoadedModel> m =
       engine::load_model(engine::ModelSource::file(f.model), load_options(f.cache));
-  if (!m.ok()) return fail(m.status().message());
+  if (!m.ok()) return fail("perplexity", m.status().message());
   Result<int64_t> ctx = choose_ctx(f, *m->model);
   if (!ctx.ok()) return usage(ctx.status().message());
   Result<Windows> w = split(*text, *m->tokenizer, *ctx, f.text_file);
@@ -228,13 +223,13 @@ int run(const PplFlags& f) {
   engine::CacheOptions o = cache_options(f.cache);
   o.capacity = *ctx;
   Result<engine::CachedEngine> e = engine::build_engine(*m->model, o);
-  if (!e.ok()) return fail(flag_message(e.status(), {kCacheFieldFlags}));
+  if (!e.ok()) return fail("perplexity", flag_message(e.status(), {kCacheFieldFlags}));
   BaseFile base;
   if (Status s = open_base(f, *w, m->model->hparams().vocab, base); !s.ok())
-    return s.code() == StatusCode::kDataLoss ? fail("--kl-base " + s.message())
+    return s.code() == StatusCode::kDataLoss ? fail("perplexity", "--kl-base " + s.message())
                                              : usage("--kl-base " + s.message());
   Totals t;
-  if (Status s = score_all(*e, *w, base, t); !s.ok()) return fail(s.message());
+  if (Status s = score_all(*e, *w, base, t); !s.ok()) return fail("perplexity", s.message());
   const nlohmann::json j = report_json(f, *e, *w, t, base);
   if (f.json)
     std::printf("%s\n", j.dump().c_str());

@@ -17,25 +17,24 @@ struct QuantizeArgs {
   std::string in, out, type;
 };
 
-int fail(const Status& s) {
-  std::string m = s.message();
-  if (m.rfind("quantize: ", 0) == 0) m.erase(0, 10);  // the library names the operation too
-  std::fprintf(stderr, "kvcache quantize: %s\n", m.c_str());
-  return 1;
+int quantize_failed(const Status& s) {
+  std::string_view m = s.message();
+  if (m.rfind("quantize: ", 0) == 0) m.remove_prefix(10);  // the library names the operation too
+  return fail("quantize", m);
 }
 
 int run_quantize(const QuantizeArgs& a) {
   const auto mix = gguf::parse_quant_mix(a.type);
   if (!mix)
-    return fail(invalid_argument("--type = '" + a.type +
+    return quantize_failed(invalid_argument("--type = '" + a.type +
                                  "', expected q8_0, q4_0, q4_k_m, q5_k_m, q6_k or mxfp4"));
-  if (a.in == a.out) return fail(invalid_argument("IN and OUT are the same file '" + a.in + "'"));
+  if (a.in == a.out) return quantize_failed(invalid_argument("IN and OUT are the same file '" + a.in + "'"));
   Result<gguf::GgufFile> in = gguf::GgufFile::open(a.in);
-  if (!in.ok()) return fail(in.status());
+  if (!in.ok()) return quantize_failed(in.status());
   gguf::GgufWriter w;
   Result<gguf::QuantizeReport> r = gguf::quantize_model(*in, *mix, w);
-  if (!r.ok()) return fail(r.status());
-  if (Status s = w.write(a.out); !s.ok()) return fail(s);
+  if (!r.ok()) return quantize_failed(r.status());
+  if (Status s = w.write(a.out); !s.ok()) return quantize_failed(s);
   std::string types;
   for (const auto& [type, n] : r->tensors_by_type)
     types += str_cat((types.empty() ? "" : ", "), n, " ", gguf::to_string(type));

@@ -72,11 +72,6 @@ struct RunFlags {
 // Everything a run needs, built from the flags.
 using Loaded = engine::Runtime;
 
-int fail(const std::string& msg) {
-  std::fprintf(stderr, "kvcache run: %s\n", msg.c_str());
-  return 1;
-}
-
 void add_flags(CLI::App* cmd, RunFlags& f) {
   cmd->add_option("model", f.model, "GGUF model file (default: the embedded tiny model)");
   cmd->add_option("--prompt", f.prompt, "Prompt text")
@@ -199,8 +194,6 @@ Status dump_logits(const RunFlags& f, Loaded& l, const std::vector<int32_t>& tok
                f.dump_logits.c_str());
   return ok_status();
 }
-
-double per_s(int64_t n, double s) { return s > 0.0 ? static_cast<double>(n) / s : 0.0; }
 
 // Tokens the cache kept per decode forward while drafting (1 = plain decoding).
 double per_step(const engine::TurnStats& st) {
@@ -377,7 +370,7 @@ int chat(const RunFlags& f, Loaded& l, engine::Session& session, engine::Sampler
   Result<std::string> model_template = l.file->get_string(gguf::key_pattern(gguf::Key::kTokenizerChatTemplate));
   const text::TemplateChoice choice = text::choose_chat_template(
       f.chat_template, model_template.ok() ? std::optional<std::string>(*model_template) : std::nullopt);
-  if (!choice.tmpl) return fail(flag_message(invalid_argument(choice.problem), {kChatFieldFlags}));
+  if (!choice.tmpl) return fail("run", flag_message(invalid_argument(choice.problem), {kChatFieldFlags}));
   std::vector<text::ChatMessage> messages;
   if (!f.system.empty()) messages.push_back({"system", f.system});
   std::vector<int32_t> held;  // every token the session holds, in order
@@ -426,11 +419,11 @@ int run(const RunFlags& f) {
   sc.top_p = static_cast<float>(f.top_p);
   sc.seed = f.seed;
   if (Status bad = engine::check_sampler_config(sc); !bad.ok())
-    return fail(flag_message(bad, {kSamplerFieldFlags}));
+    return fail("run", flag_message(bad, {kSamplerFieldFlags}));
   Loaded l;
   Status s = load(f, l);
   if (!s.ok()) {
-    fail(flag_message(s, {kCacheFieldFlags}));
+    fail("run", flag_message(s, {kCacheFieldFlags}));
     return plan_exit_code(s);
   }
   std::fprintf(stderr, "%s", summary_text(l).c_str());
@@ -448,25 +441,25 @@ int run(const RunFlags& f) {
   std::fprintf(stderr, "%s", draft.summary.c_str());
   engine::Sampler sampler(sc);
   engine::Session session(*l.engine, l.setup.step_tokens, l.seq);
-  if (s = session.set_undo_turns(f.undo_turns); !s.ok()) return fail(s.message());
+  if (s = session.set_undo_turns(f.undo_turns); !s.ok()) return fail("run", s.message());
   if (s = session.set_drafter(draft.drafter.get(), draft.options); !s.ok())
-    return fail(s.message());
+    return fail("run", s.message());
   if (draft.drafter)
     std::fprintf(stderr, "speculative decoding: %s, up to %d drafts per step (adaptive)\n",
                  draft.drafter->name().c_str(), draft.options.draft_max);
   if (f.interactive || f.chat) std::fprintf(stderr, "%s", undo_summary(l, f.undo_turns).c_str());
   const bool sessions = !f.save_session.empty() || !f.load_session.empty();
   if (f.chat && sessions)
-    return fail("--save-session/--load-session: not with --chat (its messages are not saved)");
+    return fail("run", "--save-session/--load-session: not with --chat (its messages are not saved)");
   if (f.chat) return chat(f, l, session, sampler);
   if (!f.load_session.empty()) {
     if (s = load_session_file(f.load_session, *l.model, *l.cache, session); !s.ok())
-      return fail("--load-session: " + s.message());
+      return fail("run", "--load-session: " + s.message());
   }
   auto save = [&]() {
     if (f.save_session.empty()) return 0;
     Status saved = save_session_file(f.save_session, *l.model, *l.cache, session);
-    return saved.ok() ? 0 : fail("--save-session: " + saved.message());
+    return saved.ok() ? 0 : fail("run", "--save-session: " + saved.message());
   };
   if (f.interactive) return interactive(f, l, session, sampler) == 0 ? save() : 1;
   // A loaded session without --prompt/--prompt-ids continues from its held-back token.
@@ -475,16 +468,16 @@ int run(const RunFlags& f) {
       resumed && !f.prompt_given && !f.prompt_ids_given
           ? Result<std::vector<int32_t>>(std::vector<int32_t>{})
           : prompt_tokens(f, l, f.prompt, !resumed);
-  if (!prompt.ok()) return fail(prompt.status().message());
+  if (!prompt.ok()) return fail("run", prompt.status().message());
   if (prompt->empty() && !resumed)
-    return fail("--prompt: the prompt is empty, expected at least one token");
-  if (s = check_fits(l, session.pos(), prompt->size()); !s.ok()) return fail(s.message());
+    return fail("run", "--prompt: the prompt is empty, expected at least one token");
+  if (s = check_fits(l, session.pos(), prompt->size()); !s.ok()) return fail("run", s.message());
   if (!f.dump_logits.empty()) {
     s = dump_logits(f, l, *prompt);
-    return s.ok() ? 0 : fail(s.message());
+    return s.ok() ? 0 : fail("run", s.message());
   }
   s = run_turn(f, l, session, sampler, *prompt);
-  return s.ok() ? save() : fail(s.message());
+  return s.ok() ? save() : fail("run", s.message());
 }
 
 }  // namespace

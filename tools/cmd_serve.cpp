@@ -51,11 +51,6 @@ struct ServeFlags {
   DraftFlags draft;
 };
 
-int fail(const std::string& msg) {
-  std::fprintf(stderr, "kvcache serve: %s\n", msg.c_str());
-  return 1;
-}
-
 void add_flags(CLI::App* cmd, ServeFlags& f) {
   cmd->add_option("model", f.model, "GGUF model file (default: the embedded tiny model)");
   cmd->add_option("--host", f.host, "Address to listen on")->capture_default_str();
@@ -161,11 +156,11 @@ void watch_signals(std::atomic<bool>& quit, server::EngineLoop& loop, server::Ht
 }
 
 int run_serve(const ServeFlags& f) {
-  if (!install_stop_handlers()) return fail("cannot install the SIGINT/SIGTERM handlers");
+  if (!install_stop_handlers()) return fail("serve", "cannot install the SIGINT/SIGTERM handlers");
   apply_threads(f.cache);
   Result<engine::LoadedModel> m =
       engine::load_model(engine::ModelSource::file(f.model), load_options(f.cache));
-  if (!m.ok()) return fail(m.status().message());
+  if (!m.ok()) return fail("serve", m.status().message());
   serve::ExecutorOptions eo;
   eo.max_sessions = f.cache.max_sessions;
   eo.max_session_tokens = f.cache.max_session_tokens;
@@ -183,16 +178,16 @@ int run_serve(const ServeFlags& f) {
   ExecutorDraft draft;
   if (std::optional<DraftError> de = make_executor_drafter(
           f.draft, *m, cache_options(f.cache), load_options(f.cache), eo, draft)) {
-    fail(de->message);
+    fail("serve", de->message);
     return de->usage ? 2 : 1;
   }
   Result<std::unique_ptr<serve::Executor>> ex = serve::Executor::create(*m->model, &*m->tokenizer, eo);
   if (!ex.ok()) {
-    fail(flag_message(ex.status(), {kExecutorFieldFlags}));
+    fail("serve", flag_message(ex.status(), {kExecutorFieldFlags}));
     return plan_exit_code(ex.status());
   }
   Result<std::string> drafting = executor_draft_summary(draft, eo, **ex);
-  if (!drafting.ok()) return fail("--draft: " + drafting.status().message());
+  if (!drafting.ok()) return fail("serve", "--draft: " + drafting.status().message());
   ModelGeometry g = m->model->geometry();
   g.cache = (*ex)->setup().geometry;
   SummaryOptions so;
@@ -222,7 +217,7 @@ int run_serve(const ServeFlags& f) {
   server::EngineLoop loop(**ex, f.max_queue);
   server::HttpServer http(loop, o, std::move(sm));
   Result<int> port = http.bind();
-  if (!port.ok()) return fail(port.status().message());
+  if (!port.ok()) return fail("serve", port.status().message());
   loop.start();
   std::fprintf(stderr, "listening on http://%s:%d\n", f.host.c_str(), *port);
   std::fflush(stderr);
@@ -232,7 +227,7 @@ int run_serve(const ServeFlags& f) {
   quit = true;
   watcher.join();
   loop.stop();
-  if (!served) return fail("the listener failed");
+  if (!served) return fail("serve", "the listener failed");
   std::fprintf(stderr, "kvcache serve: stopped\n");
   return 0;
 }

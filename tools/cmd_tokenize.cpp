@@ -20,7 +20,7 @@
 namespace kvcache::tools {
 namespace {
 
-constexpr uintmax_t kMaxTextBytes = uintmax_t{1} << 30;
+constexpr uintmax_t kMaxTokenizeTextBytes = uintmax_t{1} << 30;
 
 struct TokenizeArgs {
   std::string model, text, text_file;
@@ -29,16 +29,11 @@ struct TokenizeArgs {
   bool json = false;
 };
 
-int fail(const std::string& msg) {
-  std::fprintf(stderr, "kvcache tokenize: %s\n", msg.c_str());
-  return 1;
-}
-
 Result<std::string> read_text(const std::string& path) {
   std::error_code ec;
   const uintmax_t size = std::filesystem::file_size(path, ec);
   if (ec) return not_found("--text-file: cannot read " + path + ": " + ec.message());
-  if (size > kMaxTextBytes)
+  if (size > kMaxTokenizeTextBytes)
     return invalid_argument(str_cat("--text-file: ", path, " has ", size,
                                     " bytes, expected at most 2^30"));
   std::ifstream in(path, std::ios::binary);
@@ -52,18 +47,18 @@ int run_tokenize(const TokenizeArgs& a) {
   std::string text = a.text;
   if (!a.text_file.empty()) {
     Result<std::string> t = read_text(a.text_file);
-    if (!t.ok()) return fail(t.status().message());
+    if (!t.ok()) return fail("tokenize", t.status().message());
     text = std::move(*t);
   }
   Result<gguf::GgufFile> file = gguf::GgufFile::open(a.model);
-  if (!file.ok()) return fail(file.status().message());
+  if (!file.ok()) return fail("tokenize", file.status().message());
   Result<text::Tokenizer> tok = text::Tokenizer::from_gguf(*file);
-  if (!tok.ok()) return fail(tok.status().message());
+  if (!tok.ok()) return fail("tokenize", tok.status().message());
   text::EncodeOptions o;
   o.add_special = !a.no_bos;
   o.parse_special = !a.no_parse_special;
   Result<std::vector<int32_t>> ids = tok->encode(text, o);
-  if (!ids.ok()) return fail(ids.status().message());
+  if (!ids.ok()) return fail("tokenize", ids.status().message());
   if (a.json) {
     nlohmann::json j;
     j["ids"] = *ids;

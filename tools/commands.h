@@ -4,9 +4,13 @@
 // process exit code (0 ok, 1 error after printing the message to stderr, 2 usage).
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
+
+#include "core/status.h"
 
 namespace kvcache::tools {
 
@@ -21,5 +25,14 @@ Runner add_quantize(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
 Runner add_serve(CLI::App& app);
 Runner add_perplexity(CLI::App& app);
+
+// Prints "kvcache COMMAND: MESSAGE" on stderr and returns 1, the error exit code.
+int fail(std::string_view command, std::string_view message);
+int fail(std::string_view command, const Status& status);
+
+// n per second over `seconds`; 0 for an empty interval.
+inline double per_s(int64_t n, double seconds) {
+  return seconds > 0.0 ? static_cast<double>(n) / seconds : 0.0;
+}
 
 }  // namespace kvcache::tools

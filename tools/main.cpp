@@ -14,6 +14,18 @@
 #include "commands.h"
 #include "cpu/isa.h"
 
+namespace kvcache::tools {
+
+int fail(std::string_view command, std::string_view message) {
+  std::fprintf(stderr, "kvcache %.*s: %.*s\n", static_cast<int>(command.size()), command.data(),
+               static_cast<int>(message.size()), message.data());
+  return 1;
+}
+
+int fail(std::string_view command, const Status& status) { return fail(command, status.message()); }
+
+}  // namespace kvcache::tools
+
 int main(int argc, char** argv) {
   if (const char* isa = std::getenv("KVCACHE_ISA"); isa != nullptr) {
     const kvcache::Result<kvcache::cpu::Isa> ceiling = kvcache::cpu::parse_isa_ceiling(isa);

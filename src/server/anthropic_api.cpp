@@ -11,8 +11,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr size_t kMaxMessages = 4096;
-
 ApiError unsupported_field(const std::string& at, const std::string& what) {
   return ApiError{400, "'" + at + "' " + what + " (docs/server.md lists the /v1/messages fields)",
                   "invalid_request_error", at, "unsupported_parameter"};

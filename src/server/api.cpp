@@ -15,8 +15,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr size_t kMaxMessages = 4096;
-
 std::optional<ApiError> parse_prompt(const json& obj, const ApiLimits& lim, ApiRequest& r) {
   auto it = obj.find("prompt");
   if (it == obj.end()) return bad_field("prompt", "'prompt' is required");

@@ -54,6 +54,8 @@ inline std::optional<ApiError> bool_field(const nlohmann::json& obj, const char*
 }
 
 inline constexpr size_t kMaxStops = 16;
+// The most messages one request may carry, in either wire format.
+inline constexpr size_t kMaxMessages = 4096;
 
 // Stop strings: a list of at most kMaxStops non-empty strings (or, `single`, one string).
 inline std::optional<ApiError> stop_strings(const nlohmann::json& obj, const char* key,

@@ -14,8 +14,6 @@
 
 namespace kvcache::text {
 
-// The GGUF key table's spelling of a tokenizer key (program/gguf_keys.h).
-constexpr std::string_view gguf_key(gguf::Key k) { return gguf::key_pattern(k); }
 
 struct Tokenizer::Impl {
   Vocab vocab;
@@ -98,7 +96,7 @@ Result<Tokenizer> Tokenizer::from_gguf(const gguf::GgufFile& file) {
 }
 
 Result<Tokenizer> Tokenizer::from_gguf(const gguf::GgufFile& file, int32_t vocab) {
-  Result<std::string> model = file.get_string(gguf_key(gguf::Key::kTokenizerModel));
+  Result<std::string> model = file.get_string(gguf::key_pattern(gguf::Key::kTokenizerModel));
   if (!model.ok()) {
     if (model.status().code() != StatusCode::kNotFound)
       return Status(model.status().code(), "tokenizer: " + model.status().message());
@@ -114,7 +112,7 @@ Result<Tokenizer> Tokenizer::from_gguf(const gguf::GgufFile& file, int32_t vocab
                             "(byte-level BPE) or no key (raw bytes)");
   std::string pre_name = "gpt-2";  // a BPE file written before the key existed
   if (!spm) {
-    Result<std::string> pre = file.get_string(gguf_key(gguf::Key::kTokenizerPre));
+    Result<std::string> pre = file.get_string(gguf::key_pattern(gguf::Key::kTokenizerPre));
     if (pre.ok()) pre_name = *pre;
     else if (pre.status().code() != StatusCode::kNotFound)
       return Status(pre.status().code(), "tokenizer: " + pre.status().message());
@@ -138,7 +136,7 @@ Result<Tokenizer> Tokenizer::from_gguf(const gguf::GgufFile& file, int32_t vocab
     t.kind_ = Kind::kSpm;
   } else {
     std::vector<std::string> merges;
-    Result<std::vector<std::string>> m = file.get_string_array(gguf_key(gguf::Key::kTokenizerMerges));
+    Result<std::vector<std::string>> m = file.get_string_array(gguf::key_pattern(gguf::Key::kTokenizerMerges));
     if (m.ok()) merges = std::move(*m);
     else if (m.status().code() != StatusCode::kNotFound)
       return Status(m.status().code(), "tokenizer: " + m.status().message());

@@ -11,19 +11,19 @@ namespace {
 
 constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 
-struct Sym {
+struct SpmSym {
   uint32_t start, len;  // bytes of the normalized text; len 0 = merged away
   int32_t prev, next;   // neighbours; -1 = none
 };
 
-struct Pair {
+struct SpmPair {
   float score;
   int32_t left, right;
   uint32_t len;  // left.len + right.len when queued: stale entries no longer match
 };
 
-struct PairOrder {  // best score first; among equals the leftmost
-  bool operator()(const Pair& a, const Pair& b) const {
+struct SpmPairOrder {  // best score first; among equals the leftmost
+  bool operator()(const SpmPair& a, const SpmPair& b) const {
     return a.score < b.score || (a.score == b.score && a.left > b.left);
   }
 };
@@ -55,7 +55,7 @@ Status SpmEncoder::encode(std::string_view raw, bool space_prefix,
     if (c == ' ') text += kSpace;
     else text += c;
   }
-  std::vector<Sym> syms;
+  std::vector<SpmSym> syms;
   for (size_t i = 0; i < text.size();) {
     const size_t len = std::min(utf8_len(static_cast<unsigned char>(text[i])), text.size() - i);
     const auto k = static_cast<int32_t>(syms.size());
@@ -64,7 +64,7 @@ Status SpmEncoder::encode(std::string_view raw, bool space_prefix,
   }
   syms.back().next = -1;
   const std::vector<float>& scores = vocab_->scores;
-  std::priority_queue<Pair, std::vector<Pair>, PairOrder> queue;
+  std::priority_queue<SpmPair, std::vector<SpmPair>, SpmPairOrder> queue;
   auto try_pair = [&](int32_t l, int32_t r) {
     if (l < 0 || r < 0) return;
     const uint32_t len = syms[l].len + syms[r].len;
@@ -75,10 +75,10 @@ Status SpmEncoder::encode(std::string_view raw, bool space_prefix,
   for (size_t i = 1; i < syms.size(); ++i)
     try_pair(static_cast<int32_t>(i) - 1, static_cast<int32_t>(i));
   while (!queue.empty()) {
-    const Pair p = queue.top();
+    const SpmPair p = queue.top();
     queue.pop();
-    Sym& l = syms[p.left];
-    Sym& r = syms[p.right];
+    SpmSym& l = syms[p.left];
+    SpmSym& r = syms[p.right];
     if (l.len == 0 || r.len == 0 || l.next != p.right || l.len + r.len != p.len) continue;
     l.len += r.len;
     r.len = 0;

@@ -8,8 +8,6 @@
 
 namespace kvcache::text {
 
-// The GGUF key table's spelling of a tokenizer key (program/gguf_keys.h).
-constexpr std::string_view gguf_key(gguf::Key k) { return gguf::key_pattern(k); }
 namespace {
 
 // Texts that end a turn in the common chat formats (ChatML, Llama 3, Gemma, Phi-3, ...).
@@ -62,7 +60,7 @@ void finish_vocab(Vocab& v) {
 
 Result<Vocab> read_vocab(const gguf::GgufFile& f, bool default_add_bos) {
   Vocab v;
-  Result<std::vector<std::string>> tokens = f.get_string_array(gguf_key(gguf::Key::kTokenizerTokens));
+  Result<std::vector<std::string>> tokens = f.get_string_array(gguf::key_pattern(gguf::Key::kTokenizerTokens));
   if (!tokens.ok()) return Status(tokens.status().code(), key_error(tokens.status()));
   if (tokens->empty()) return invalid_argument("tokenizer: tokenizer.ggml.tokens is empty");
   if (tokens->size() > (size_t{1} << 30))
@@ -70,7 +68,7 @@ Result<Vocab> read_vocab(const gguf::GgufFile& f, bool default_add_bos) {
                                     tokens->size(), " entries, expected < 2^30"));
   v.tokens = std::move(*tokens);
   const size_t n = v.tokens.size();
-  Result<std::vector<double>> scores = f.get_float_array(gguf_key(gguf::Key::kTokenizerScores));
+  Result<std::vector<double>> scores = f.get_float_array(gguf::key_pattern(gguf::Key::kTokenizerScores));
   if (scores.ok()) {
     if (scores->size() != n)
       return invalid_argument(str_cat("tokenizer: tokenizer.ggml.scores has ",
@@ -80,7 +78,7 @@ Result<Vocab> read_vocab(const gguf::GgufFile& f, bool default_add_bos) {
   } else if (scores.status().code() != StatusCode::kNotFound) {
     return Status(scores.status().code(), key_error(scores.status()));
   }
-  Result<std::vector<int64_t>> types = f.get_int_array(gguf_key(gguf::Key::kTokenizerTokenType));
+  Result<std::vector<int64_t>> types = f.get_int_array(gguf::key_pattern(gguf::Key::kTokenizerTokenType));
   if (types.ok()) {
     if (types->size() != n)
       return invalid_argument(str_cat("tokenizer: tokenizer.ggml.token_type has ",
@@ -99,25 +97,25 @@ Result<Vocab> read_vocab(const gguf::GgufFile& f, bool default_add_bos) {
   }
   const auto ni = static_cast<int32_t>(n);
   struct IdKey { std::string_view key; int32_t* out; };
-  for (IdKey k : {IdKey{gguf_key(gguf::Key::kTokenizerBosId), &v.bos},
-                  IdKey{gguf_key(gguf::Key::kTokenizerEosId), &v.eos},
-                  IdKey{gguf_key(gguf::Key::kTokenizerUnknownId), &v.unk},
-                  IdKey{gguf_key(gguf::Key::kTokenizerEotId), &v.eot},
-                  IdKey{gguf_key(gguf::Key::kTokenizerEomId), &v.eom}}) {
+  for (IdKey k : {IdKey{gguf::key_pattern(gguf::Key::kTokenizerBosId), &v.bos},
+                  IdKey{gguf::key_pattern(gguf::Key::kTokenizerEosId), &v.eos},
+                  IdKey{gguf::key_pattern(gguf::Key::kTokenizerUnknownId), &v.unk},
+                  IdKey{gguf::key_pattern(gguf::Key::kTokenizerEotId), &v.eot},
+                  IdKey{gguf::key_pattern(gguf::Key::kTokenizerEomId), &v.eom}}) {
     Result<int32_t> id = read_id(f, k.key, ni);
     if (!id.ok()) return id.status();
     *k.out = *id;
   }
   struct FlagKey { std::string_view key; bool dflt; bool* out; };
-  for (FlagKey k : {FlagKey{gguf_key(gguf::Key::kTokenizerAddBos), default_add_bos, &v.add_bos},
-                    FlagKey{gguf_key(gguf::Key::kTokenizerAddEos), false, &v.add_eos},
-                    FlagKey{gguf_key(gguf::Key::kTokenizerAddSpacePrefix), true, &v.add_space_prefix}}) {
+  for (FlagKey k : {FlagKey{gguf::key_pattern(gguf::Key::kTokenizerAddBos), default_add_bos, &v.add_bos},
+                    FlagKey{gguf::key_pattern(gguf::Key::kTokenizerAddEos), false, &v.add_eos},
+                    FlagKey{gguf::key_pattern(gguf::Key::kTokenizerAddSpacePrefix), true, &v.add_space_prefix}}) {
     Result<bool> b = read_flag(f, k.key, k.dflt);
     if (!b.ok()) return b.status();
     *k.out = *b;
   }
   // A default (key absent) never asks for a token the file does not name.
-  if (f.find(gguf_key(gguf::Key::kTokenizerAddBos)) == nullptr && v.bos < 0) v.add_bos = false;
+  if (f.find(gguf::key_pattern(gguf::Key::kTokenizerAddBos)) == nullptr && v.bos < 0) v.add_bos = false;
   if (v.add_bos && v.bos < 0)
     return invalid_argument("tokenizer: tokenizer.ggml.add_bos_token is true but "
                             "tokenizer.ggml.bos_token_id is absent");
