@@ -136,6 +136,48 @@ TEST(QuantGemm, Avx2KernelReachesTheInt16BoundWithoutSaturating) {
   expect_kernel_equals_reference(w, alternating, t, cpu::Isa::kAvx2);
 }
 
+// The AVX2 kernel adds up to eight vpmaddubsw results in int16 before widening, as many as
+// the panel's largest |code| allows (and skips the sign step when no code is negative). Rows
+// at each type's largest code (one weight in 32 is 0, so the offset types span a range)
+// against activations all +1 (q = 127 everywhere) put the grouped sums at their bound: Q5_K/Q5_1's codes of 31 give 4 x 2 x 31 x 127 = 31496, Q6_K's -32
+// gives 4 x 8128 = 32512, the 4-bit types' 8 x 2 x 15 x 127 = 30480 (Q4_0's -8: 8 x 2032).
+// A wrapped int16 would be off by 65536 in a dot: bitwise equality with the reference catches it.
+TEST(QuantGemm, Avx2GroupedInt16SumsReachTheirBoundWithoutWrapping) {
+  if (!q8_gemm_available(q8_weight(1, 32, 1), cpu::Isa::kAvx2))
+    GTEST_SKIP() << "no AVX2+FMA+F16C here (CPU or KVCACHE_ISA=scalar)";
+  struct Case {
+    TensorType type;
+    float value;   // every weight but one in 32, which is 0
+    int largest;   // the |code| the quantizer gives it
+  };
+  const Case cases[] = {{TensorType::kQ4_0, -1.0f, 8},  {TensorType::kQ4_1, 1.0f, 15},
+                        {TensorType::kQ5_0, -1.0f, 16}, {TensorType::kQ5_1, 1.0f, 31},
+                        {TensorType::kQ8_0, -1.0f, 127}, {TensorType::kQ4_K, 1.0f, 15},
+                        {TensorType::kQ5_K, 1.0f, 31},  {TensorType::kQ6_K, -1.0f, 32},
+                        {TensorType::kMXFP4, -1.5f, 12}};
+  const int64_t rows = 9, cols = 512, t = 13;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(gguf::to_string(c.type));
+    const int64_t row_bytes = *gguf::row_bytes(c.type, cols);
+    std::vector<uint8_t> bytes(static_cast<size_t>(rows * row_bytes));
+    std::vector<float> dense(static_cast<size_t>(rows * cols), c.value);
+    for (size_t i = 0; i < dense.size(); i += 32) dense[i] = 0.0f;
+    ASSERT_TRUE(gguf::quantize(c.type, dense, bytes));
+    const Weight w = Weight::from_bytes(c.type, rows, cols, std::move(bytes));
+    const gguf::BlockGeometry g = *gguf::block_geometry(c.type);
+    quant_detail::IntBlock ib;
+    int largest = 0;
+    for (int sb = 0; sb < g.elements / 32; ++sb) {
+      quant_detail::int_block(c.type, w.row_data(0), sb, ib);
+      for (int8_t q : ib.w) largest = std::max(largest, std::abs(int{q}));
+    }
+    ASSERT_EQ(largest, c.largest);
+    expect_kernel_equals_reference(w, std::vector<float>(size_t(t * cols), 1.0f), t,
+                                   cpu::Isa::kAvx2);
+    if (HasFatalFailure()) return;
+  }
+}
+
 // Every other block type through the same AVX2 kernel, from its integer form (IntBlock):
 // Q6_K scales its halves apart, Q4_1/Q5_1/Q4_K/Q5_K add the offset term; K types need cols
 // in whole 256-blocks. Rows leave a partial vector, t a token tail.
