@@ -2,6 +2,8 @@
 // held token + k drafts, the acceptance rule (engine::accept_drafts) keeps a prefix, and the
 // rejected rows leave the cache right after the step. See executor.h and docs/speculative.md.
 #include <algorithm>
+#include <limits>
+#include <span>
 
 #include "serve/executor.h"
 #include "serve/executor_state.h"
@@ -39,6 +41,39 @@ int64_t Executor::propose_drafts(Session& s, int64_t budget) {
   return static_cast<int64_t>(s.draft.tokens.size());
 }
 
+void Executor::shape_verification_rows(Session& s, size_t first, int64_t n) {
+  const GenerateParams& p = requests_.at(s.request)->params;
+  const bool adjust = adjusts_logits(p);
+  if (!adjust && !s.grammar) return;
+  const auto vocab = static_cast<size_t>(logits_.vocab);
+  size_t taken = 0;  // drafts counted (and taken by the grammar) so far
+  for (int64_t i = 0; i < n; ++i) {
+    const std::span<float> row = std::span<float>(logits_.data).subspan((first + i) * vocab, vocab);
+    if (adjust) adjust_logits(p, s.counts, row);
+    if (s.grammar) {
+      if (const text::TokenMasker::Mask mask = s.grammar->allowed(); mask)
+        for (size_t id = 0; id < vocab; ++id)
+          if ((id >> 6) >= mask->size() || (((*mask)[id >> 6] >> (id & 63)) & 1) == 0)
+            row[id] = -std::numeric_limits<float>::infinity();
+    }
+    if (i + 1 == n) break;
+    const int32_t d = s.draft.tokens[static_cast<size_t>(i)];
+    if (s.grammar && !s.grammar->accept(d)) {
+      s.draft.tokens.resize(static_cast<size_t>(i));  // refused: never kept
+      s.draft.q.resize(std::min(s.draft.q.size(), static_cast<size_t>(i)));
+      break;
+    }
+    ++s.counts[d];
+    ++taken;
+  }
+  // Back to the state before the drafts.
+  if (s.grammar) s.grammar->rewind(taken);
+  for (size_t i = 0; i < taken; ++i) {
+    const auto it = s.counts.find(s.draft.tokens[i]);
+    if (--it->second == 0) s.counts.erase(it);
+  }
+}
+
 void Executor::note_plain_decode(Session& s) {
   if (!s.may_draft) return;
   s.draft_k.observe(0, 0);
@@ -59,6 +94,7 @@ Result<std::vector<std::pair<int64_t, Finish>>> Executor::verify_drafts(
       ++row;  // one row: the chunk's last
       continue;
     }
+    shape_verification_rows(s, row, p.n);
     const engine::Verdict v = engine::accept_drafts(logits_, s.draft, s.sampler, row);
     row += static_cast<size_t>(p.n);
     // The kept drafts, then the target's own token; the completion may end at any of them.

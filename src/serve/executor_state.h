@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -52,6 +53,13 @@ struct Executor::Session {
   int64_t generated() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
   int64_t remaining() const { return static_cast<int64_t>(tokens.size()) - fed; }
 };
+
+// Whether a request's draws see adjusted logits (logit_bias, presence or frequency penalty),
+// and the adjustment: logits += bias, less the penalties for `counts` (generated token ->
+// times). One home for draw_one and the verification of drafts (executor_step.cpp).
+bool adjusts_logits(const GenerateParams& p);
+void adjust_logits(const GenerateParams& p, const std::unordered_map<int32_t, int32_t>& counts,
+                   std::span<float> logits);
 
 struct Executor::Request {
   int64_t id = -1;

@@ -226,14 +226,24 @@ std::vector<int32_t> Executor::draw_tokens(std::span<const int64_t> row_session)
   return drawn;
 }
 
+bool adjusts_logits(const GenerateParams& p) {
+  return !p.logit_bias.empty() || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+}
+
+// logits += the request's bias, less its penalties for the tokens generated so far (counts).
+void adjust_logits(const GenerateParams& p, const std::unordered_map<int32_t, int32_t>& counts,
+                   std::span<float> logits) {
+  for (const auto& [id, bias] : p.logit_bias) logits[static_cast<size_t>(id)] += bias;
+  for (const auto& [id, n] : counts)
+    logits[static_cast<size_t>(id)] -=
+        static_cast<float>(n) * p.frequency_penalty + (n > 0 ? p.presence_penalty : 0.0f);
+}
+
 int32_t Executor::draw_one(Session& s, std::span<const float> logits) {
   const GenerateParams& p = requests_.at(s.request)->params;
-  if (!p.logit_bias.empty() || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+  if (adjusts_logits(p)) {
     s.adjusted.assign(logits.begin(), logits.end());
-    for (const auto& [id, bias] : p.logit_bias) s.adjusted[static_cast<size_t>(id)] += bias;
-    for (const auto& [id, n] : s.counts)
-      s.adjusted[static_cast<size_t>(id)] -=
-          static_cast<float>(n) * p.frequency_penalty + (n > 0 ? p.presence_penalty : 0.0f);
+    adjust_logits(p, s.counts, s.adjusted);
     logits = s.adjusted;
   }
   text::TokenMasker::Mask mask;

@@ -16,6 +16,7 @@
 #include "engine/speculative.h"
 #include "serve/executor.h"
 #include "serve_test_util.h"
+#include "text/json_schema.h"
 
 namespace kvcache::serve {
 namespace {
@@ -286,6 +287,52 @@ TEST(ExecutorDrafting, SampledRequestsDraftAndASeedRepeatsItsCompletion) {
     accepted += a[i].draft.accepted;
   }
   EXPECT_GT(accepted, 0);
+}
+
+// Requests whose draws are shaped draft too: each verification row gets the grammar's mask,
+// the bias and the penalties as they stand after the drafts before it. Greedy, the text must
+// be what the same request gives without a drafter. The list's items are forced by its enum,
+// so n-gram drafts of the second item on are kept. logprobs (one token at a time) and a
+// lazy grammar (it may switch on inside a draft) decode plainly.
+TEST(ExecutorDrafting, GrammarBiasAndPenaltiesDraftAndEqualPlainDecoding) {
+  auto list = text::compile_json_schema(
+      R"({"type":"array","items":{"enum":["the cat sat on the mat","a dog"]},"minItems":3,"maxItems":5})");
+  ASSERT_TRUE(list.ok()) << list.status().to_string();
+  std::vector<GenerateParams> params(5);
+  params[0].grammar = *list;
+  params[1].logit_bias = {{'e', -2.0f}, {' ', 1.5f}};
+  params[1].presence_penalty = 0.6f;
+  params[1].frequency_penalty = 0.4f;
+  params[2] = params[1];
+  params[2].grammar = *list;
+  params[3].logprobs = 2;
+  params[4].grammar = *list;
+  params[4].grammar_trigger = "[";
+  for (GenerateParams& p : params) p.max_new_tokens = 70;
+  auto run = [&](ExecutorOptions o) {
+    o.max_sessions = 5;
+    auto ex = make(o);
+    std::vector<int64_t> order;
+    for (size_t i = 0; i < params.size(); ++i)
+      order.push_back(*ex->submit(ids(kPrompts[i % 2 == 0 ? 0 : 3]), params[i]));
+    auto results = drain(*ex);
+    std::vector<Completion> out;
+    for (int64_t id : order) out.push_back(results.at(id).completions[0]);
+    return out;
+  };
+  const std::vector<Completion> drafted = run(ngram_options(8)), plain = run(ExecutorOptions{});
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_EQ(drafted[i].tokens, plain[i].tokens) << "request " << i;
+    EXPECT_EQ(drafted[i].text, plain[i].text) << "request " << i;
+    EXPECT_EQ(plain[i].draft.steps, 0);
+  }
+  EXPECT_EQ(drafted[0].text.front(), '[');
+  EXPECT_EQ(drafted[0].finish, Finish::kStop) << drafted[0].text;
+  EXPECT_GT(drafted[0].draft.accepted, 10) << drafted[0].text;
+  EXPECT_GT(drafted[1].draft.steps, 0);
+  EXPECT_GT(drafted[2].draft.accepted, 10) << drafted[2].text;
+  EXPECT_EQ(drafted[3].draft.steps, 0) << "logprobs decode plainly";
+  EXPECT_EQ(drafted[4].draft.steps, 0) << "a lazy grammar decodes plainly";
 }
 
 TEST(ExecutorDrafting, RefusesADraftWidthTheStepCannotHold) {
