@@ -224,11 +224,7 @@ Executor::Session& Executor::new_session(Request& r, int32_t completion,
   s->tokens = std::move(tokens);
   if (r.masker && r.params.grammar_trigger.empty()) s->grammar.emplace(r.masker);
   // Drafts are checked against the rows draw_one would draw from (shape_verification_rows).
-  // Not drafted: logprobs (drawn one token at a time) and a lazy grammar, which may switch on
-  // in the middle of a draft whose later rows were not masked.
-  const GenerateParams& p = r.params;
-  s->may_draft = opt_.make_drafter && p.draft && p.logprobs < 0 &&
-                 (!p.grammar || p.grammar_trigger.empty());
+  s->may_draft = opt_.make_drafter && r.params.draft;
   engine::SpecOptions by_acceptance = opt_.spec;
   by_acceptance.measured_cost = false;
   s->draft_k = engine::AdaptiveK(by_acceptance);

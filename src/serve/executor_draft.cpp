@@ -41,7 +41,9 @@ int64_t Executor::propose_drafts(Session& s, int64_t budget) {
   return static_cast<int64_t>(s.draft.tokens.size());
 }
 
-void Executor::shape_verification_rows(Session& s, size_t first, int64_t n) {
+void Executor::shape_verification_rows(Session& s, size_t first, int64_t n,
+                                       std::vector<text::TokenMasker::Mask>& masks) {
+  masks.clear();
   const GenerateParams& p = requests_.at(s.request)->params;
   const bool adjust = adjusts_logits(p);
   if (!adjust && !s.grammar) return;
@@ -51,7 +53,8 @@ void Executor::shape_verification_rows(Session& s, size_t first, int64_t n) {
     const std::span<float> row = std::span<float>(logits_.data).subspan((first + i) * vocab, vocab);
     if (adjust) adjust_logits(p, s.counts, row);
     if (s.grammar) {
-      if (const text::TokenMasker::Mask mask = s.grammar->allowed(); mask)
+      const text::TokenMasker::Mask& mask = masks.emplace_back(s.grammar->allowed());
+      if (mask)
         for (size_t id = 0; id < vocab; ++id)
           if ((id >> 6) >= mask->size() || (((*mask)[id >> 6] >> (id & 63)) & 1) == 0)
             row[id] = -std::numeric_limits<float>::infinity();
@@ -87,6 +90,7 @@ Result<std::vector<std::pair<int64_t, Finish>>> Executor::verify_drafts(
   std::vector<int32_t> seqs;
   std::vector<int64_t> to, kept_drafts;
   std::vector<Session*> who;
+  std::vector<text::TokenMasker::Mask> masks;  // a grammar's per verification row
   size_t row = 0;
   for (const Planned& p : plan) {
     Session& s = *sessions_.at(p.session);
@@ -94,16 +98,42 @@ Result<std::vector<std::pair<int64_t, Finish>>> Executor::verify_drafts(
       ++row;  // one row: the chunk's last
       continue;
     }
-    shape_verification_rows(s, row, p.n);
-    const engine::Verdict v = engine::accept_drafts(logits_, s.draft, s.sampler, row);
+    const size_t first = row;
+    shape_verification_rows(s, first, p.n, masks);
+    const engine::Verdict v = engine::accept_drafts(logits_, s.draft, s.sampler, first);
     row += static_cast<size_t>(p.n);
-    // The kept drafts, then the target's own token; the completion may end at any of them.
+    const GenerateParams& gp = requests_.at(s.request)->params;
+    // A kept token's logprob, from the row it was drawn from (under that row's mask).
+    auto note_logprob = [&](int32_t i, int32_t tok) {
+      if (gp.logprobs < 0) return;
+      const auto at = static_cast<size_t>(i);
+      const std::span<const uint64_t> allowed =
+          at < masks.size() && masks[at] ? std::span<const uint64_t>(*masks[at])
+                                         : std::span<const uint64_t>();
+      s.drawn_logprob = engine::token_logprob(logits_.row(first + at), allowed,
+                                              gp.sampling.temperature, tok, gp.logprobs);
+    };
+    // The kept drafts, then the target's own token; the completion may end at any of them. A
+    // lazy grammar that switches on at a kept draft stops there: the rows after it were not
+    // masked, so that draft is held for the next step (fed and drawn from then, masked).
+    const bool lazy = !s.grammar && requests_.at(s.request)->masker != nullptr;
     int32_t kept = 0;
+    bool switched = false;
     Finish why = Finish::kNone;
-    while (kept < v.accepted && why == Finish::kNone)
-      if ((why = push_token(s, s.draft.tokens[static_cast<size_t>(kept)])) == Finish::kNone) ++kept;
-    if (why == Finish::kNone) why = push_token(s, v.next);
+    while (kept < v.accepted && why == Finish::kNone && !switched) {
+      const int32_t tok = s.draft.tokens[static_cast<size_t>(kept)];
+      note_logprob(kept, tok);
+      if ((why = push_token(s, tok)) == Finish::kNone) {
+        ++kept;
+        switched = lazy && s.grammar.has_value();
+      }
+    }
+    if (why == Finish::kNone && !switched) {
+      note_logprob(kept, v.next);
+      why = push_token(s, v.next);
+    }
     if (why != Finish::kNone) ended.emplace_back(s.id, why);
+    if (switched) --kept;  // the held token now
     // The cache keeps the held token and the drafts before the first one not kept.
     if (kept + 1 < p.n) {
       seqs.push_back(s.seq);

@@ -289,25 +289,45 @@ TEST(ExecutorDrafting, SampledRequestsDraftAndASeedRepeatsItsCompletion) {
   EXPECT_GT(accepted, 0);
 }
 
-// Requests whose draws are shaped draft too: each verification row gets the grammar's mask,
-// the bias and the penalties as they stand after the drafts before it. Greedy, the text must
-// be what the same request gives without a drafter. The list's items are forced by its enum,
-// so n-gram drafts of the second item on are kept. logprobs (one token at a time) and a
-// lazy grammar (it may switch on inside a draft) decode plainly.
-TEST(ExecutorDrafting, GrammarBiasAndPenaltiesDraftAndEqualPlainDecoding) {
-  auto list = text::compile_json_schema(
+std::shared_ptr<const text::Grammar> cat_list() {
+  auto g = text::compile_json_schema(
       R"({"type":"array","items":{"enum":["the cat sat on the mat","a dog"]},"minItems":3,"maxItems":5})");
-  ASSERT_TRUE(list.ok()) << list.status().to_string();
+  EXPECT_TRUE(g.ok()) << g.status().to_string();
+  return g.ok() ? *g : nullptr;
+}
+
+// The same tokens and alternatives; logprobs within 1e-4 (a verification row comes from a
+// forward of k + 1 rows, a plain one from a single row: the logits differ in the last bits).
+void expect_same_logprobs(const Completion& a, const Completion& b) {
+  ASSERT_EQ(a.logprobs.size(), b.logprobs.size());
+  for (size_t i = 0; i < a.logprobs.size(); ++i) {
+    EXPECT_EQ(a.logprobs[i].token, b.logprobs[i].token) << "token " << i;
+    EXPECT_NEAR(a.logprobs[i].logprob, b.logprobs[i].logprob, 1e-4) << "token " << i;
+    ASSERT_EQ(a.logprobs[i].top.size(), b.logprobs[i].top.size()) << "token " << i;
+    for (size_t k = 0; k < a.logprobs[i].top.size(); ++k) {
+      EXPECT_EQ(a.logprobs[i].top[k].first, b.logprobs[i].top[k].first) << "token " << i;
+      EXPECT_NEAR(a.logprobs[i].top[k].second, b.logprobs[i].top[k].second, 1e-4) << "token " << i;
+    }
+  }
+}
+
+// Requests whose draws are shaped draft too: each verification row gets the grammar's mask,
+// the bias and the penalties as they stand after the drafts before it, and a kept draft's
+// logprob comes from its row. Greedy, the text and logprobs must be what the same request
+// gives without a drafter. The list's items are forced by its enum, so n-gram drafts of the
+// second item on are kept.
+TEST(ExecutorDrafting, GrammarBiasPenaltiesAndLogprobsDraftAndEqualPlainDecoding) {
+  const auto list = cat_list();
   std::vector<GenerateParams> params(5);
-  params[0].grammar = *list;
+  params[0].grammar = list;
   params[1].logit_bias = {{'e', -2.0f}, {' ', 1.5f}};
   params[1].presence_penalty = 0.6f;
   params[1].frequency_penalty = 0.4f;
   params[2] = params[1];
-  params[2].grammar = *list;
+  params[2].grammar = list;
   params[3].logprobs = 2;
-  params[4].grammar = *list;
-  params[4].grammar_trigger = "[";
+  params[4] = params[2];
+  params[4].logprobs = 3;
   for (GenerateParams& p : params) p.max_new_tokens = 70;
   auto run = [&](ExecutorOptions o) {
     o.max_sessions = 5;
@@ -322,17 +342,53 @@ TEST(ExecutorDrafting, GrammarBiasAndPenaltiesDraftAndEqualPlainDecoding) {
   };
   const std::vector<Completion> drafted = run(ngram_options(8)), plain = run(ExecutorOptions{});
   for (size_t i = 0; i < params.size(); ++i) {
-    EXPECT_EQ(drafted[i].tokens, plain[i].tokens) << "request " << i;
-    EXPECT_EQ(drafted[i].text, plain[i].text) << "request " << i;
+    SCOPED_TRACE("request " + std::to_string(i));
+    EXPECT_EQ(drafted[i].tokens, plain[i].tokens);
+    EXPECT_EQ(drafted[i].text, plain[i].text);
     EXPECT_EQ(plain[i].draft.steps, 0);
+    EXPECT_GT(drafted[i].draft.steps, 0);
+    expect_same_logprobs(drafted[i], plain[i]);
   }
   EXPECT_EQ(drafted[0].text.front(), '[');
   EXPECT_EQ(drafted[0].finish, Finish::kStop) << drafted[0].text;
   EXPECT_GT(drafted[0].draft.accepted, 10) << drafted[0].text;
-  EXPECT_GT(drafted[1].draft.steps, 0);
   EXPECT_GT(drafted[2].draft.accepted, 10) << drafted[2].text;
-  EXPECT_EQ(drafted[3].draft.steps, 0) << "logprobs decode plainly";
-  EXPECT_EQ(drafted[4].draft.steps, 0) << "a lazy grammar decodes plainly";
+  EXPECT_EQ(drafted[3].logprobs.size(), 70u);
+  EXPECT_EQ(drafted[3].logprobs[5].top.size(), 2u);
+  EXPECT_EQ(drafted[4].logprobs.size(), drafted[4].tokens.size());
+}
+
+// A lazy grammar (off until its trigger appears in the text) switching on at a kept draft: the
+// rows after that draft were drawn unmasked, so the draft is held and the next step draws under
+// the grammar. An oracle proposes the whole plain completion (the trigger, then the list), so
+// drafts span the switch; the text must equal plain decoding's.
+TEST(ExecutorDrafting, ALazyGrammarSwitchingOnInsideADraftKeepsNoUnmaskedToken) {
+  GenerateParams p;
+  p.max_new_tokens = 60;
+  p.grammar = cat_list();
+  p.grammar_trigger = "[";
+  p.logit_bias = {{'[', 20.0f}};  // the free text soon writes the trigger
+  const std::vector<int32_t> prompt = ids(kPrompts[1]);
+  ExecutorOptions plain_options;
+  plain_options.prefix_cache = false;
+  auto plain_ex = make(plain_options);
+  const int64_t pid = *plain_ex->submit(prompt, p);
+  const Completion plain = drain(*plain_ex).at(pid).completions[0];
+  const size_t at = plain.text.find('[');
+  ASSERT_NE(at, std::string::npos) << plain.text;
+  ASSERT_GT(at, 0u) << "the trigger comes after some free text: " << plain.text;
+  EXPECT_EQ(plain.finish, Finish::kStop) << plain.text;
+
+  std::vector<int32_t> full = prompt;
+  full.insert(full.end(), plain.tokens.begin(), plain.tokens.end());
+  ExecutorOptions o = oracle_options(full, 0, 8);
+  o.prefix_cache = false;
+  auto ex = make(o);
+  const int64_t id = *ex->submit(prompt, p);
+  const Completion drafted = drain(*ex).at(id).completions[0];
+  EXPECT_EQ(drafted.tokens, plain.tokens);
+  EXPECT_EQ(drafted.text, plain.text);
+  EXPECT_GT(drafted.draft.accepted, 10);
 }
 
 TEST(ExecutorDrafting, RefusesADraftWidthTheStepCannotHold) {

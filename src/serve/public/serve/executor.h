@@ -81,8 +81,7 @@ struct ExecutorOptions {
   std::string kv_store;
   int32_t store_wait_ms = 1000;         // >= 0
   // Speculative decoding (docs/speculative.md, "In the batching executor"): null = off. Else
-  // each session that may draft (GenerateParams::draft, no logprobs and no lazy grammar, one
-  // with a grammar_trigger) gets a drafter of its own from this factory at its first drafting step, and
+  // each session that may draft (GenerateParams::draft) gets a drafter of its own from this factory at its first drafting step, and
   // a decode step of it verifies the held token + k drafts as k + 1 rows of the step's forward
   // (k from engine::AdaptiveK). A factory that fails leaves that session decoding plainly.
   std::function<Result<std::unique_ptr<engine::Drafter>>(const DraftRoom&)> make_drafter;
@@ -331,8 +330,10 @@ class Executor {
   // Turns s's n verification rows (from logits_ row `first`) into what draw_one would draw
   // from after the drafts before each: bias and penalties counting those drafts, the grammar's
   // mask after them (disallowed at -infinity). Drafts from the first one the grammar refuses
-  // on are dropped (the rows after it are never compared). s's state is as it was.
-  void shape_verification_rows(Session& s, size_t first, int64_t n);
+  // on are dropped (the rows after it are never compared). s's state is as it was. `masks`
+  // gets the grammar's mask per row (empty without a grammar).
+  void shape_verification_rows(Session& s, size_t first, int64_t n,
+                               std::vector<text::TokenMasker::Mask>& masks);
   void note_plain_decode(Session& s);
   // Appends a token to s's completion: grammar, penalties' counts, text and stop strings,
   // streaming. Returns why the completion ends with it (kNone: it goes on); finishing is the
