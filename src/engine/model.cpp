@@ -121,8 +121,29 @@ std::vector<Weight> split_experts(const Weight& all, int64_t experts) {
   return out;
 }
 
+// Older Mixtral files hold each expert as a 2-D tensor: blk.N.ffn_gate.E.weight for the
+// stack blk.N.ffn_gate_exps.weight.
+std::string split_expert_name(const std::string& stack, int64_t e) {
+  const size_t at = stack.rfind("_exps.weight");
+  return str_cat(stack.substr(0, at), ".", e, ".weight");
+}
+
+// The experts of such a file, each loaded (and checked) as a 2-D weight [rows, cols].
+Result<std::vector<Weight>> load_split_experts(const GgufFile& f, const std::string& stack,
+                                               int64_t rows, int64_t cols, const LoadOptions& o,
+                                               int64_t experts) {
+  std::vector<Weight> out;
+  for (int64_t e = 0; e < experts; ++e) {
+    Result<Weight> w = load_weight(f, split_expert_name(stack, e), rows, cols, o);
+    if (!w.ok()) return w.status();
+    out.push_back(std::move(*w));
+  }
+  return out;
+}
+
 // A mixture-of-experts MLP (prefix p = "blk.N."): the router ffn_gate_inp and the 3-D
-// ffn_{gate,up,down}_exps stacks, each checked against expert_count and the widths.
+// ffn_{gate,up,down}_exps stacks (or one 2-D tensor per expert), each checked against
+// expert_count and the widths.
 Status load_experts(const GgufFile& f, const HParams& hp, const std::string& p,
                     const LoadOptions& o, LayerWeights& w) {
   const int64_t d = hp.d_model, ff = hp.d_ff_expert, n = hp.n_expert;
@@ -152,7 +173,14 @@ Status load_experts(const GgufFile& f, const HParams& hp, const std::string& p,
                 {&w.up_exps, "ffn_up_exps.weight", ff, d},
                 {&w.down_exps, "ffn_down_exps.weight", d, ff}};
   for (const auto& s : stacks) {
-    Result<Weight> all = load_weight(f, p + s.name, s.rows, s.cols, o, false, n);
+    const std::string name = p + s.name;
+    if (f.tensor(name) == nullptr && f.tensor(split_expert_name(name, 0)) != nullptr) {
+      Result<std::vector<Weight>> each = load_split_experts(f, name, s.rows, s.cols, o, n);
+      if (!each.ok()) return each.status();
+      *s.dst = std::move(*each);
+      continue;
+    }
+    Result<Weight> all = load_weight(f, name, s.rows, s.cols, o, false, n);
     if (!all.ok()) return all.status();
     *s.dst = split_experts(*all, n);
   }

@@ -1,5 +1,5 @@
 // Mixtures of experts (qwen3moe; llama with experts): what the expert keys and 3-D stacks
-// load as in every weight type, the router's top-k and weights, refusals naming the key or
+// (or older Mixtral files' per-expert tensors) load as in every weight type, the router's top-k and weights, refusals naming the key or
 // tensor, the cached forward equal to the no-cache reference, and that only the chosen
 // experts are read: changing an expert no token chose changes no logit, decode runs k experts
 // per layer and a prefill chunk reads each chosen expert once; the requantized drafter encodes
@@ -137,6 +137,40 @@ TEST(MoeLoad, ExpertViewsAreTheStackSlicesInEveryWeightType) {
             << gguf::to_string(type) << " expert " << e << " row " << r;
       }
   }
+}
+
+// Older Mixtral files store each expert as a 2-D tensor (blk.N.ffn_gate.E.weight) instead of
+// the 3-D stacks: the same values give bitwise the same logits (F32 and Q4_K experts), and a
+// missing expert is refused by its name.
+TEST(MoeLoad, MixtralPerExpertTensorsEqualTheStacks) {
+  using gguf::TensorType;
+  for (TensorType type : {TensorType::kF32, TensorType::kQ4_K}) {
+    TinySpec s;
+    s.n_expert = 4;
+    s.d_model = 256;
+    s.d_ff_expert = 256;
+    s.d_ff = 256;
+    s.experts_as = type;
+    Model stacked = tiny_model(s);
+    s.split_experts = true;
+    gguf::GgufFile f = tiny_file(s);
+    ASSERT_EQ(f.tensor("blk.0.ffn_gate_exps.weight"), nullptr);
+    ASSERT_NE(f.tensor("blk.0.ffn_gate.3.weight"), nullptr);
+    Result<Model> split = Model::load(f);
+    ASSERT_TRUE(split.ok()) << split.status().to_string();
+    EXPECT_EQ(split->layers()[0].down_exps[3].type, type);
+    EXPECT_EQ(split->layers()[0].down_exps.size(), 4u);
+    const std::vector<int32_t> tokens = some_tokens(9, stacked.hparams().vocab, 3);
+    CacheOptions o;
+    o.capacity = 16;
+    Built a = build(stacked, o), b = build(*split, o);
+    EXPECT_EQ(cached_logits(a, tokens, 4), cached_logits(b, tokens, 4)) << gguf::to_string(type);
+  }
+  TinySpec s;
+  s.n_expert = 4;
+  s.split_experts = true;
+  s.skip_tensors = {"blk.1.ffn_up.2.weight"};
+  expect_refused(s, StatusCode::kNotFound, "tensor blk.1.ffn_up.2.weight is missing");
 }
 
 TEST(MoeLoad, RefusalsNameTheKeyOrTensor) {

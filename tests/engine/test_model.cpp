@@ -80,6 +80,7 @@ std::vector<uint8_t> tiny_model_bytes(const TinySpec& s) {
     const gguf::TensorType type = dims.size() == 3 ? s.experts_as
                                   : dims.size() == 2 && !router ? s.store_as
                                                                 : gguf::TensorType::kF32;
+    if (dims.size() == 3 && dims[2] == 0) dims.pop_back();  // one expert of a split stack
     Status t = w.add_tensor_f32(name, std::move(dims), v, type);
     EXPECT_TRUE(t.ok()) << name << ": " << t.to_string();
   };
@@ -121,9 +122,21 @@ std::vector<uint8_t> tiny_model_bytes(const TinySpec& s) {
     if (s.n_expert > 0) {
       const int64_t n = s.stack_experts > 0 ? s.stack_experts : s.n_expert, ff = s.d_ff_expert;
       add(p + "ffn_gate_inp.weight", {d, s.n_expert}, gen.normal(s.n_expert * d, 2.0 / std::sqrt(d)));
-      add(p + "ffn_gate_exps.weight", {d, ff, n}, mat(n * ff, d));
-      add(p + "ffn_up_exps.weight", {d, ff, n}, mat(n * ff, d));
-      add(p + "ffn_down_exps.weight", {ff, d, n}, mat(n * d, ff));
+      const struct {
+        const char* name;
+        int64_t rows, cols;
+      } stacks[] = {{"gate", ff, d}, {"up", ff, d}, {"down", d, ff}};
+      for (const auto& m : stacks) {
+        std::vector<float> v = mat(n * m.rows, m.cols);
+        if (!s.split_experts) {
+          add(p + "ffn_" + m.name + "_exps.weight", {m.cols, m.rows, n}, std::move(v));
+          continue;
+        }
+        const auto per = static_cast<size_t>(m.rows * m.cols);
+        for (int64_t e = 0; e < n; ++e)  // typed as the stacks would be
+          add(p + "ffn_" + m.name + "." + std::to_string(e) + ".weight", {m.cols, m.rows, 0},
+              std::vector<float>(v.begin() + e * per, v.begin() + (e + 1) * per));
+      }
       if (gpt_oss) {  // gate/up biases of 4: the activation's clamps at 7 are reached
         add(p + "ffn_gate_inp.bias", {s.n_expert}, gen.normal(s.n_expert, 0.5));
         add(p + "ffn_gate_exps.bias", {ff, n}, gen.normal(n * ff, 4.0));

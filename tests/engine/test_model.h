@@ -51,6 +51,9 @@ struct TinySpec {
   int32_t d_ff_expert = 16;
   gguf::TensorType experts_as = gguf::TensorType::kF32;  // the stacks' type
   int32_t stack_experts = 0;  // the experts dim written in the stacks (0 = n_expert; errors)
+  // Older Mixtral files: each expert a 2-D tensor blk.N.ffn_{gate,up,down}.E.weight (the
+  // same values and type as the stack's slice E) instead of the stacks.
+  bool split_experts = false;
   // Called with each tensor's name and values (numpy order) before it is written: tests
   // change one expert's slice.
   std::function<void(const std::string&, std::vector<float>&)> edit;
