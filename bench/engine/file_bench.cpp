@@ -61,7 +61,8 @@ Loaded load(const std::string& path) {
   if (!m.ok()) return l.error = m.status().to_string(), std::move(l);
   l.model = std::make_unique<Model>(std::move(*m));
   for (const LayerWeights& lw : l.model->layers())
-    for (const Weight* x : {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down})
+    for (const kernels::Weight* x :
+         {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down})
       l.weight_bytes += static_cast<int64_t>(x->bytes.size());
   l.weight_bytes += static_cast<int64_t>(l.model->output().bytes.size());
   CacheOptions o;

@@ -131,10 +131,10 @@ Loaded load(const std::string& path) {
   if (!m.ok()) return l.error = m.status().to_string(), std::move(l);
   l.model = std::make_unique<Model>(std::move(*m));
   for (const LayerWeights& lw : l.model->layers()) {
-    for (const Weight* x : {&lw.wq, &lw.wk, &lw.wv, &lw.wo})
+    for (const kernels::Weight* x : {&lw.wq, &lw.wk, &lw.wv, &lw.wo})
       l.dense_bytes += static_cast<int64_t>(x->bytes.size());
-    for (const std::vector<Weight>* s : {&lw.gate_exps, &lw.up_exps, &lw.down_exps})
-      for (const Weight& x : *s) l.weight_bytes += static_cast<int64_t>(x.bytes.size());
+    for (const std::vector<kernels::Weight>* s : {&lw.gate_exps, &lw.up_exps, &lw.down_exps})
+      for (const kernels::Weight& x : *s) l.weight_bytes += static_cast<int64_t>(x.bytes.size());
   }
   l.dense_bytes += static_cast<int64_t>(l.model->output().bytes.size());
   l.weight_bytes += l.dense_bytes;

@@ -37,7 +37,7 @@
 #include "read_probe.h"
 
 
-namespace kvcache::engine {
+namespace kvcache::kernels {
 namespace {
 
 using gguf::TensorType;
@@ -299,9 +299,9 @@ constexpr int kCtx = 2048, kChunk = BenchModel::kChunk;
 std::vector<uint8_t> f16_model_bytes() { return bench::bench_model_bytes(kCtx); }
 
 struct Loaded {
-  std::unique_ptr<Model> model;
+  std::unique_ptr<engine::Model> model;
   std::shared_ptr<Cache> cache;
-  std::unique_ptr<Engine> engine;
+  std::unique_ptr<engine::Engine> engine;
   int64_t weight_bytes_per_token = 0;  // every matrix once, the embedding as one row
   std::string error;
 };
@@ -324,20 +324,20 @@ Loaded& loaded(int mix) {
     }
     bytes = w.bytes();
   }
-  Result<LoadedModel> m = load_model(ModelSource::memory(bytes));
+  Result<engine::LoadedModel> m = engine::load_model(engine::ModelSource::memory(bytes));
   if (!m.ok()) {
     l.error = m.status().to_string();
     return l;
   }
   l.model = std::move(m->model);
-  for (const LayerWeights& lw : l.model->layers())
+  for (const engine::LayerWeights& lw : l.model->layers())
     for (const Weight* x : {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down})
       l.weight_bytes_per_token += static_cast<int64_t>(x->bytes.size());
   l.weight_bytes_per_token += static_cast<int64_t>(l.model->output().bytes.size());
-  CacheOptions o;
+  engine::CacheOptions o;
   o.capacity = kCtx;
   o.kv_dtype = DType::kF16;
-  CachedEngine c = build_engine(*l.model, o).value();
+  engine::CachedEngine c = engine::build_engine(*l.model, o).value();
   l.cache = c.cache;
   l.engine = std::move(c.engine);
   return l;
@@ -355,7 +355,7 @@ void BM_Model(benchmark::State& bs) {
     return;
   }
   constexpr int64_t kDepth = 16;
-  Logits out;
+  engine::Logits out;
   std::vector<int32_t> tokens(kDepth + t), ids(kDepth + t, 0);
   std::vector<int64_t> pos(kDepth + t);
   for (int64_t i = 0; i < kDepth + t; ++i) {
@@ -365,14 +365,14 @@ void BM_Model(benchmark::State& bs) {
   (void)l.cache->rewind(0, 0);
   auto span_of = [&](auto& v, int64_t b, int64_t n) { return std::span(v).subspan(b, n); };
   if (!l.engine->forward({span_of(tokens, 0, kDepth), span_of(ids, 0, kDepth),
-                          span_of(pos, 0, kDepth)}, LogitsMode::kLast, out).ok()) {
+                          span_of(pos, 0, kDepth)}, engine::LogitsMode::kLast, out).ok()) {
     bs.SkipWithError("prompt forward failed");
     return;
   }
   const double probe = measure_probe(3);
   for (auto _ : bs) {
     Status st = l.engine->forward({span_of(tokens, kDepth, t), span_of(ids, kDepth, t),
-                                   span_of(pos, kDepth, t)}, LogitsMode::kLast, out);
+                                   span_of(pos, kDepth, t)}, engine::LogitsMode::kLast, out);
     if (!st.ok()) {
       bs.SkipWithError(st.to_string().c_str());
       break;
@@ -416,6 +416,6 @@ BENCHMARK(BM_Model)->Apply(model_args)->Iterations(8)->Unit(benchmark::kMillisec
     ->UseRealTime();
 
 }  // namespace
-}  // namespace kvcache::engine
+}  // namespace kvcache::kernels
 
 KVCACHE_BENCHMARK_MAIN();

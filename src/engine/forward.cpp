@@ -23,7 +23,7 @@ void add_bias(std::span<float> y, const std::vector<float>& b, int64_t t) {
 void head_norm(std::span<float> x, const std::vector<float>& w, int64_t rows, int32_t dim,
                float eps) {
   if (w.empty()) return;
-  rmsnorm_rows(x, w, x, rows, dim, eps);
+  kernels::rmsnorm_rows(x, w, x, rows, dim, eps);
 }
 
 template <class T>
@@ -56,8 +56,8 @@ Status check_cache_fits(const Model& model, const CacheGeometry& g) {
 Engine::Engine(const Model& model, std::shared_ptr<Cache> cache)
     : model_(model), cache_(std::move(cache)), kernel_(*cache_) {
   const HParams& hp = model_.hparams();
-  rope_ = RopeParams{hp.head_dim, hp.rope_dim, hp.rope_base, hp.rope_linear,
-                     hp.rope_interleaved, model_.rope_freqs()};
+  rope_ = kernels::RopeParams{hp.head_dim, hp.rope_dim, hp.rope_base, hp.rope_linear,
+                              hp.rope_interleaved, model_.rope_freqs()};
   rope_swa_ = rope_;
   rope_swa_.base = hp.rope_base_swa;
   rope_swa_.linear = hp.rope_linear_swa;
@@ -65,7 +65,7 @@ Engine::Engine(const Model& model, std::shared_ptr<Cache> cache)
 
 void Engine::add_residual(std::span<float> y, const std::vector<float>& post_norm, int64_t t) {
   const int64_t d = model_.hparams().d_model;
-  if (!post_norm.empty()) rmsnorm_rows(y, post_norm, y, t, d, model_.hparams().rms_eps);
+  if (!post_norm.empty()) kernels::rmsnorm_rows(y, post_norm, y, t, d, model_.hparams().rms_eps);
   for (int64_t i = 0; i < t * d; ++i) x_[i] += y[i];
 }
 
@@ -80,12 +80,12 @@ Status Engine::run_layer(int32_t i, int64_t t, std::span<const int64_t> position
   const LayerWeights& w = model_.layers()[i];
   const int64_t d = hp.d_model, hq = hp.q_heads, dk = hp.head_dim, dv = hp.value_dim;
   const int64_t kd = w.kv_heads * dk, vd = w.kv_heads * dv;
-  const RopeParams& rp = w.sliding ? rope_swa_ : rope_;
-  rmsnorm_rows(x_, w.attn_norm, h_, t, d, hp.rms_eps);
-  matmul(h_, w.wq, q_, t);
+  const kernels::RopeParams& rp = w.sliding ? rope_swa_ : rope_;
+  kernels::rmsnorm_rows(x_, w.attn_norm, h_, t, d, hp.rms_eps);
+  kernels::matmul(h_, w.wq, q_, t);
   add_bias(q_, w.bq, t);
   head_norm(q_, w.q_norm, t * hq, hp.head_dim, hp.rms_eps);
-  rope(q_, positions, hp.q_heads, rp);
+  kernels::rope(q_, positions, hp.q_heads, rp);
   scale_rotated(q_, t * hq, hp.head_dim, hp.rope_dim, hp.rope_attn_factor);  // YaRN; else 1
   AttendArgs args;
   args.layer = w.cache;
@@ -94,12 +94,12 @@ Status Engine::run_layer(int32_t i, int64_t t, std::span<const int64_t> position
   args.positions = positions;
   args.q = std::span<const float>(q_.data(), t * hq * dk);
   if (!w.kv_shared) {
-    matmul(h_, w.wk, k_, t);
-    matmul(h_, w.wv, v_, t);
+    kernels::matmul(h_, w.wk, k_, t);
+    kernels::matmul(h_, w.wv, v_, t);
     add_bias(k_, w.bk, t);
     add_bias(v_, w.bv, t);
     head_norm(k_, w.k_norm, t * w.kv_heads, hp.head_dim, hp.rms_eps);
-    rope(k_, positions, w.kv_heads, rp);
+    kernels::rope(k_, positions, w.kv_heads, rp);
     scale_rotated(k_, t * w.kv_heads, hp.head_dim, hp.rope_dim, hp.rope_attn_factor);
     args.k = std::span<const float>(k_.data(), t * kd);
     args.v = std::span<const float>(v_.data(), t * vd);
@@ -112,13 +112,13 @@ Status Engine::run_layer(int32_t i, int64_t t, std::span<const int64_t> position
   Status attended = w.kv_shared ? kernel_.attend(args) : kernel_.update_and_attend(args);
   KVCACHE_RETURN_IF_ERROR_CTX(std::move(attended), str_cat("engine: layer ", i));
   if (w.post_attn_norm.empty()) {
-    matmul(att_, w.wo, x_, t, /*accumulate=*/true);
+    kernels::matmul(att_, w.wo, x_, t, /*accumulate=*/true);
     add_bias(x_, w.bo, t);
   } else {
-    matmul(att_, w.wo, h_, t);
+    kernels::matmul(att_, w.wo, h_, t);
     add_residual(h_, w.post_attn_norm, t);
   }
-  rmsnorm_rows(x_, w.ffn_norm, h_, t, d, hp.rms_eps);
+  kernels::rmsnorm_rows(x_, w.ffn_norm, h_, t, d, hp.rms_eps);
   if (!w.router.empty()) {
     grow(moe_.y, t * d);
     const std::span<float> y(moe_.y.data(), t * d);
@@ -126,15 +126,15 @@ Status Engine::run_layer(int32_t i, int64_t t, std::span<const int64_t> position
     add_residual(y, w.post_ffn_norm, t);
     return ok_status();
   }
-  matmul(h_, w.w_gate, gate_, t);
-  matmul(h_, w.w_up, up_, t);
+  kernels::matmul(h_, w.w_gate, gate_, t);
+  kernels::matmul(h_, w.w_up, up_, t);
   const std::span<float> gate(gate_.data(), t * hp.d_ff);
-  if (hp.ffn_act == FfnActivation::kGeluTanh) gelu_tanh_gated(gate, up_);
-  else swiglu(gate, up_);
+  if (hp.ffn_act == FfnActivation::kGeluTanh) kernels::gelu_tanh_gated(gate, up_);
+  else kernels::swiglu(gate, up_);
   if (w.post_ffn_norm.empty()) {
-    matmul(gate_, w.w_down, x_, t, /*accumulate=*/true);
+    kernels::matmul(gate_, w.w_down, x_, t, /*accumulate=*/true);
   } else {
-    matmul(gate_, w.w_down, h_, t);
+    kernels::matmul(gate_, w.w_down, h_, t);
     add_residual(h_, w.post_ffn_norm, t);
   }
   return ok_status();
@@ -194,11 +194,12 @@ Status Engine::forward(const Batch& batch, std::span<const int32_t> rows, Logits
   out.token_index.assign(rows.begin(), rows.end());
   const auto n_rows = static_cast<int64_t>(rows.size());
   for (int64_t r = 0; r < n_rows; ++r)
-    rmsnorm_rows(std::span<const float>(x_).subspan(out.token_index[r] * d, d),
-                 model_.output_norm(), std::span<float>(h_).subspan(r * d, d), 1, d, hp.rms_eps);
+    kernels::rmsnorm_rows(std::span<const float>(x_).subspan(out.token_index[r] * d, d),
+                          model_.output_norm(), std::span<float>(h_).subspan(r * d, d), 1, d,
+                          hp.rms_eps);
   out.data.resize(n_rows * hp.vocab);
-  matmul(h_, model_.output(), out.data, n_rows);
-  softcap(out.data, hp.final_softcap);
+  kernels::matmul(h_, model_.output(), out.data, n_rows);
+  kernels::softcap(out.data, hp.final_softcap);
   return ok_status();
 }
 

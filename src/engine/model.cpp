@@ -16,6 +16,9 @@
 #include "engine/yarn_rope.h"
 
 namespace kvcache::engine {
+
+using kernels::Weight;
+
 namespace {
 
 using gguf::GgufFile;

@@ -85,8 +85,8 @@ void add_gate_up_biases(const LayerWeights& w, const MoeGroup& g, int64_t ff, fl
 void activate(const HParams& hp, float* gate, const float* up, int64_t n) {
   const std::span<float> g(gate, static_cast<size_t>(n));
   const std::span<const float> u(up, static_cast<size_t>(n));
-  if (hp.ffn_act == FfnActivation::kSwigluOai) swiglu_oai(g, u);
-  else swiglu(g, u);
+  if (hp.ffn_act == FfnActivation::kSwigluOai) kernels::swiglu_oai(g, u);
+  else kernels::swiglu(g, u);
 }
 
 // Runs fn(item) for every item: on the pool (claimed dynamically, so a thread the OS parks
@@ -119,8 +119,9 @@ void make_items(const std::vector<MoeGroup>& groups, int64_t rows, int64_t chunk
 void fused_gate_up(const LayerWeights& w, const HParams& hp, std::span<const float> h,
                    int64_t rows, MoeScratch& s) {
   const int64_t d = hp.d_model, ff = hp.d_ff_expert;
-  const Weight& gate0 = w.gate_exps[0];  // every expert has its shape and type
-  const bool quantize = product_quantizes(gate0.type) || product_quantizes(w.up_exps[0].type);
+  const kernels::Weight& gate0 = w.gate_exps[0];  // every expert has its shape and type
+  const bool quantize = kernels::product_quantizes(gate0.type) ||
+                        kernels::product_quantizes(w.up_exps[0].type);
   for (size_t i = 0; i < s.groups.size(); ++i) {
     const MoeGroup& g = s.groups[i];
     if (g.slot < 0) continue;
@@ -128,12 +129,12 @@ void fused_gate_up(const LayerWeights& w, const HParams& hp, std::span<const flo
     gather(h, s, g, d, hp.n_expert_used, x);
     s.inputs[i].set(x, g.n, d, quantize);
   }
-  make_items(s.groups, ff, row_chunk(gate0), s.items);
+  make_items(s.groups, ff, kernels::row_chunk(gate0), s.items);
   run_items(s.items, 2 * rows * ff * d, [&](const MoeItem& it) {
     const MoeGroup& g = s.groups[static_cast<size_t>(it.group)];
-    const ProductInput& in = s.inputs[static_cast<size_t>(it.group)];
-    matmul_rows(w.gate_exps[g.expert], in, it.r0, it.r1, s.gate.data() + g.slot * ff);
-    matmul_rows(w.up_exps[g.expert], in, it.r0, it.r1, s.up.data() + g.slot * ff);
+    const kernels::ProductInput& in = s.inputs[static_cast<size_t>(it.group)];
+    kernels::matmul_rows(w.gate_exps[g.expert], in, it.r0, it.r1, s.gate.data() + g.slot * ff);
+    kernels::matmul_rows(w.up_exps[g.expert], in, it.r0, it.r1, s.up.data() + g.slot * ff);
   });
   for (const MoeGroup& g : s.groups)
     if (g.slot >= 0)
@@ -144,17 +145,18 @@ void fused_gate_up(const LayerWeights& w, const HParams& hp, std::span<const flo
 // s.out[slot * d], then their biases.
 void fused_down(const LayerWeights& w, const HParams& hp, int64_t rows, MoeScratch& s) {
   const int64_t d = hp.d_model, ff = hp.d_ff_expert;
-  const Weight& down0 = w.down_exps[0];
+  const kernels::Weight& down0 = w.down_exps[0];
   for (size_t i = 0; i < s.groups.size(); ++i) {
     const MoeGroup& g = s.groups[i];
     if (g.slot >= 0)
-      s.inputs[i].set(s.gate.data() + g.slot * ff, g.n, ff, product_quantizes(down0.type));
+      s.inputs[i].set(s.gate.data() + g.slot * ff, g.n, ff,
+                      kernels::product_quantizes(down0.type));
   }
-  make_items(s.groups, d, row_chunk(down0), s.items);
+  make_items(s.groups, d, kernels::row_chunk(down0), s.items);
   run_items(s.items, rows * ff * d, [&](const MoeItem& it) {
     const MoeGroup& g = s.groups[static_cast<size_t>(it.group)];
-    matmul_rows(w.down_exps[g.expert], s.inputs[static_cast<size_t>(it.group)], it.r0, it.r1,
-                s.out.data() + g.slot * d);
+    kernels::matmul_rows(w.down_exps[g.expert], s.inputs[static_cast<size_t>(it.group)], it.r0,
+                         it.r1, s.out.data() + g.slot * d);
   });
   for (const MoeGroup& g : s.groups)
     if (g.slot >= 0) add_expert_bias(s.out.data() + g.slot * d, g.n, d, w.down_exps_b, g.expert);
@@ -186,11 +188,11 @@ void run_alone(const LayerWeights& w, const HParams& hp, std::span<const float> 
   grow(s.up, n * ff);
   grow(s.big_out, n * d);
   gather(h, s, g, d, hp.n_expert_used, s.xs.data());
-  matmul(s.xs, w.gate_exps[g.expert], s.gate, n);
-  matmul(s.xs, w.up_exps[g.expert], s.up, n);
+  kernels::matmul(s.xs, w.gate_exps[g.expert], s.gate, n);
+  kernels::matmul(s.xs, w.up_exps[g.expert], s.up, n);
   add_gate_up_biases(w, g, ff, s.gate.data(), s.up.data());
   activate(hp, s.gate.data(), s.up.data(), n * ff);
-  matmul(s.gate, w.down_exps[g.expert], s.big_out, n);
+  kernels::matmul(s.gate, w.down_exps[g.expert], s.big_out, n);
   add_expert_bias(s.big_out.data(), n, d, w.down_exps_b, g.expert);
 }
 
@@ -200,7 +202,7 @@ void moe_ffn(const LayerWeights& w, const HParams& hp, int32_t layer, std::span<
              int64_t t, std::span<float> y, MoeScratch& s) {
   const int64_t d = hp.d_model, k = hp.n_expert_used;
   grow(s.logits, t * hp.n_expert);
-  matmul(h, w.router, s.logits, t);
+  kernels::matmul(h, w.router, s.logits, t);
   if (!w.router_b.empty())
     for (int64_t r = 0; r < t; ++r)
       for (int32_t e = 0; e < hp.n_expert; ++e) s.logits[r * hp.n_expert + e] += w.router_b[e];
@@ -219,7 +221,7 @@ void moe_ffn(const LayerWeights& w, const HParams& hp, int32_t layer, std::span<
     const int32_t e = s.choices[s.order[a]].expert;
     int64_t b = a;
     while (b < n_choices && s.choices[s.order[b]].expert == e) ++b;
-    const bool fused = b - a <= kSmallBatch;
+    const bool fused = b - a <= kernels::kSmallBatch;
     s.groups.push_back({e, a, b - a, fused ? fused_rows : -1});
     if (fused) fused_rows += b - a;
     a = b;

@@ -10,7 +10,7 @@ namespace {
 using Vec = std::vector<double>;
 
 // y[T, rows] = x[T, cols] W^T (+ bias).
-Vec linear(const Vec& x, const Weight& w, const std::vector<float>& b, int64_t t) {
+Vec linear(const Vec& x, const kernels::Weight& w, const std::vector<float>& b, int64_t t) {
   const int64_t in = w.cols, out = w.rows;
   Vec y(t * out, 0.0);
   for (int64_t r = 0; r < t; ++r)

@@ -14,7 +14,7 @@
 
 extern "C" void openblas_set_num_threads(int num_threads);
 
-namespace kvcache::engine {
+namespace kvcache::kernels {
 
 namespace {
 
@@ -139,7 +139,7 @@ void swiglu_reference(std::span<float> g, std::span<const float> u) {
 void swiglu(std::span<float> g, std::span<const float> u) {
   const bool avx512 = cpu::isa_supported(cpu::Isa::kAvx512);  // per call: honours the ceiling
   split_items(static_cast<int64_t>(g.size()), 1, [&](int64_t i0, int64_t i1) {
-    if (avx512) return kernels_detail::swiglu_avx512(g.data() + i0, u.data() + i0, i1 - i0);
+    if (avx512) return detail::swiglu_avx512(g.data() + i0, u.data() + i0, i1 - i0);
     swiglu_reference(g.subspan(static_cast<size_t>(i0), static_cast<size_t>(i1 - i0)),
                      u.subspan(static_cast<size_t>(i0), static_cast<size_t>(i1 - i0)));
   });
@@ -173,4 +173,4 @@ void softcap(std::span<float> x, float cap) {
   for (float& v : x) v = cap * std::tanh(v / cap);
 }
 
-}  // namespace kvcache::engine
+}  // namespace kvcache::kernels

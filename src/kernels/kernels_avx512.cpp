@@ -15,7 +15,7 @@
 
 KVCACHE_SIMD_BEGIN("avx512f,avx512bw,avx512vl,avx2,fma")
 
-namespace kvcache::engine::kernels_detail {
+namespace kvcache::kernels::detail {
 namespace {
 #include "cpu/exp_avx512.inc"
 }  // namespace
@@ -33,12 +33,12 @@ void swiglu_avx512(float* g, const float* u, int64_t n) {
   }
 }
 
-}  // namespace kvcache::engine::kernels_detail
+}  // namespace kvcache::kernels::detail
 
 KVCACHE_SIMD_END()
 
 #else
-namespace kvcache::engine::kernels_detail {
+namespace kvcache::kernels::detail {
 void swiglu_avx512(float*, const float*, int64_t) {}  // never selected off x86
-}  // namespace kvcache::engine::kernels_detail
+}  // namespace kvcache::kernels::detail
 #endif

@@ -11,23 +11,23 @@
 #include "program/gguf_quant.h"
 #include "core/half.h"
 
-namespace kvcache::engine {
+namespace kvcache::kernels {
 
 namespace {
 constexpr int64_t kRowTile = 32;     // weight rows per task (two AVX-512 / four AVX2 panels)
 constexpr int64_t kTokenTile = 16;   // activation rows quantized per task
 
 struct Q8GemmKernel {
-  quant_detail::Q8QuantizeFn quantize = nullptr;
-  quant_detail::Q8GemmRowsFn rows = nullptr;
+  detail::Q8QuantizeFn quantize = nullptr;
+  detail::Q8GemmRowsFn rows = nullptr;
 };
 // The kernel of `isa` (kAuto: the level matvec runs); empty when that level has none here.
 Q8GemmKernel q8_gemm_kernel(cpu::Isa isa) {
   if (isa == cpu::Isa::kAuto) isa = matvec_best_isa();
   if (isa == cpu::Isa::kScalar || !matvec_isa_supported(isa)) return {};
   if (isa == cpu::Isa::kAvx512)
-    return {quant_detail::avx512_q8_quantize(), quant_detail::avx512_q8_gemm_rows()};
-  return {quant_detail::avx2_q8_quantize(), quant_detail::avx2_q8_gemm_rows()};
+    return {detail::avx512_q8_quantize(), detail::avx512_q8_gemm_rows()};
+  return {detail::avx2_q8_quantize(), detail::avx2_q8_gemm_rows()};
 }
 
 bool is_int_block_type(gguf::TensorType type) {
@@ -39,7 +39,7 @@ bool is_int_block_type(gguf::TensorType type) {
 }
 }  // namespace
 
-quant_detail::IntGemmForm quant_detail::int_gemm_form(gguf::TensorType type) {
+detail::IntGemmForm detail::int_gemm_form(gguf::TensorType type) {
   using T = gguf::TensorType;
   return {type == T::kQ6_K,
           type == T::kQ4_1 || type == T::kQ5_1 || type == T::kQ4_K || type == T::kQ5_K};
@@ -70,16 +70,16 @@ void q8_gemm(const Weight& w, const float* x, float* y, int64_t t, bool accumula
   if (w.rows == 0 || t <= 0) return;
   assert(q8_gemm_available(w, isa));
   const Q8GemmKernel kernel = q8_gemm_kernel(gemm_isa(w, isa));
-  const quant_detail::Q8QuantizeFn quantize = kernel.quantize;
-  const quant_detail::Q8GemmRowsFn rows = kernel.rows;
-  thread_local quant_detail::Q8GemmActs acts;
-  quant_detail::Q8GemmActs& a = acts;  // the workers use the caller's thread_local, by reference
+  const detail::Q8QuantizeFn quantize = kernel.quantize;
+  const detail::Q8GemmRowsFn rows = kernel.rows;
+  thread_local detail::Q8GemmActs acts;
+  detail::Q8GemmActs& a = acts;  // the workers use the caller's thread_local, by reference
   a.t = t;
   a.cols = w.cols;
   a.blocks = w.cols / 32;
   a.xu.resize(static_cast<size_t>(t * w.cols));
   a.d.resize(static_cast<size_t>(t * a.blocks));
-  const bool offset = quant_detail::int_gemm_form(w.type).offset;  // AVX2 only: xu holds q
+  const bool offset = detail::int_gemm_form(w.type).offset;  // AVX2 only: xu holds q
   a.sum.resize(offset ? static_cast<size_t>(t * a.blocks) : 0);
   cpu::ThreadPool& pool = cpu::global_pool();
   pool.run_tasks((t + kTokenTile - 1) / kTokenTile, [&](int64_t i) {
@@ -101,17 +101,17 @@ void q8_gemm(const Weight& w, const float* x, float* y, int64_t t, bool accumula
 void q8_gemm_reference(const Weight& w, const float* x, float* y, int64_t t, bool accumulate) {
   const gguf::BlockGeometry g = *gguf::block_geometry(w.type);
   const int64_t per_block = g.elements / 32;
-  const quant_detail::IntGemmForm form = quant_detail::int_gemm_form(w.type);
+  const detail::IntGemmForm form = detail::int_gemm_form(w.type);
   Q8Activations a;
-  quant_detail::IntBlock ib;
+  detail::IntBlock ib;
   for (int64_t j = 0; j < t; ++j) {
     quantize_activations(x + j * w.cols, w.cols, a);
     for (int64_t r = 0; r < w.rows; ++r) {
       const uint8_t* row = w.row_data(r);
       float acc = 0.0f;
       for (int64_t b = 0; b < a.blocks; ++b) {
-        quant_detail::int_block(w.type, row + (b / per_block) * g.bytes,
-                                static_cast<int>(b % per_block), ib);
+        detail::int_block(w.type, row + (b / per_block) * g.bytes,
+                          static_cast<int>(b % per_block), ib);
         const int8_t* q = a.q.data() + 32 * b;
         int32_t lo = 0, hi = 0, sum = 0;
         for (int l = 0; l < 16; ++l) lo += int32_t{ib.w[l]} * q[l];
@@ -131,4 +131,4 @@ void q8_gemm_reference(const Weight& w, const float* x, float* y, int64_t t, boo
   }
 }
 
-}  // namespace kvcache::engine
+}  // namespace kvcache::kernels

@@ -13,7 +13,7 @@
 #include "cpu/attention.h"
 #include "kernels/weight.h"
 
-namespace kvcache::engine {
+namespace kvcache::kernels {
 
 // Whether q8_gemm has a kernel for w on `isa` (kAuto = the level matvec runs, cpu/isa.h's
 // kInt8Dot family under the ceilings): Q8_0 and MXFP4 at AVX-512 VNNI; every block type
@@ -36,7 +36,7 @@ void q8_gemm(const Weight& w, const float* x, float* y, int64_t t, bool accumula
 // The same sums one (token, row) at a time, single-threaded: the readable form.
 void q8_gemm_reference(const Weight& w, const float* x, float* y, int64_t t, bool accumulate);
 
-namespace quant_detail {
+namespace detail {
 // X quantized for the GEMM, q and d[j * blocks + b] exactly what quantize_activations gives
 // row j, in the form the level's kernel reads: xu[j * cols + c] = q + 128 (unsigned, for
 // vpdpbusd; AVX-512) or the byte of q itself (AVX2, which signs it by the weight's sign).
@@ -61,6 +61,6 @@ Q8QuantizeFn avx512_q8_quantize();  // nullptr without the AVX-512 build
 Q8GemmRowsFn avx512_q8_gemm_rows();
 Q8QuantizeFn avx2_q8_quantize();  // nullptr off x86-64
 Q8GemmRowsFn avx2_q8_gemm_rows();
-}  // namespace quant_detail
+}  // namespace detail
 
-}  // namespace kvcache::engine
+}  // namespace kvcache::kernels

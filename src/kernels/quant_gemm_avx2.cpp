@@ -24,12 +24,12 @@
 
 KVCACHE_SIMD_BEGIN("avx2,fma,f16c")
 
-namespace kvcache::engine {
+namespace kvcache::kernels {
 namespace {
 
-using quant_detail::Q8GemmActs;
+using detail::Q8GemmActs;
 
-using quant_detail::IntGemmForm;
+using detail::IntGemmForm;
 
 constexpr int kLanes = 8;   // weight rows per vector
 constexpr int kTokens = 6;  // activation rows per micro-tile: 6 int32 sums + 6 = 12 ymm
@@ -48,12 +48,12 @@ struct Panel {
     u.assign(q.size(), 0);
     for (std::vector<float>* v : {&s0, &s1, &c})
       v->assign(static_cast<size_t>(blocks * kLanes), 0.0f);
-    quant_detail::IntBlock ib;
+    detail::IntBlock ib;
     for (int64_t i = 0; i < n; ++i) {
       const uint8_t* row = w.row_data(r0 + i);
       for (int64_t b = 0; b < blocks; ++b) {
-        quant_detail::int_block(w.type, row + (b / per_block) * g.bytes,
-                                static_cast<int>(b % per_block), ib);
+        detail::int_block(w.type, row + (b / per_block) * g.bytes,
+                          static_cast<int>(b % per_block), ib);
         s0[b * kLanes + i] = ib.s[0];
         s1[b * kLanes + i] = ib.s[1];
         c[b * kLanes + i] = ib.c;
@@ -202,7 +202,7 @@ void panel_kernel(const Panel& panel, int64_t n, const Q8GemmActs& a, float* yr,
 void gemm_rows(const Weight& w, int64_t r0, int64_t r1, const Q8GemmActs& a, float* y,
                bool accumulate) {
   thread_local Panel panel;
-  const IntGemmForm form = quant_detail::int_gemm_form(w.type);
+  const IntGemmForm form = detail::int_gemm_form(w.type);
   for (int64_t r = r0; r < r1; r += kLanes) {
     const int64_t n = std::min<int64_t>(kLanes, r1 - r);
     panel.pack(w, r, n, a.blocks);
@@ -254,16 +254,16 @@ void quantize_rows(const float* x, int64_t j0, int64_t j1, Q8GemmActs& a) {
 
 }  // namespace
 
-quant_detail::Q8QuantizeFn quant_detail::avx2_q8_quantize() { return quantize_rows; }
-quant_detail::Q8GemmRowsFn quant_detail::avx2_q8_gemm_rows() { return gemm_rows; }
+detail::Q8QuantizeFn detail::avx2_q8_quantize() { return quantize_rows; }
+detail::Q8GemmRowsFn detail::avx2_q8_gemm_rows() { return gemm_rows; }
 
-}  // namespace kvcache::engine
+}  // namespace kvcache::kernels
 
 KVCACHE_SIMD_END()
 
 #else
-namespace kvcache::engine {
-quant_detail::Q8QuantizeFn quant_detail::avx2_q8_quantize() { return nullptr; }
-quant_detail::Q8GemmRowsFn quant_detail::avx2_q8_gemm_rows() { return nullptr; }
-}  // namespace kvcache::engine
+namespace kvcache::kernels {
+detail::Q8QuantizeFn detail::avx2_q8_quantize() { return nullptr; }
+detail::Q8GemmRowsFn detail::avx2_q8_gemm_rows() { return nullptr; }
+}  // namespace kvcache::kernels
 #endif

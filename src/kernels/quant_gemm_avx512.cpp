@@ -23,10 +23,10 @@
 
 KVCACHE_SIMD_BEGIN("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")
 
-namespace kvcache::engine {
+namespace kvcache::kernels {
 namespace {
 
-using quant_detail::Q8GemmActs;
+using detail::Q8GemmActs;
 
 constexpr int64_t kQ8Bytes = 34, kMxfp4Bytes = 17;
 constexpr int kLanes = 16;  // weight rows per vector
@@ -44,7 +44,7 @@ struct Panel {
     corr.assign(static_cast<size_t>(blocks * kLanes), 0);
     d.assign(static_cast<size_t>(blocks * kLanes), 0.0f);
     const bool q8 = w.type == gguf::TensorType::kQ8_0;
-    quant_detail::IntBlock ib;
+    detail::IntBlock ib;
     for (int64_t i = 0; i < n; ++i) {
       const uint8_t* row = w.row_data(r0 + i);
       for (int64_t b = 0; b < blocks; ++b) {
@@ -54,7 +54,7 @@ struct Panel {
           d[b * kLanes + i] = _cvtsh_ss(static_cast<uint16_t>(blk[0] | blk[1] << 8));
           v = reinterpret_cast<const int8_t*>(blk + 2);
         } else {
-          quant_detail::int_block(w.type, row + b * kMxfp4Bytes, 0, ib);
+          detail::int_block(w.type, row + b * kMxfp4Bytes, 0, ib);
           d[b * kLanes + i] = ib.s[0];
         }
         int32_t sum = 0;
@@ -178,16 +178,16 @@ void quantize_rows(const float* x, int64_t j0, int64_t j1, Q8GemmActs& a) {
 
 }  // namespace
 
-quant_detail::Q8QuantizeFn quant_detail::avx512_q8_quantize() { return quantize_rows; }
-quant_detail::Q8GemmRowsFn quant_detail::avx512_q8_gemm_rows() { return gemm_rows; }
+detail::Q8QuantizeFn detail::avx512_q8_quantize() { return quantize_rows; }
+detail::Q8GemmRowsFn detail::avx512_q8_gemm_rows() { return gemm_rows; }
 
-}  // namespace kvcache::engine
+}  // namespace kvcache::kernels
 
 KVCACHE_SIMD_END()
 
 #else
-namespace kvcache::engine {
-quant_detail::Q8QuantizeFn quant_detail::avx512_q8_quantize() { return nullptr; }
-quant_detail::Q8GemmRowsFn quant_detail::avx512_q8_gemm_rows() { return nullptr; }
-}  // namespace kvcache::engine
+namespace kvcache::kernels {
+detail::Q8QuantizeFn detail::avx512_q8_quantize() { return nullptr; }
+detail::Q8GemmRowsFn detail::avx512_q8_gemm_rows() { return nullptr; }
+}  // namespace kvcache::kernels
 #endif

@@ -13,7 +13,7 @@
 #include "program/gguf_quant.h"
 #include "core/half.h"
 
-namespace kvcache::engine {
+namespace kvcache::kernels {
 namespace {
 
 using gguf::TensorType;
@@ -26,7 +26,7 @@ float half_at(const uint8_t* p) {
 
 }  // namespace
 
-void quant_detail::int_block(TensorType type, const uint8_t* b, int sb, IntBlock& o) {
+void detail::int_block(TensorType type, const uint8_t* b, int sb, IntBlock& o) {
   o.c = 0.0f;
   switch (type) {
     case TensorType::kQ8_0:
@@ -95,8 +95,8 @@ void quant_detail::int_block(TensorType type, const uint8_t* b, int sb, IntBlock
 
 namespace {
 
-using quant_detail::IntBlock;
-using quant_detail::int_block;
+using detail::IntBlock;
+using detail::int_block;
 
 void scalar_blocks(const Weight& w, int64_t r0, int64_t r1, const Q8Activations& a,
                    const float*, float* y, bool accumulate) {
@@ -155,8 +155,8 @@ void share_rows(int64_t rows, bool small, const std::function<void(int64_t, int6
 
 }  // namespace
 
-void quant_detail::quantize_activations_scalar(const float* x, int64_t cols,
-                                               Q8Activations& out) {
+void detail::quantize_activations_scalar(const float* x, int64_t cols,
+                                         Q8Activations& out) {
   out.blocks = cols / 32;
   out.q.resize(static_cast<size_t>(cols));
   out.d.resize(static_cast<size_t>(out.blocks));
@@ -187,7 +187,7 @@ void quant_detail::quantize_activations_scalar(const float* x, int64_t cols,
   pair_activations(out);
 }
 
-void quant_detail::pair_activations(Q8Activations& out) {
+void detail::pair_activations(Q8Activations& out) {
   const int64_t groups = out.blocks / 8;
   out.q_pairs.resize(static_cast<size_t>(256 * groups));
   for (int64_t g = 0; g < groups; ++g)
@@ -199,18 +199,18 @@ void quant_detail::pair_activations(Q8Activations& out) {
 }
 
 void quantize_activations(const float* x, int64_t cols, Q8Activations& out) {
-  const quant_detail::QuantizeFn simd =
-      matvec_isa() != cpu::Isa::kScalar ? quant_detail::avx2_quantize() : nullptr;
-  (simd != nullptr ? simd : quant_detail::quantize_activations_scalar)(x, cols, out);
+  const detail::QuantizeFn simd =
+      matvec_isa() != cpu::Isa::kScalar ? detail::avx2_quantize() : nullptr;
+  (simd != nullptr ? simd : detail::quantize_activations_scalar)(x, cols, out);
 }
 
-namespace quant_detail {
+namespace detail {
 RowKernel scalar_kernel(TensorType type) {
   if (type == TensorType::kF16) return scalar_halves<false>;
   if (type == TensorType::kBF16) return scalar_halves<true>;
   return scalar_blocks;
 }
-}  // namespace quant_detail
+}  // namespace detail
 
 bool product_quantizes(gguf::TensorType type) { return is_block_type(type); }
 
@@ -230,8 +230,8 @@ void ProductInput::set(const float* x_rows, int64_t rows, int64_t width, bool qu
     quantize_activations(x + j * cols, cols, q[static_cast<size_t>(j)]);
 }
 
-void quant_detail::product_rows(const Weight& w, const ProductInput& in, int64_t r0, int64_t r1,
-                                float* y, bool accumulate, cpu::Isa isa) {
+void detail::product_rows(const Weight& w, const ProductInput& in, int64_t r0, int64_t r1,
+                          float* y, bool accumulate, cpu::Isa isa) {
   assert(in.cols == w.cols && (in.quantized || !is_block_type(w.type)));
   if (r1 <= r0 || in.t <= 0) return;
   isa = matvec_isa(isa);
@@ -261,7 +261,7 @@ void matmul_rows(const Weight& w, const ProductInput& x, int64_t r0, int64_t r1,
                  bool accumulate) {
   if (w.type == gguf::TensorType::kF32)
     return matmul_f32_rows(x.x, w.f32(), y, x.t, w.cols, w.rows, r0, r1, accumulate);
-  quant_detail::product_rows(w, x, r0, r1, y, accumulate, cpu::Isa::kAuto);
+  detail::product_rows(w, x, r0, r1, y, accumulate, cpu::Isa::kAuto);
 }
 
 int64_t row_chunk(const Weight& w) {
@@ -276,7 +276,7 @@ void matvec_batch(const Weight& w, const float* x, float* y, int64_t t, bool acc
   in.set(x, t, w.cols, is_block_type(w.type));
   const ProductInput& shared = in;  // the workers read the caller's thread_local
   share_rows(w.rows, t * w.rows * w.cols < (int64_t{1} << 15), [&](int64_t r0, int64_t r1) {
-    quant_detail::product_rows(w, shared, r0, r1, y, accumulate, isa);
+    detail::product_rows(w, shared, r0, r1, y, accumulate, isa);
   });
 }
 
@@ -294,4 +294,4 @@ void matvec_reference(const Weight& w, const float* x, float* y, bool accumulate
   }
 }
 
-}  // namespace kvcache::engine
+}  // namespace kvcache::kernels

@@ -1,5 +1,5 @@
 // Matrix-vector products (decode, T = 1) for weights kept in their file format: F16, BF16 and
-// the block types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4. Layer: engine. Block
+// the block types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4. Layer: kernels. Block
 // types quantize the activation to int8 blocks of 32 (one f32 scale each) and take integer dot
 // products; a scalar kernel, an AVX2+FMA+F16C one and an AVX-512 VNNI one (256-bit vectors;
 // 512-bit for MXFP4) compute the same sums, chosen at run time. matvec_reference is the
@@ -13,7 +13,7 @@
 #include "cpu/isa.h"
 #include "kernels/weight.h"
 
-namespace kvcache::engine {
+namespace kvcache::kernels {
 
 // The activation as int8 blocks of 32: x[32 b + l] ~= d[b] * q[32 b + l], |q| <= 127, and
 // sum16[2 b + h] = sum of q over the half [32 b + 16 h, +16) (for offsets and mins), also
@@ -30,7 +30,7 @@ struct Q8Activations {
   std::vector<float> dsum16, dsum;
 };
 // cols must be a multiple of 32. Vectorized (AVX2) when the ISA ceiling allows it, with the
-// same result bit for bit (quant_detail::quantize_activations_scalar is the readable form).
+// same result bit for bit (detail::quantize_activations_scalar is the readable form).
 void quantize_activations(const float* x, int64_t cols, Q8Activations& out);
 
 // The matvec kernels are cpu/isa.h's KernelFamily::kInt8Dot (their AVX-512 level needs VNNI);
@@ -57,14 +57,14 @@ void matvec(const Weight& w, const float* x, float* y, bool accumulate,
 // step): each chunk of weight rows is read from memory once and applied to every row of X
 // while it is in cache, with the same row kernel as matvec — so row j of Y is bitwise what
 // matvec gives for row j of X alone, whoever else is in the batch. Ranges of rows are shared
-// over cpu::global_pool(), each computed by quant_detail::product_rows.
+// over cpu::global_pool(), each computed by detail::product_rows.
 void matvec_batch(const Weight& w, const float* x, float* y, int64_t t, bool accumulate,
                   cpu::Isa isa = cpu::Isa::kAuto);
 
 // Decodes each row to f32 and accumulates in double. Single-threaded.
 void matvec_reference(const Weight& w, const float* x, float* y, bool accumulate);
 
-namespace quant_detail {
+namespace detail {
 // One 32-value sub-block of a weight row in integer form: value l = s[l / 16] * w[l] + c.
 // Every block type decodes to this shape, so one integer loop serves them all (the scalar
 // matvec kernel, the integer GEMM's reference and its panels).
@@ -99,6 +99,6 @@ void pair_activations(Q8Activations& out);
 using QuantizeFn = void (*)(const float* x, int64_t cols, Q8Activations& out);
 QuantizeFn avx2_quantize();
 RowKernel avx512_kernel(gguf::TensorType type);
-}  // namespace quant_detail
+}  // namespace detail
 
-}  // namespace kvcache::engine
+}  // namespace kvcache::kernels

@@ -16,7 +16,7 @@
 
 KVCACHE_SIMD_BEGIN("avx2,fma,f16c")
 
-namespace kvcache::engine {
+namespace kvcache::kernels {
 namespace {
 
 // u8 x s8 products summed in groups of four bytes into int32 lanes (|sum| < 2^16, no overflow).
@@ -103,28 +103,28 @@ void quantize_simd(const float* x, int64_t cols, Q8Activations& out) {
     out.dsum16[2 * b + 1] = d * static_cast<float>(s1);
     out.dsum[b] = d * static_cast<float>(s0 + s1);
   }
-  quant_detail::pair_activations(out);
+  detail::pair_activations(out);
 }
 
 }  // namespace
 
-quant_detail::QuantizeFn quant_detail::avx2_quantize() { return quantize_simd; }
+detail::QuantizeFn detail::avx2_quantize() { return quantize_simd; }
 
-quant_detail::RowKernel quant_detail::avx2_kernel(gguf::TensorType type) { return pick(type); }
-quant_detail::HalfBatchKernel quant_detail::avx2_half_batch(gguf::TensorType type) {
+detail::RowKernel detail::avx2_kernel(gguf::TensorType type) { return pick(type); }
+detail::HalfBatchKernel detail::avx2_half_batch(gguf::TensorType type) {
   if (type == gguf::TensorType::kF16) return half_rows_batch<false>;
   if (type == gguf::TensorType::kBF16) return half_rows_batch<true>;
   return nullptr;
 }
 
-}  // namespace kvcache::engine
+}  // namespace kvcache::kernels
 
 KVCACHE_SIMD_END()
 
 #else
-namespace kvcache::engine {
-quant_detail::RowKernel quant_detail::avx2_kernel(gguf::TensorType) { return nullptr; }
-quant_detail::QuantizeFn quant_detail::avx2_quantize() { return nullptr; }
-quant_detail::HalfBatchKernel quant_detail::avx2_half_batch(gguf::TensorType) { return nullptr; }
-}  // namespace kvcache::engine
+namespace kvcache::kernels {
+detail::RowKernel detail::avx2_kernel(gguf::TensorType) { return nullptr; }
+detail::QuantizeFn detail::avx2_quantize() { return nullptr; }
+detail::HalfBatchKernel detail::avx2_half_batch(gguf::TensorType) { return nullptr; }
+}  // namespace kvcache::kernels
 #endif

@@ -24,7 +24,7 @@
 
 KVCACHE_SIMD_BEGIN("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")
 
-namespace kvcache::engine {
+namespace kvcache::kernels {
 namespace {
 
 inline __m256i dot4(__m256i u8, __m256i s8) {
@@ -248,25 +248,25 @@ void mxfp4_rows_512(const Weight& w, int64_t r0, int64_t r1, const Q8Activations
 
 }  // namespace
 
-quant_detail::RowKernel quant_detail::avx512_kernel(gguf::TensorType type) {
+detail::RowKernel detail::avx512_kernel(gguf::TensorType type) {
   if (type == gguf::TensorType::kF16) return half_rows_512<false>;
   if (type == gguf::TensorType::kBF16) return half_rows_512<true>;
   if (type == gguf::TensorType::kMXFP4) return mxfp4_rows_512;
   return pick(type);
 }
-quant_detail::HalfBatchKernel quant_detail::avx512_half_batch(gguf::TensorType type) {
+detail::HalfBatchKernel detail::avx512_half_batch(gguf::TensorType type) {
   if (type == gguf::TensorType::kF16) return half_rows_batch_512<false>;
   if (type == gguf::TensorType::kBF16) return half_rows_batch_512<true>;
   return nullptr;
 }
 
-}  // namespace kvcache::engine
+}  // namespace kvcache::kernels
 
 KVCACHE_SIMD_END()
 
 #else
-namespace kvcache::engine {
-quant_detail::RowKernel quant_detail::avx512_kernel(gguf::TensorType) { return nullptr; }
-quant_detail::HalfBatchKernel quant_detail::avx512_half_batch(gguf::TensorType) { return nullptr; }
-}  // namespace kvcache::engine
+namespace kvcache::kernels {
+detail::RowKernel detail::avx512_kernel(gguf::TensorType) { return nullptr; }
+detail::HalfBatchKernel detail::avx512_half_batch(gguf::TensorType) { return nullptr; }
+}  // namespace kvcache::kernels
 #endif

@@ -20,7 +20,7 @@
 
 extern "C" void openblas_set_num_threads(int num_threads);
 
-namespace kvcache::engine {
+namespace kvcache::kernels {
 
 Weight Weight::from_f32(int64_t rows, int64_t cols, std::vector<float> values) {
   auto owned = std::make_shared<const std::vector<float>>(std::move(values));
@@ -149,4 +149,4 @@ void matmul(std::span<const float> x, const Weight& w, std::span<float> y, int64
   else if (t > kSmallBatch) gemm_tiles(x, w, y, t, accumulate);
 }
 
-}  // namespace kvcache::engine
+}  // namespace kvcache::kernels

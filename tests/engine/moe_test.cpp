@@ -281,8 +281,8 @@ TEST(MoeForward, RequantizedDrafterEncodesEveryExpertAndKeepsTheRouter) {
   Result<Model> q8 = model.requantized(gguf::TensorType::kQ8_0);
   ASSERT_TRUE(q8.ok()) << q8.status().to_string();
   const LayerWeights& w = q8->layers()[1];
-  for (const std::vector<Weight>* stack : {&w.gate_exps, &w.up_exps, &w.down_exps})
-    for (const Weight& e : *stack) EXPECT_EQ(e.type, gguf::TensorType::kQ8_0);
+  for (const std::vector<kernels::Weight>* stack : {&w.gate_exps, &w.up_exps, &w.down_exps})
+    for (const kernels::Weight& e : *stack) EXPECT_EQ(e.type, gguf::TensorType::kQ8_0);
   EXPECT_EQ(w.router.type, gguf::TensorType::kF32);
   EXPECT_EQ(q8->n_params(), model.n_params());
   // Q8_0 experts (and int8 activations) move the logits by about 1e-2 of their scale.
@@ -396,7 +396,7 @@ TEST(MoeForward, LogitsAreBitwiseTheSameWithOneAndTwoThreads) {
       EXPECT_EQ(got[0], got[1]) << gguf::to_string(type) << " chunk " << chunk;
       // Int8 activations (block types) can flip a near tie of the router against the f64
       // reference; their accuracy is the test above's. Unquantized experts match it.
-      if (!product_quantizes(type)) {
+      if (!kernels::product_quantizes(type)) {
         EXPECT_LE(rel_diff(got[1], want), kTol) << gguf::to_string(type) << " chunk " << chunk;
       }
     }
@@ -423,7 +423,7 @@ TEST(MoeForward, AChunkMixingSmallAndLargeExpertGroupsEqualsTheReference) {
     const MoeStats& st = b.engine->moe_stats();
     int64_t large = 0, small = 0;
     for (int64_t n : st.tokens) {  // one step: tokens per (layer, expert) = its group's size
-      if (n > kSmallBatch) ++large;
+      if (n > kernels::kSmallBatch) ++large;
       else if (n > 0) ++small;
     }
     EXPECT_GT(large, 0) << "no expert group took more than kSmallBatch tokens";

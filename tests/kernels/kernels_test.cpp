@@ -12,7 +12,7 @@
 #include "kernels/kernels.h"
 #include "random_values.h"
 
-namespace kvcache::engine {
+namespace kvcache::kernels {
 namespace {
 
 using testing::rnd;
@@ -316,4 +316,4 @@ TEST(Kernels, F16RowsDecodeToTheSameExactValuesAtEveryLevel) {
 }
 
 }  // namespace
-}  // namespace kvcache::engine
+}  // namespace kvcache::kernels

@@ -13,7 +13,7 @@
 #include "program/gguf_quant.h"
 #include "random_values.h"
 
-namespace kvcache::engine {
+namespace kvcache::kernels {
 namespace {
 
 using gguf::TensorType;
@@ -91,4 +91,4 @@ TEST(MatmulRows, RowChunkIsAboutSixtyFourKibOfRowsInMultiplesOfFour) {
 }
 
 }  // namespace
-}  // namespace kvcache::engine
+}  // namespace kvcache::kernels

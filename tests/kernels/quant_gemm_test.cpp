@@ -19,7 +19,7 @@
 #include "program/gguf_quant.h"
 #include "random_values.h"
 
-namespace kvcache::engine {
+namespace kvcache::kernels {
 namespace {
 
 using testing::rnd;
@@ -165,10 +165,10 @@ TEST(QuantGemm, Avx2GroupedInt16SumsReachTheirBoundWithoutWrapping) {
     ASSERT_TRUE(gguf::quantize(c.type, dense, bytes));
     const Weight w = Weight::from_bytes(c.type, rows, cols, std::move(bytes));
     const gguf::BlockGeometry g = *gguf::block_geometry(c.type);
-    quant_detail::IntBlock ib;
+    detail::IntBlock ib;
     int largest = 0;
     for (int sb = 0; sb < g.elements / 32; ++sb) {
-      quant_detail::int_block(c.type, w.row_data(0), sb, ib);
+      detail::int_block(c.type, w.row_data(0), sb, ib);
       for (int8_t q : ib.w) largest = std::max(largest, std::abs(int{q}));
     }
     ASSERT_EQ(largest, c.largest);
@@ -285,4 +285,4 @@ TEST(QuantGemm, MatmulSendsLongQ8ProductsToTheIntegerGemmAboveScalar) {
 }
 
 }  // namespace
-}  // namespace kvcache::engine
+}  // namespace kvcache::kernels

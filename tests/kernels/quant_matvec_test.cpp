@@ -21,7 +21,7 @@
 #include "test_model.h"
 #include "random_values.h"
 
-namespace kvcache::engine {
+namespace kvcache::kernels {
 namespace {
 
 using gguf::TensorType;
@@ -275,7 +275,7 @@ TEST(QuantMatvec, Mxfp4ExponentsAcrossTheRangeGiveTheSameProductsOnEveryIsa) {
 // one's q, d and sums bit for bit: blocks of mixed scales, an all-zero block, values on the
 // rounding ties of x / d, and a NaN (skipped by the maximum, its q the int's low byte: 0).
 TEST(QuantMatvec, Avx2ActivationQuantizationEqualsTheScalarOneBitwise) {
-  const quant_detail::QuantizeFn simd = quant_detail::avx2_quantize();
+  const detail::QuantizeFn simd = detail::avx2_quantize();
   if (simd == nullptr || !matvec_isa_supported(cpu::Isa::kAvx2))
     GTEST_SKIP() << "no AVX2+FMA+F16C here (CPU or KVCACHE_ISA)";
   std::vector<float> x = rnd(32 * 12, 71);
@@ -285,7 +285,7 @@ TEST(QuantMatvec, Avx2ActivationQuantizationEqualsTheScalarOneBitwise) {
     x[static_cast<size_t>(96 + i)] = i == 0 ? 127.0f : static_cast<float>(i) - 16.5f;
   x[static_cast<size_t>(130)] = std::nanf("");  // block 4
   Q8Activations want, got;
-  quant_detail::quantize_activations_scalar(x.data(), static_cast<int64_t>(x.size()), want);
+  detail::quantize_activations_scalar(x.data(), static_cast<int64_t>(x.size()), want);
   simd(x.data(), static_cast<int64_t>(x.size()), got);
   EXPECT_EQ(got.blocks, want.blocks);
   EXPECT_EQ(got.q, want.q);
@@ -308,7 +308,7 @@ TEST(QuantMatvec, PairedActivationsHoldTheHalvesOfBlocksKAndKPlusFour) {
   Q8Activations a;
   std::vector<float> x(32 * 20);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 97) - 48.0f;
-  quant_detail::quantize_activations_scalar(x.data(), static_cast<int64_t>(x.size()), a);
+  detail::quantize_activations_scalar(x.data(), static_cast<int64_t>(x.size()), a);
   ASSERT_EQ(a.q_pairs.size(), 512u);
   for (int64_t g = 0; g < 2; ++g)
     for (int64_t k = 0; k < 4; ++k)
@@ -438,7 +438,7 @@ struct LogitCase {
 class QuantizedModel : public ::testing::TestWithParam<LogitCase> {};
 
 TEST_P(QuantizedModel, LogitsMatchTheSameModelDecodedToF32) {
-  testing::TinySpec s;
+  engine::testing::TinySpec s;
   s.d_model = 256;  // every matrix's row is whole K-quant super-blocks
   s.d_ff = 512;
   s.q_heads = 4;
@@ -446,32 +446,35 @@ TEST_P(QuantizedModel, LogitsMatchTheSameModelDecodedToF32) {
   s.store_as = GetParam().type;
   s.cache_windows = {0, 32, 0};  // a window wide enough for a 20-token prefill chunk
   s.max_step_tokens = 20;
-  gguf::GgufFile f = testing::tiny_file(s);
-  Model kept = Model::load(f).value();
-  Model wide = Model::load(f, LoadOptions{true, false}).value();
+  gguf::GgufFile f = engine::testing::tiny_file(s);
+  engine::Model kept = engine::Model::load(f).value();
+  engine::Model wide = engine::Model::load(f, engine::LoadOptions{true, false}).value();
   EXPECT_EQ(kept.layers()[0].wq.type, GetParam().type);
   EXPECT_EQ(kept.layers()[0].wq.bytes.data(), f.tensor("blk.0.attn_q.weight")->bytes.data());
   // BF16 is not a block type: it stays BF16 in both, with exact f32 activations.
   const bool block = GetParam().type != TensorType::kBF16;
   EXPECT_EQ(wide.layers()[0].wq.type, block ? TensorType::kF32 : TensorType::kBF16);
-  const std::vector<int32_t> tokens = testing::some_tokens(20, 260, 5);
-  std::vector<double> want = reference_logits(wide, tokens);
-  CacheOptions o;
+  const std::vector<int32_t> tokens = engine::testing::some_tokens(20, 260, 5);
+  std::vector<double> want = engine::reference_logits(wide, tokens);
+  engine::CacheOptions o;
   o.capacity = 32;
   o.max_step_tokens = 20;
-  testing::Built a = testing::build(kept, o);
-  testing::Built b = testing::build(wide, o);
+  engine::testing::Built a = engine::testing::build(kept, o);
+  engine::testing::Built b = engine::testing::build(wide, o);
   // Chunks of 1 (decode, integer kernels), of 4 (a small batch: the same kernels), then of 20
   // (above kSmallBatch: prefill through decoded tiles, exact but for f32 rounding; through the
   // integer GEMM where it has a kernel — block types at AVX2, Q8_0 at AVX-512 VNNI — within the
   // decode kernels' tolerance).
-  EXPECT_LE(testing::rel_diff(testing::cached_logits(a, tokens, 1), want), GetParam().tol);
-  EXPECT_LE(testing::rel_diff(testing::cached_logits(b, tokens, 1), want), 1e-4);
-  testing::Built c = testing::build(kept, o);
-  EXPECT_LE(testing::rel_diff(testing::cached_logits(c, tokens, 4), want), GetParam().tol);
-  testing::Built d = testing::build(kept, o);
+  EXPECT_LE(engine::testing::rel_diff(engine::testing::cached_logits(a, tokens, 1), want),
+            GetParam().tol);
+  EXPECT_LE(engine::testing::rel_diff(engine::testing::cached_logits(b, tokens, 1), want), 1e-4);
+  engine::testing::Built c = engine::testing::build(kept, o);
+  EXPECT_LE(engine::testing::rel_diff(engine::testing::cached_logits(c, tokens, 4), want),
+            GetParam().tol);
+  engine::testing::Built d = engine::testing::build(kept, o);
   const double prefill_tol = q8_gemm_available(kept.layers()[0].wq) ? GetParam().tol : 1e-4;
-  EXPECT_LE(testing::rel_diff(testing::cached_logits(d, tokens, 20), want), prefill_tol);
+  EXPECT_LE(engine::testing::rel_diff(engine::testing::cached_logits(d, tokens, 20), want),
+            prefill_tol);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, QuantizedModel,
@@ -492,17 +495,17 @@ INSTANTIATE_TEST_SUITE_P(Types, QuantizedModel,
 std::string load_error(const std::vector<uint8_t>& bytes) {
   Result<gguf::GgufFile> f = gguf::GgufFile::parse(bytes);
   if (!f.ok()) return f.status().message();
-  Result<Model> m = Model::load(*f);
+  Result<engine::Model> m = engine::Model::load(*f);
   return m.ok() ? std::string("loaded") : m.status().message();
 }
 
 TEST(QuantizedModelErrors, UnsupportedTypesTruncatedDataAndPartialBlocksNameTheTensor) {
-  testing::TinySpec s;
+  engine::testing::TinySpec s;
   s.d_model = 256;
   s.d_ff = 512;
   s.head_dim = 64;
   s.store_as = TensorType::kQ4_K;
-  const std::vector<uint8_t> good = testing::tiny_model_bytes(s);
+  const std::vector<uint8_t> good = engine::testing::tiny_model_bytes(s);
   ASSERT_EQ(load_error(good), "loaded");
   // Truncated: the last tensor's data ends past the file.
   std::vector<uint8_t> cut(good.begin(), good.end() - 100);
@@ -516,7 +519,7 @@ TEST(QuantizedModelErrors, UnsupportedTypesTruncatedDataAndPartialBlocksNameTheT
   s.skip_tensors = {"blk.0.attn_q.weight"};
   gguf::GgufWriter w;
   {
-    Result<gguf::GgufFile> src = gguf::GgufFile::parse(testing::tiny_model_bytes(s));
+    Result<gguf::GgufFile> src = gguf::GgufFile::parse(engine::testing::tiny_model_bytes(s));
     ASSERT_TRUE(src.ok());
     for (const auto& [k, v] : src->metadata()) w.set(k, v);
     for (const gguf::TensorInfo& t : src->tensors())
@@ -534,4 +537,4 @@ TEST(QuantizedModelErrors, UnsupportedTypesTruncatedDataAndPartialBlocksNameTheT
 }
 
 }  // namespace
-}  // namespace kvcache::engine
+}  // namespace kvcache::kernels

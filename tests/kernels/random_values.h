@@ -1,4 +1,4 @@
-// Seeded random inputs for the engine's kernel tests: one generator, so every test that asks
+// Seeded random inputs for the kernel tests: one generator, so every test that asks
 // for the same seed gets the same values, and random weights of any computable type made from
 // them. Layer: tests.
 #pragma once
@@ -12,7 +12,7 @@
 #include "kernels/weight.h"
 #include "program/gguf_quant.h"
 
-namespace kvcache::engine::testing {
+namespace kvcache::kernels::testing {
 
 // n draws of N(0, stddev^2) from a 64-bit Mersenne twister seeded with `seed`.
 inline std::vector<float> rnd(size_t n, uint64_t seed, float stddev = 1.0f) {
@@ -35,4 +35,4 @@ inline Weight random_weight(gguf::TensorType type, int64_t rows, int64_t cols, u
   return Weight::from_bytes(type, rows, cols, std::move(bytes));
 }
 
-}  // namespace kvcache::engine::testing
+}  // namespace kvcache::kernels::testing

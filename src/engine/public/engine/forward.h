@@ -75,7 +75,7 @@ class Engine {
   const Model& model_;
   std::shared_ptr<Cache> cache_;  // owner; forward() admits steps through it
   CacheKernel& kernel_;           // *cache_: what run_layer() calls
-  RopeParams rope_, rope_swa_;  // full layers, sliding layers (gemma3: a different base)
+  kernels::RopeParams rope_, rope_swa_;  // full layers, sliding layers (gemma3: a different base)
   // Scratch, sized for the largest batch seen: x/h [T, d], q [T, Hq*Dk], k/v, att, ff.
   std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_;
   MoeScratch moe_;  // mixture-of-experts blocks: routing, gathered rows, counters

@@ -77,14 +77,14 @@ struct LayerWeights {
   bool kv_shared = false;   // an earlier block owns the cache: no K/V projections here
   int32_t kv_heads = 0;     // of the cache layer
   bool sliding = false;     // the file's geometry slides this layer (selects its RoPE)
-  Weight wq, wk, wv, wo, w_gate, w_up, w_down;
+  kernels::Weight wq, wk, wv, wo, w_gate, w_up, w_down;
   std::vector<float> attn_norm, bq, bk, bv, q_norm, k_norm, ffn_norm;  // vectors, f32
   std::vector<float> post_attn_norm, post_ffn_norm;  // [d]; empty unless gemma
   // Mixture-of-experts blocks (HParams::n_expert > 0; w_gate/w_up/w_down are then empty):
   // the router [n_expert, d] in the file's type, and per expert a view of its slice of the
   // 3-D tensors ffn_{gate,up}_exps [d_ff_expert, d] and ffn_down_exps [d, d_ff_expert].
-  Weight router;
-  std::vector<Weight> gate_exps, up_exps, down_exps;
+  kernels::Weight router;
+  std::vector<kernels::Weight> gate_exps, up_exps, down_exps;
   // [q_heads] learned attention-sink logits (blk.N.attn_sinks.weight), handed to the cache
   // with every attend call; empty when the file has none (the geometry's flag says the same).
   std::vector<float> attn_sinks;
@@ -110,10 +110,10 @@ class Model {
   const HParams& hparams() const { return hp_; }
   const ModelGeometry& geometry() const { return geometry_; }
   const std::vector<LayerWeights>& layers() const { return layers_; }
-  const Weight& token_embd() const { return token_embd_; }  // [vocab, d]
+  const kernels::Weight& token_embd() const { return token_embd_; }  // [vocab, d]
   const std::vector<float>& output_norm() const { return output_norm_; }
   // [vocab, d]; the embedding itself when tied.
-  const Weight& output() const { return tied_ ? token_embd_ : output_; }
+  const kernels::Weight& output() const { return tied_ ? token_embd_ : output_; }
   bool tied() const { return tied_; }
   // rope_dim/2 divisors of the pair frequencies: rope_freqs.weight's, times YaRN's when the
   // file scales RoPE by yarn; empty when neither applies.
@@ -138,7 +138,7 @@ class Model {
   HParams hp_;
   ModelGeometry geometry_;
   std::vector<LayerWeights> layers_;
-  Weight token_embd_, output_;
+  kernels::Weight token_embd_, output_;
   std::vector<float> output_norm_;
   std::vector<float> rope_freqs_;
   bool tied_ = false;

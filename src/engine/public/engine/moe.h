@@ -57,7 +57,7 @@ struct MoeScratch {
   std::vector<ExpertChoice> choices;
   std::vector<int32_t> order;  // indices into choices, grouped by expert
   std::vector<MoeGroup> groups;       // ascending expert
-  std::vector<ProductInput> inputs;   // per group: its gathered rows, then its activations
+  std::vector<kernels::ProductInput> inputs;  // per group: its gathered rows, then its activations
   std::vector<MoeItem> items;
   MoeStats stats;
 };

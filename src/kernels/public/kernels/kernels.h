@@ -1,7 +1,7 @@
 // The engine's dense kernels: f32 matrix products (OpenBLAS sgemm/sgemv; products with a
 // typed Weight are in weight.h), RMSNorm, RoPE (both pairings, optional per-pair frequency
 // factors), SwiGLU (plain and gpt-oss's clamped form), GELU-tanh gating and the logit
-// soft-cap. Layer: engine. matmul_reference is the readable double-accumulating form the fast
+// soft-cap. Layer: kernels. matmul_reference is the readable double-accumulating form the fast
 // paths are tested against. Attention goes through the cache.
 #pragma once
 
@@ -12,7 +12,7 @@
 #include "kernels/weight.h"  // Weight and its type-dispatching matmul
 #include "core/half.h"
 
-namespace kvcache::engine {
+namespace kvcache::kernels {
 
 // y[T, out] = x[T, in] * W[out, in]^T (+ y when accumulate). Row-major. Uses cblas_sgemv
 // when T == 1, cblas_sgemm otherwise.
@@ -51,9 +51,9 @@ void rope(std::span<float> x, std::span<const int64_t> positions, int32_t heads,
 void swiglu(std::span<float> g, std::span<const float> u);
 // The scalar form with std::exp (readable; what the AVX-512 path is tested against).
 void swiglu_reference(std::span<float> g, std::span<const float> u);
-namespace kernels_detail {
+namespace detail {
 void swiglu_avx512(float* g, const float* u, int64_t n);  // kernels_avx512.cpp
-}  // namespace kernels_detail
+}  // namespace detail
 
 // gpt-oss's gated activation: with g' = min(g, limit) and u' = clamp(u, -limit, limit),
 // g[i] = g' * sigmoid(alpha * g') * (u' + 1). Published constants: alpha 1.702, limit 7.
@@ -68,4 +68,4 @@ void gelu_tanh_gated(std::span<float> g, std::span<const float> u);
 // x[i] = cap * tanh(x[i] / cap) for cap > 0; cap <= 0 leaves x unchanged.
 void softcap(std::span<float> x, float cap);
 
-}  // namespace kvcache::engine
+}  // namespace kvcache::kernels

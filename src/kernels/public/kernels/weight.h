@@ -1,7 +1,7 @@
 // A weight matrix as the engine reads it: a view of (type, rows, cols, bytes) over memory it
 // shares ownership of — the memory-mapped model file (no widening copy at load) or a buffer of
 // its own — the matrix product that dispatches on the type, and its row-range piece for callers
-// that schedule several products at once. Layer: engine. The per-type matrix-vector kernels
+// that schedule several products at once. Layer: kernels. The per-type matrix-vector kernels
 // live in quant_matvec.h; this header does not load files (model.cpp).
 #pragma once
 
@@ -13,7 +13,7 @@
 #include "cpu/attention.h"
 #include "program/gguf.h"
 
-namespace kvcache::engine {
+namespace kvcache::kernels {
 
 // [rows = out, cols = in], row-major; each row is row_bytes() bytes of `type` blocks.
 // Copies share the bytes (cheap). F32 data is 4-byte aligned and F16/BF16 2-byte aligned
@@ -93,4 +93,4 @@ int64_t row_chunk(const Weight& w);
 void gemv_f16_scalar(const uint16_t* w, const float* x, float* y, int64_t rows, int64_t cols,
                      bool accumulate);
 
-}  // namespace kvcache::engine
+}  // namespace kvcache::kernels
