@@ -7,6 +7,7 @@ Writes a small file for one of:
   llama-rope-freqs  llama with a rope_freqs.weight tensor (Llama 3.1 per-pair divisors)
   qwen3moe        mixture of experts: router ffn_gate_inp, 8 experts of which 3 are used,
                   3-D ffn_{gate,up,down}_exps stacks, expert_feed_forward_length, q/k norms
+  qwen3moe-a3b    the same at Qwen3-30B-A3B's layer shape, 2 layers (benchmarks)
   llama-moe       Mixtral's layout: llama with expert_count 8, expert_used_count 2, the expert
                   width in feed_forward_length
   llama-swa       llama with sliding_window 5 and sliding_window_pattern 2 (layers 0 and 2
@@ -51,6 +52,12 @@ CONFIGS = {
     "qwen3moe": dict(arch="qwen3moe", layers=3, d=64, ff=96, vocab=300, heads=6, kv_heads=2,
                      dk=16, eps=1e-6, base=1000000.0, qk_norm=True, experts=8, used=3,
                      expert_ff=32),
+    # Qwen3-30B-A3B's published layer (d 2048, 32 heads / 4 kv of 128, 128 experts of 768, 8
+    # used) in 2 layers, vocabulary 32000: a file for MoE benchmarks side by side with other
+    # engines; --f16, then `kvcache quantize` (1.35B parameters: 2.7 GB as F16).
+    "qwen3moe-a3b": dict(arch="qwen3moe", layers=2, d=2048, ff=6144, vocab=32000, heads=32,
+                         kv_heads=4, dk=128, eps=1e-6, base=1000000.0, qk_norm=True,
+                         experts=128, used=8, expert_ff=768),
     "llama-moe": dict(arch="llama", layers=3, d=32, ff=40, vocab=300, heads=4, kv_heads=2,
                       dk=8, eps=1e-5, base=10000.0, experts=8, used=2),
     "llama-swa": dict(arch="llama", layers=4, d=32, ff=48, vocab=300, heads=4, kv_heads=2, dk=8,

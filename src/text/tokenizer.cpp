@@ -97,9 +97,10 @@ Result<Tokenizer> Tokenizer::from_gguf(const gguf::GgufFile& file) {
 
 Result<Tokenizer> Tokenizer::from_gguf(const gguf::GgufFile& file, int32_t vocab) {
   Result<std::string> model = file.get_string(gguf::key_pattern(gguf::Key::kTokenizerModel));
-  if (!model.ok()) {
-    if (model.status().code() != StatusCode::kNotFound)
-      return Status(model.status().code(), "tokenizer: " + model.status().message());
+  if (!model.ok() && model.status().code() != StatusCode::kNotFound)
+    return Status(model.status().code(), "tokenizer: " + model.status().message());
+  // No key, or llama.cpp's names for a model without a vocabulary: ids are raw bytes.
+  if (!model.ok() || *model == "none" || *model == "no_vocab") {
     if (vocab > 0 && vocab < 256)
       return invalid_argument(
           str_cat("tokenizer: raw-byte tokens need vocab >= 256, the model has ", vocab));
@@ -109,7 +110,7 @@ Result<Tokenizer> Tokenizer::from_gguf(const gguf::GgufFile& file, int32_t vocab
   if (!spm && *model != "gpt2")
     return invalid_argument("tokenizer: tokenizer.ggml.model = \"" + *model +
                             "\" is not supported, expected \"llama\" (SentencePiece), \"gpt2\" "
-                            "(byte-level BPE) or no key (raw bytes)");
+                            "(byte-level BPE), \"none\" or no key (raw bytes)");
   std::string pre_name = "gpt-2";  // a BPE file written before the key existed
   if (!spm) {
     Result<std::string> pre = file.get_string(gguf::key_pattern(gguf::Key::kTokenizerPre));

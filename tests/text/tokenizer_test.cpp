@@ -269,6 +269,14 @@ TEST(Tokenizer, FromGgufPicksTheModel) {
   gguf::GgufFile none = parse(w);
   EXPECT_EQ(Tokenizer::from_gguf(none, 300)->kind(), Tokenizer::Kind::kBytes);
   EXPECT_FALSE(Tokenizer::from_gguf(none, 100).ok());  // raw bytes need 256 ids
+  for (const char* vocabless : {"none", "no_vocab"}) {  // llama.cpp's names for no vocabulary
+    gguf::GgufWriter v;
+    v.set_string("tokenizer.ggml.model", vocabless);
+    Result<Tokenizer> raw = Tokenizer::from_gguf(parse(v), 300);
+    ASSERT_TRUE(raw.ok()) << vocabless << ": " << raw.status().to_string();
+    EXPECT_EQ(raw->kind(), Tokenizer::Kind::kBytes);
+    EXPECT_EQ(*raw->encode("Hi"), (Ids{'H', 'i'}));
+  }
   w.set_string("tokenizer.ggml.model", "gpt2");
   w.set_string_array("tokenizer.ggml.tokens", byte_vocab());
   Tokenizer t = *Tokenizer::from_gguf(parse(w), 256);
