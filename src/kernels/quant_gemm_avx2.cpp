@@ -48,12 +48,12 @@ struct Panel {
     u.assign(q.size(), 0);
     for (std::vector<float>* v : {&s0, &s1, &c})
       v->assign(static_cast<size_t>(blocks * kLanes), 0.0f);
-    detail::IntBlock ib;
+    detail::IntBlock ibs[8];
     for (int64_t i = 0; i < n; ++i) {
       const uint8_t* row = w.row_data(r0 + i);
       for (int64_t b = 0; b < blocks; ++b) {
-        detail::int_block(w.type, row + (b / per_block) * g.bytes,
-                          static_cast<int>(b % per_block), ib);
+        if (b % per_block == 0) detail::int_blocks(w.type, row + (b / per_block) * g.bytes, ibs);
+        const detail::IntBlock& ib = ibs[b % per_block];
         s0[b * kLanes + i] = ib.s[0];
         s1[b * kLanes + i] = ib.s[1];
         c[b * kLanes + i] = ib.c;

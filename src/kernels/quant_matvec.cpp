@@ -24,7 +24,54 @@ float half_at(const uint8_t* p) {
   return f16_to_f32(h);
 }
 
+// Sub-block sb of a Q4_K / Q5_K block b whose d and dmin are already decoded.
+void k_sub_block(bool five, const uint8_t* b, int sb, float d, float dmin,
+                 detail::IntBlock& o) {
+  const gguf::ScaleMin sm = gguf::unpack_k_scale(b + 4, sb);
+  o.s[0] = o.s[1] = d * sm.scale;
+  o.c = -dmin * sm.min;
+  const uint8_t* qh = b + 16;
+  const uint8_t* q = b + (five ? 48 : 16) + 32 * (sb / 2);
+  for (int l = 0; l < 32; ++l) {
+    int v = sb % 2 == 0 ? (q[l] & 0x0F) : (q[l] >> 4);
+    if (five) v |= ((qh[l] >> sb) & 1) << 4;
+    o.w[l] = static_cast<int8_t>(v);
+  }
+}
+
+// Sub-block sb of a Q6_K block b whose d is already decoded.
+void q6_sub_block(const uint8_t* b, int sb, float d, detail::IntBlock& o) {
+  const int h = sb / 4, g = sb % 4;
+  const uint8_t* ql = b + 64 * h + 32 * (g % 2);
+  const uint8_t* qh = b + 128 + 32 * h;
+  const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
+  o.c = 0.0f;
+  o.s[0] = d * sc[2 * sb];
+  o.s[1] = d * sc[2 * sb + 1];
+  for (int l = 0; l < 32; ++l) {
+    const int lo = g < 2 ? (ql[l] & 0x0F) : (ql[l] >> 4);
+    o.w[l] = static_cast<int8_t>((lo | (((qh[l] >> (2 * g)) & 3) << 4)) - 32);
+  }
+}
+
 }  // namespace
+
+void detail::int_blocks(TensorType type, const uint8_t* b, IntBlock* out) {
+  switch (type) {
+    case TensorType::kQ4_K: case TensorType::kQ5_K: {
+      const float d = half_at(b), dmin = half_at(b + 2);  // once for the 8 sub-blocks
+      for (int sb = 0; sb < 8; ++sb) k_sub_block(type == TensorType::kQ5_K, b, sb, d, dmin, out[sb]);
+      return;
+    }
+    case TensorType::kQ6_K: {
+      const float d = half_at(b + 208);
+      for (int sb = 0; sb < 8; ++sb) q6_sub_block(b, sb, d, out[sb]);
+      return;
+    }
+    default:
+      int_block(type, b, 0, out[0]);  // one sub-block per block
+  }
+}
 
 void detail::int_block(TensorType type, const uint8_t* b, int sb, IntBlock& o) {
   o.c = 0.0f;
@@ -54,34 +101,12 @@ void detail::int_block(TensorType type, const uint8_t* b, int sb, IntBlock& o) {
       }
       return;
     }
-    case TensorType::kQ4_K: case TensorType::kQ5_K: {
-      const bool five = type == TensorType::kQ5_K;
-      const gguf::ScaleMin sm = gguf::unpack_k_scale(b + 4, sb);
-      o.s[0] = o.s[1] = half_at(b) * sm.scale;
-      o.c = -half_at(b + 2) * sm.min;
-      const uint8_t* qh = b + 16;
-      const uint8_t* q = b + (five ? 48 : 16) + 32 * (sb / 2);
-      for (int l = 0; l < 32; ++l) {
-        int v = sb % 2 == 0 ? (q[l] & 0x0F) : (q[l] >> 4);
-        if (five) v |= ((qh[l] >> sb) & 1) << 4;
-        o.w[l] = static_cast<int8_t>(v);
-      }
+    case TensorType::kQ4_K: case TensorType::kQ5_K:
+      k_sub_block(type == TensorType::kQ5_K, b, sb, half_at(b), half_at(b + 2), o);
       return;
-    }
-    case TensorType::kQ6_K: {
-      const int h = sb / 4, g = sb % 4;
-      const uint8_t* ql = b + 64 * h + 32 * (g % 2);
-      const uint8_t* qh = b + 128 + 32 * h;
-      const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
-      const float d = half_at(b + 208);
-      o.s[0] = d * sc[2 * sb];
-      o.s[1] = d * sc[2 * sb + 1];
-      for (int l = 0; l < 32; ++l) {
-        const int lo = g < 2 ? (ql[l] & 0x0F) : (ql[l] >> 4);
-        o.w[l] = static_cast<int8_t>((lo | (((qh[l] >> (2 * g)) & 3) << 4)) - 32);
-      }
+    case TensorType::kQ6_K:
+      q6_sub_block(b, sb, half_at(b + 208), o);
       return;
-    }
     case TensorType::kMXFP4:  // the doubled E2M1 table, so half the block's scale
       o.s[0] = o.s[1] = gguf::mxfp4_half_scale(b[0]);
       for (int j = 0; j < 16; ++j) {

@@ -75,6 +75,9 @@ struct IntBlock {
 };
 // Sub-block `sb` (32 values) of the weight block at `b` of a block type.
 void int_block(gguf::TensorType type, const uint8_t* b, int sb, IntBlock& o);
+// Every sub-block of the block at `b` (elements / 32 of them) into out[0..], each what
+// int_block gives; the K types decode their f16 scales once (prefill panels pack whole rows).
+void int_blocks(gguf::TensorType type, const uint8_t* b, IntBlock* out);
 
 // One ISA's row kernel: y[r - r0] for rows [r0, r1) from the quantized activation (block
 // types) or from x (F16/BF16). Entered only through matvec's dispatch.

@@ -304,6 +304,34 @@ TEST(QuantMatvec, Avx2ActivationQuantizationEqualsTheScalarOneBitwise) {
 // q_pairs regroups each whole group of eight blocks for the two-blocks-per-vector kernels
 // (Q4_0, MXFP4): 64 bytes per pair k < 4, the first halves of blocks k and k + 4, then their
 // second halves. 20 blocks: two whole groups (512 bytes); the last four blocks are left out.
+// int_blocks (a whole block at once: the prefill panels' packing) gives every sub-block
+// exactly what int_block gives it alone, in every block type.
+TEST(QuantMatvec, IntBlocksEqualsIntBlockForEverySubBlock) {
+  for (TensorType type : {TensorType::kQ4_0, TensorType::kQ4_1, TensorType::kQ5_0,
+                          TensorType::kQ5_1, TensorType::kQ8_0, TensorType::kQ4_K,
+                          TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kMXFP4}) {
+    SCOPED_TRACE(gguf::to_string(type));
+    const Weight w = testing::random_weight(type, 3, 512, 17);
+    ASSERT_EQ(w.rows, 3);
+    const gguf::BlockGeometry g = *gguf::block_geometry(type);
+    const int per_block = static_cast<int>(g.elements / 32);
+    for (int64_t r = 0; r < w.rows; ++r)
+      for (int64_t blk = 0; blk < 512 / g.elements; ++blk) {
+        const uint8_t* b = w.row_data(r) + blk * g.bytes;
+        detail::IntBlock all[8];
+        detail::int_blocks(type, b, all);
+        for (int sb = 0; sb < per_block; ++sb) {
+          detail::IntBlock one;
+          detail::int_block(type, b, sb, one);
+          ASSERT_EQ(std::memcmp(one.w, all[sb].w, 32), 0) << "block " << blk << " sub " << sb;
+          ASSERT_EQ(one.s[0], all[sb].s[0]);
+          ASSERT_EQ(one.s[1], all[sb].s[1]);
+          ASSERT_EQ(one.c, all[sb].c);
+        }
+      }
+  }
+}
+
 TEST(QuantMatvec, PairedActivationsHoldTheHalvesOfBlocksKAndKPlusFour) {
   Q8Activations a;
   std::vector<float> x(32 * 20);
