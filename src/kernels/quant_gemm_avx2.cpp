@@ -92,8 +92,8 @@ struct Panel {
 // to int32 exactly. Without negative codes (kSigned false: the types with an offset) w = |w|
 // and the sign step is skipped.
 template <int kT, bool kSigned, int kGroup>
-[[gnu::always_inline]] inline void block_dots(const Panel& panel, const uint8_t* const* xq, int64_t b, int k0, int k1,
-                __m256i* dot) {
+[[gnu::always_inline]] inline void block_dots(const Panel& panel, const uint8_t* const* xq,
+                                              int64_t b, int k0, int k1, __m256i* dot) {
   const __m256i ones = _mm256_set1_epi16(1);
   for (int t = 0; t < kT; ++t) dot[t] = _mm256_setzero_si256();
 #pragma GCC unroll 1
@@ -102,12 +102,14 @@ template <int kT, bool kSigned, int kGroup>
       __m256i s16 = _mm256_setzero_si256();
       for (int k = g; k < g + kGroup; ++k) {
         const size_t at = static_cast<size_t>((b * 8 + k) * kLanes);
-        const __m256i wu = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel.u.data() + at));
+        const auto* wp = reinterpret_cast<const __m256i*>(panel.u.data() + at);
+        const __m256i wu = _mm256_loadu_si256(wp);
         int32_t bytes;
         std::memcpy(&bytes, xq[t] + 32 * b + 4 * k, 4);
         __m256i xs = _mm256_set1_epi32(bytes);
         if (kSigned)
-          xs = _mm256_sign_epi8(xs, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel.q.data() + at)));
+          xs = _mm256_sign_epi8(
+              xs, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel.q.data() + at)));
         s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(wu, xs));
       }
       dot[t] = _mm256_add_epi32(dot[t], _mm256_madd_epi16(s16, ones));
@@ -173,11 +175,21 @@ void panel_tokens(const Panel& panel, int64_t n, const Q8GemmActs& a, float* yr,
   for (; j + kTokens <= a.t; j += kTokens)
     micro_tile<kTokens, kSplit, kOffset, kSigned, kGroup>(panel, n, a, j, yr, stride, accumulate);
   switch (a.t - j) {
-    case 5: return micro_tile<5, kSplit, kOffset, kSigned, kGroup>(panel, n, a, j, yr, stride, accumulate);
-    case 4: return micro_tile<4, kSplit, kOffset, kSigned, kGroup>(panel, n, a, j, yr, stride, accumulate);
-    case 3: return micro_tile<3, kSplit, kOffset, kSigned, kGroup>(panel, n, a, j, yr, stride, accumulate);
-    case 2: return micro_tile<2, kSplit, kOffset, kSigned, kGroup>(panel, n, a, j, yr, stride, accumulate);
-    case 1: return micro_tile<1, kSplit, kOffset, kSigned, kGroup>(panel, n, a, j, yr, stride, accumulate);
+    case 5:
+      return micro_tile<5, kSplit, kOffset, kSigned, kGroup>(panel, n, a, j, yr, stride,
+                                                              accumulate);
+    case 4:
+      return micro_tile<4, kSplit, kOffset, kSigned, kGroup>(panel, n, a, j, yr, stride,
+                                                              accumulate);
+    case 3:
+      return micro_tile<3, kSplit, kOffset, kSigned, kGroup>(panel, n, a, j, yr, stride,
+                                                              accumulate);
+    case 2:
+      return micro_tile<2, kSplit, kOffset, kSigned, kGroup>(panel, n, a, j, yr, stride,
+                                                              accumulate);
+    case 1:
+      return micro_tile<1, kSplit, kOffset, kSigned, kGroup>(panel, n, a, j, yr, stride,
+                                                              accumulate);
     default: return;
   }
 }
@@ -193,8 +205,10 @@ void panel_kernel(const Panel& panel, int64_t n, const Q8GemmActs& a, float* yr,
     return panel_tokens<kSplit, kOffset, false, 8>(panel, n, a, yr, stride, accumulate);
   if (!panel.signed_codes && group >= 4)
     return panel_tokens<kSplit, kOffset, false, 4>(panel, n, a, yr, stride, accumulate);
-  if (group == 8) return panel_tokens<kSplit, kOffset, true, 8>(panel, n, a, yr, stride, accumulate);
-  if (group >= 4) return panel_tokens<kSplit, kOffset, true, 4>(panel, n, a, yr, stride, accumulate);
+  if (group == 8)
+    return panel_tokens<kSplit, kOffset, true, 8>(panel, n, a, yr, stride, accumulate);
+  if (group >= 4)
+    return panel_tokens<kSplit, kOffset, true, 4>(panel, n, a, yr, stride, accumulate);
   panel_tokens<kSplit, kOffset, true, 1>(panel, n, a, yr, stride, accumulate);
 }
 

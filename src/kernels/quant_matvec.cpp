@@ -60,7 +60,8 @@ void detail::int_blocks(TensorType type, const uint8_t* b, IntBlock* out) {
   switch (type) {
     case TensorType::kQ4_K: case TensorType::kQ5_K: {
       const float d = half_at(b), dmin = half_at(b + 2);  // once for the 8 sub-blocks
-      for (int sb = 0; sb < 8; ++sb) k_sub_block(type == TensorType::kQ5_K, b, sb, d, dmin, out[sb]);
+      const bool five = type == TensorType::kQ5_K;
+      for (int sb = 0; sb < 8; ++sb) k_sub_block(five, b, sb, d, dmin, out[sb]);
       return;
     }
     case TensorType::kQ6_K: {

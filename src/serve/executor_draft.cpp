@@ -50,13 +50,14 @@ void Executor::shape_verification_rows(Session& s, size_t first, int64_t n,
   const auto vocab = static_cast<size_t>(logits_.vocab);
   size_t taken = 0;  // drafts counted (and taken by the grammar) so far
   for (int64_t i = 0; i < n; ++i) {
-    const std::span<float> row = std::span<float>(logits_.data).subspan((first + i) * vocab, vocab);
+    const std::span<float> row =
+        std::span<float>(logits_.data).subspan((first + i) * vocab, vocab);
     if (adjust) adjust_logits(p, s.counts, row);
     if (s.grammar) {
       const text::TokenMasker::Mask& mask = masks.emplace_back(s.grammar->allowed());
       if (mask)
-        for (size_t id = 0; id < vocab; ++id)
-          if ((id >> 6) >= mask->size() || (((*mask)[id >> 6] >> (id & 63)) & 1) == 0)
+        for (size_t id = 0; id < vocab; ++id)  // ids past the mask's words are not allowed
+          if ((id >> 6) >= mask->size() || !text::mask_allows(*mask, static_cast<int32_t>(id)))
             row[id] = -std::numeric_limits<float>::infinity();
     }
     if (i + 1 == n) break;

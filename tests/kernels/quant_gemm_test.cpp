@@ -139,8 +139,9 @@ TEST(QuantGemm, Avx2KernelReachesTheInt16BoundWithoutSaturating) {
 // The AVX2 kernel adds up to eight vpmaddubsw results in int16 before widening, as many as
 // the panel's largest |code| allows (and skips the sign step when no code is negative). Rows
 // at each type's largest code (one weight in 32 is 0, so the offset types span a range)
-// against activations all +1 (q = 127 everywhere) put the grouped sums at their bound: Q5_K/Q5_1's codes of 31 give 4 x 2 x 31 x 127 = 31496, Q6_K's -32
-// gives 4 x 8128 = 32512, the 4-bit types' 8 x 2 x 15 x 127 = 30480 (Q4_0's -8: 8 x 2032).
+// against activations all +1 (q = 127 everywhere) put the grouped sums at their bound:
+// Q5_K/Q5_1's codes of 31 give 4 x 2 x 31 x 127 = 31496, Q6_K's -32 gives 4 x 8128 = 32512,
+// the 4-bit types' 8 x 2 x 15 x 127 = 30480 (Q4_0's -8: 8 x 2032).
 // A wrapped int16 would be off by 65536 in a dot: bitwise equality with the reference catches it.
 TEST(QuantGemm, Avx2GroupedInt16SumsReachTheirBoundWithoutWrapping) {
   if (!q8_gemm_available(q8_weight(1, 32, 1), cpu::Isa::kAvx2))

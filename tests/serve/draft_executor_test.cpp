@@ -291,7 +291,8 @@ TEST(ExecutorDrafting, SampledRequestsDraftAndASeedRepeatsItsCompletion) {
 
 std::shared_ptr<const text::Grammar> cat_list() {
   auto g = text::compile_json_schema(
-      R"({"type":"array","items":{"enum":["the cat sat on the mat","a dog"]},"minItems":3,"maxItems":5})");
+      R"({"type":"array","items":{"enum":["the cat sat on the mat","a dog"]},)"
+      R"("minItems":3,"maxItems":5})");
   EXPECT_TRUE(g.ok()) << g.status().to_string();
   return g.ok() ? *g : nullptr;
 }
