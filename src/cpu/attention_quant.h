@@ -2,8 +2,9 @@
 // q8_0 / q4_0 key or value type, or K and V of different types), shared by its scalar, AVX2
 // and AVX-512 versions. Block keys are dotted in integers against the query quantized per
 // block of 32 (int8 codes with a float scale, as the Q8_0 weight products quantize their
-// input); value rows are widened a block at a time into registers and added in f32. Nothing
-// wider than one row is ever copied out of the pool. Layer: cpu. Not the reference:
+// input); block value rows are summed in integers too, against the softmax weights taken to
+// 7-bit codes ("Values in integers" below), float value rows are widened and added in f32.
+// Nothing wider than one row is ever copied out of the pool. Layer: cpu. Not the reference:
 // attend_reference() widens every row (load_row) and attends in double.
 #pragma once
 
@@ -113,6 +114,114 @@ inline void logits_key_scalar(const KvView& kv, const std::byte* k, QueryBlocks&
     s[h * kKeyBlock] = dot * scale;
   }
 }
+
+// ---- Values in integers (a block-type V) ----
+// A block of keys' value sum acc[h][i] += sum_b w[h][b] v_b[i], with v_b = d_{b,c} x code_b
+// in value block c, is done as an integer dot product over the keys: per head h and value
+// block c, x_b = w[h][b] * d_{b,c} is taken to a code u_b = round(x_b / s) in -127..127 with
+// one scale s = max_b |x_b| / 127, and
+//   acc[h][32 c + i] += s * sum_b u_b * code_b[i]     (q4_0: code - 8)
+// in exact int32 sums (at most 64 x 127 x 128 a lane). The byte products multiply unsigned
+// by signed bytes: a q8_0 scale is never negative (the block rule: max|x| / 127), so its x
+// and u are too (a negative scale, which no writer makes, counts as zero) and u is the
+// unsigned operand; a q4_0 scale takes the sign of the block's largest value, so u is the
+// signed operand and the nibbles (0..15) the unsigned one, the offset of 8 coming off as 8 x
+// sum u. 127, not 255: AVX2's vpmaddubsw adds two products in int16, which 127 x 128 x 2
+// keeps below saturation. Every instruction set uses the same codes, so the workers differ
+// only in float rounding and in where their key blocks start. The weights' rounding (half a
+// code of the block's largest |x|) is the order of the value codes' own.
+inline constexpr int32_t kWeightCodeMax = 127;
+
+// One key block's codes: dv[c * kKeyBlock + b] row b's scale of value block c; u[(h * nvb +
+// c) * kKeyBlock + b] (zero from nb on); s and, for q4_0, usum (the sum of u) per (h, c).
+struct ValueCodes {
+  int32_t nvb = 0;
+  std::vector<float> dv;
+  std::vector<int8_t> u;
+  std::vector<float> s;
+  std::vector<int32_t> usum;
+
+  void size_for(int32_t group, int32_t value_blocks) {
+    nvb = value_blocks;
+    dv.resize(static_cast<size_t>(nvb) * kKeyBlock);
+    u.resize(static_cast<size_t>(group) * nvb * kKeyBlock);
+    s.resize(static_cast<size_t>(group) * nvb);
+    usum.resize(static_cast<size_t>(group) * nvb);
+  }
+  int8_t* codes(int32_t h, int32_t c) { return u.data() + (int64_t{h} * nvb + c) * kKeyBlock; }
+  const int8_t* codes(int32_t h, int32_t c) const {
+    return u.data() + (int64_t{h} * nvb + c) * kKeyBlock;
+  }
+};
+
+inline ValueCodes& thread_value_codes() {
+  thread_local ValueCodes vc;
+  return vc;
+}
+
+// The rule in plain loops (the SIMD versions' reference, and the scalar worker's code): the
+// rows' block scales, then each (h, c)'s codes from the weights w[h * kKeyBlock + b].
+inline void value_codes_reference(const KvView& kv, const std::byte* const* rows, int64_t nb,
+                                  int32_t group, const float* w, ValueCodes& vc) {
+  const int64_t bb = block_bytes(kv.v_dtype);
+  const bool q8 = kv.v_dtype == DType::kQ8_0;
+  vc.size_for(group, kv.value_dim / kBlockValues);
+  for (int32_t c = 0; c < vc.nvb; ++c)
+    for (int64_t b = 0; b < nb; ++b) vc.dv[c * kKeyBlock + b] = block_scale(rows[b] + c * bb);
+  for (int32_t h = 0; h < group; ++h)
+    for (int32_t c = 0; c < vc.nvb; ++c) {
+      float x[kKeyBlock] = {}, top = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        x[b] = w[h * kKeyBlock + b] * vc.dv[c * kKeyBlock + b];
+        if (q8) x[b] = std::max(x[b], 0.0f);
+        top = std::max(top, std::fabs(x[b]));
+      }
+      const int64_t i = int64_t{h} * vc.nvb + c;
+      if (!(top > 0.0f && std::isfinite(top))) top = 0.0f;  // no weight, or a hostile scale
+      const float inv = top > 0.0f ? static_cast<float>(kWeightCodeMax) / top : 0.0f;
+      vc.s[i] = top / static_cast<float>(kWeightCodeMax);
+      vc.usum[i] = 0;
+      int8_t* u = vc.codes(h, c);
+      for (int64_t b = 0; b < kKeyBlock; ++b) {
+        u[b] = static_cast<int8_t>(std::nearbyint(x[b] * inv));
+        if (!q8) vc.usum[i] += u[b];  // only q4_0's offset needs it
+      }
+    }
+}
+
+// acc[h * value_dim + 32 c + i] += s * (integer sum), the sums taken key by key.
+inline void values_int_reference(const KvView& kv, const std::byte* const* rows, int64_t nb,
+                                 int32_t group, const ValueCodes& vc, float* acc) {
+  const bool q8 = kv.v_dtype == DType::kQ8_0;
+  const int64_t bb = block_bytes(kv.v_dtype);
+  for (int32_t h = 0; h < group; ++h)
+    for (int32_t c = 0; c < vc.nvb; ++c) {
+      int32_t sum[kBlockValues] = {};
+      const int8_t* u = vc.codes(h, c);
+      for (int64_t b = 0; b < nb; ++b) {
+        const auto* blk = reinterpret_cast<const uint8_t*>(rows[b] + c * bb) + 2;
+        for (int i = 0; i < kBlockValues; ++i) {
+          const int32_t code = q8 ? static_cast<int8_t>(blk[i])
+                                  : ((i < 16 ? blk[i] : blk[i - 16] >> 4) & 0x0F) - 8;
+          sum[i] += u[b] * code;
+        }
+      }
+      const float s = vc.s[int64_t{h} * vc.nvb + c];
+      float* a = acc + int64_t{h} * kv.value_dim + c * kBlockValues;
+      for (int i = 0; i < kBlockValues; ++i) a[i] = std::fma(s, static_cast<float>(sum[i]), a[i]);
+    }
+}
+
+// The SIMD versions (the AVX-512 one needs VNNI), for the differential tests: vc must hold
+// value_codes_reference's codes for the same rows and weights; acc receives the same sums.
+void value_codes_avx2(const KvView& kv, const std::byte* const* rows, int64_t nb, int32_t group,
+                      const float* w, ValueCodes& vc);
+void values_int_avx2(const KvView& kv, const std::byte* const* rows, int64_t nb, int32_t group,
+                     const ValueCodes& vc, float* acc);
+void value_codes_avx512(const KvView& kv, const std::byte* const* rows, int64_t nb,
+                        int32_t group, const float* w, ValueCodes& vc);
+void values_int_avx512(const KvView& kv, const std::byte* const* rows, int64_t nb,
+                       int32_t group, const ValueCodes& vc, float* acc);
 
 // The float workers' softmax step (a block's logits of one head into weights, rescaling its
 // m, l, acc), shared with the quantized workers of the same instruction set.

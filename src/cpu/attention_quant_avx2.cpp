@@ -5,10 +5,13 @@
 // saturation: 2 x 128 x 127), while q4_0 nibbles (0..15) are unsigned already and the offset
 // of 8 comes off as 8 x the query block's code sum; vpmaddwd sums pairs to int32, one tree of
 // horizontal adds folds the 8 keys' lanes, and one f32 FMA per block applies both scales to
-// all 8. Values: half a block (16) widened to two f32 vectors and added into up to four
-// heads. Measured (32 q / 8 kv heads of 128, 16K keys, BM_DecodeAttentionIsa at AVX2, this
-// AMD EPYC): q8_0 from 0.92-0.95x to 1.04-1.11x the calls per second of f16, q4_0 from
-// 0.76-0.83x to 1.22-1.27x. Headers first: nothing shared is compiled for the wider set.
+// all 8. Block values: integer sums over the keys (value_int.inc; vpmaddubsw + vpmaddwd per
+// 4 keys x 8 values, two heads at a time in the 16 registers); float values row by row.
+// Measured (32 q / 8 kv heads of 128, 16K keys, BM_DecodeAttentionIsa at AVX2, this AMD
+// EPYC): q8_0 from 0.92-0.95x to 1.04-1.11x the calls per second of f16, q4_0 from
+// 0.76-0.83x to 1.22-1.27x; the integer values then took q8_0 from 195-201 to 218 calls/s
+// (64K keys: 49.2-49.6 to 53.0-54.1), 1 thread, alternating runs.
+// Headers first: nothing shared is compiled for the wider set.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -50,6 +53,31 @@ inline __m256i q4_nibbles(const std::byte* block) {
   const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
   const __m128i m = _mm_set1_epi8(0x0F);
   return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m), _mm_and_si128(x, m));
+}
+
+// vpmaddubsw adds two u x code products in int16 (below saturation: u <= 127), vpmaddwd
+// the pairs into int32.
+struct MaddDot {
+  static __m256i add(__m256i acc, __m256i u, __m256i t) {
+    const __m256i pairs = _mm256_maddubs_epi16(u, t);
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+  }
+};
+
+#include "cpu/value_int.inc"
+
+// The largest of 8 lanes.
+inline float max8(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+}
+
+// 32 int32 codes (-127..127) as 32 bytes in order.
+inline __m256i pack_codes(const __m256i* i) {
+  const __m256i w01 = _mm256_permute4x64_epi64(_mm256_packs_epi32(i[0], i[1]), 0xD8);
+  const __m256i w23 = _mm256_permute4x64_epi64(_mm256_packs_epi32(i[2], i[3]), 0xD8);
+  return _mm256_permute4x64_epi64(_mm256_packs_epi16(w01, w23), 0xD8);
 }
 
 struct Avx2Ops {
@@ -125,53 +153,6 @@ struct Avx2Ops {
     softmax_block_avx2(s, nb, dv, m, l, acc);
   }
 
-  // Values [d0, d0 + 16) of a block-type row as two f32 vectors (half of one block).
-  static void widen16(DType dtype, const std::byte* row, int32_t d0, __m256 v[2]) {
-    const int32_t half = (d0 / 16) % 2;
-    if (dtype == DType::kQ8_0) {
-      const std::byte* blk = row + int64_t{d0 / kBlockValues} * kQ8_0BlockBytes;
-      const __m256 d = _mm256_set1_ps(fast_scale(blk));
-      const auto* x = reinterpret_cast<const __m128i*>(blk + 2 + 16 * half);
-      v[0] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(x))));
-      v[1] = _mm256_mul_ps(
-          d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
-                 reinterpret_cast<const __m128i*>(blk + 2 + 16 * half + 8)))));
-      return;
-    }
-    const std::byte* blk = row + int64_t{d0 / kBlockValues} * kQ4_0BlockBytes;
-    const __m256 d = _mm256_set1_ps(fast_scale(blk));
-    __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
-    if (half) x = _mm_srli_epi16(x, 4);  // values 16..31 are the high nibbles
-    x = _mm_and_si128(x, _mm_set1_epi8(0x0F));
-    const __m256i eight = _mm256_set1_epi32(8);
-    v[0] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(x), eight)));
-    v[1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(
-                                _mm256_cvtepu8_epi32(_mm_srli_si128(x, 8)), eight)));
-  }
-
-  // Heads [0, kNh) x 16 values at a time held in registers over all nb rows: each row's half
-  // block is widened once for up to four heads.
-  template <int kNh>
-  static void values_heads(const KvView& kv, const std::byte* const* rows, int64_t nb,
-                           const float* w, float* acc) {
-    const int32_t dv = kv.value_dim;
-    for (int32_t d0 = 0; d0 < dv; d0 += 16) {
-      __m256 a[kNh][2];
-      for (int i = 0; i < kNh; ++i)
-        for (int c = 0; c < 2; ++c) a[i][c] = _mm256_loadu_ps(acc + int64_t{i} * dv + d0 + 8 * c);
-      for (int64_t b = 0; b < nb; ++b) {
-        __m256 v[2];
-        widen16(kv.v_dtype, rows[b], d0, v);
-        for (int i = 0; i < kNh; ++i) {
-          const __m256 wb = _mm256_set1_ps(w[i * kKeyBlock + b]);
-          for (int c = 0; c < 2; ++c) a[i][c] = _mm256_fmadd_ps(wb, v[c], a[i][c]);
-        }
-      }
-      for (int i = 0; i < kNh; ++i)
-        for (int c = 0; c < 2; ++c) _mm256_storeu_ps(acc + int64_t{i} * dv + d0 + 8 * c, a[i][c]);
-    }
-  }
-
   static void values(const KvView& kv, const std::byte* const* rows, int64_t nb, int32_t group,
                      const float* w, float* acc) {
     const int32_t dv = kv.value_dim;
@@ -188,20 +169,68 @@ struct Avx2Ops {
       }
       return;
     }
-    for (int32_t h = 0; h < group;) {
-      const int32_t n = std::min(4, group - h);
-      const float* wh = w + h * kKeyBlock;
-      float* ah = acc + int64_t{h} * dv;
-      if (n == 4) values_heads<4>(kv, rows, nb, wh, ah);
-      else if (n == 3) values_heads<3>(kv, rows, nb, wh, ah);
-      else if (n == 2) values_heads<2>(kv, rows, nb, wh, ah);
-      else values_heads<1>(kv, rows, nb, wh, ah);
-      h += n;
-    }
+    ValueCodes& vc = thread_value_codes();
+    value_codes_avx2(kv, rows, nb, group, w, vc);
+    values_int_avx2(kv, rows, nb, group, vc, acc);
   }
 };
 
 }  // namespace
+
+void value_codes_avx2(const KvView& kv, const std::byte* const* rows, int64_t nb, int32_t group,
+                      const float* w, ValueCodes& vc) {
+  vc.size_for(group, kv.value_dim / kBlockValues);
+  value_block_scales(kv, rows, nb, vc);
+  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const bool q8 = kv.v_dtype == DType::kQ8_0;
+  for (int32_t h = 0; h < group; ++h)
+    for (int32_t c = 0; c < vc.nvb; ++c) {
+      __m256 x[kKeyBlock / 8];
+      __m256 top = _mm256_setzero_ps();
+      for (int v = 0; v < kKeyBlock / 8; ++v) {
+        const __m256i in = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(nb - 8 * v)),
+                                              iota);
+        const __m256 wv = _mm256_maskload_ps(w + h * kKeyBlock + 8 * v, in);
+        x[v] = _mm256_mul_ps(wv, _mm256_maskload_ps(vc.dv.data() + c * kKeyBlock + 8 * v, in));
+        if (q8) x[v] = _mm256_max_ps(x[v], _mm256_setzero_ps());
+        top = _mm256_max_ps(top, _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x[v]));
+      }
+      float t = max8(top);
+      if (!(t > 0.0f && std::isfinite(t))) t = 0.0f;
+      const int64_t i = int64_t{h} * vc.nvb + c;
+      vc.s[i] = t / static_cast<float>(kWeightCodeMax);
+      const __m256 inv = _mm256_set1_ps(t > 0.0f ? static_cast<float>(kWeightCodeMax) / t : 0.0f);
+      __m256i sum = _mm256_setzero_si256();
+      for (int v = 0; v < kKeyBlock / 8; v += 4) {
+        __m256i q[4];
+        for (int k = 0; k < 4; ++k) {
+          q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(x[v + k], inv));
+          sum = _mm256_add_epi32(sum, q[k]);
+        }
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(vc.codes(h, c) + 8 * v), pack_codes(q));
+      }
+      alignas(32) int32_t lanes[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), sum);
+      vc.usum[i] = 0;
+      if (!q8)  // only q4_0's offset needs it
+        for (int32_t l : lanes) vc.usum[i] += l;
+    }
+}
+
+template <bool kQ8>
+void values_int_for(const KvView& kv, const std::byte* const* rows, int64_t nb, int32_t group,
+                    const ValueCodes& vc, float* acc) {
+  for (int32_t h = 0; h < group; h += 2) {
+    if (h + 1 < group) values_int_heads<2, MaddDot, kQ8>(kv, rows, nb, vc, h, acc);
+    else values_int_heads<1, MaddDot, kQ8>(kv, rows, nb, vc, h, acc);
+  }
+}
+
+void values_int_avx2(const KvView& kv, const std::byte* const* rows, int64_t nb, int32_t group,
+                     const ValueCodes& vc, float* acc) {
+  if (kv.v_dtype == DType::kQ8_0) values_int_for<true>(kv, rows, nb, group, vc, acc);
+  else values_int_for<false>(kv, rows, nb, group, vc, acc);
+}
 
 void chunk_quant_avx2(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int64_t j1,
                       float* m, float* l, float* acc, float* scratch) {
@@ -218,6 +247,14 @@ namespace kvcache::cpu::detail {
 void chunk_quant_avx2(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0, int64_t j1,
                       float* m, float* l, float* acc, float* scratch) {
   chunk_quant_scalar(p, t, g, j0, j1, m, l, acc, scratch);
+}
+void value_codes_avx2(const KvView& kv, const std::byte* const* rows, int64_t nb, int32_t group,
+                      const float* w, ValueCodes& vc) {
+  value_codes_reference(kv, rows, nb, group, w, vc);
+}
+void values_int_avx2(const KvView& kv, const std::byte* const* rows, int64_t nb, int32_t group,
+                     const ValueCodes& vc, float* acc) {
+  values_int_reference(kv, rows, nb, group, vc, acc);
 }
 }  // namespace kvcache::cpu::detail
 #endif

@@ -4,11 +4,14 @@
 // stored (0..15); each accumulator starts at minus offset x the query block's code sum,
 // leaving exactly sum(q * k). Key logits, groups of a multiple of 4 heads: 4 keys x 4 heads
 // in the 16 lanes, each lane a whole block (LaneTables: no horizontal sums); other groups:
-// two blocks per vector per head, tiles of 4 keys folded at once (PairTables). Values: each
-// block of 32 widened to two f32 vectors and added into up to four heads held in registers.
+// two blocks per vector per head, tiles of 4 keys folded at once (PairTables). Block values:
+// integer sums over the keys (value_int.inc, one vpdpbusd per 4 keys x 8 values); float
+// values: each block of 32 widened to two f32 vectors and added into up to four heads.
 // Measured (32 q / 8 kv heads of 128, kvcache_attention_bench BM_DecodeAttentionIsa, shared
 // 2-core machine, noisy): the lane layout took q8_0 from 0.74-0.88x to 1.0-1.25x the calls
-// per second of f16 at 16K-64K keys, q4_0 to 1.3-1.5x.
+// per second of f16 at 16K-64K keys, q4_0 to 1.3-1.5x. The integer values left q8_0 where it
+// was at this width (16K keys, 1 thread: 385-416 against 407-420 calls/s, alternating): the
+// weight codes cost what the f32 products saved.
 // Headers first: nothing shared is compiled for the wider set.
 #pragma GCC diagnostic ignored "-Wuninitialized"  // GCC 12's AVX-512 headers, not this code
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -36,6 +39,22 @@ inline float fast_scale(const std::byte* block) {
   uint16_t h;
   std::memcpy(&h, block, 2);
   return _cvtsh_ss(h);
+}
+
+// vpdpbusd adds the 4 u x code products of each int32 lane at once.
+struct VnniDot {
+  static __m256i add(__m256i acc, __m256i u, __m256i t) { return _mm256_dpbusd_epi32(acc, u, t); }
+};
+
+#include "cpu/value_int.inc"
+
+// The f16 scales at byte `at` of four rows, converted at once.
+inline __m128 four_scales(const std::byte* const* rows, int64_t at) {
+  uint16_t h[4];
+  for (int i = 0; i < 4; ++i) std::memcpy(&h[i], rows[i] + at, 2);
+  return _mm_cvtph_ps(_mm_setr_epi16(static_cast<int16_t>(h[0]), static_cast<int16_t>(h[1]),
+                                     static_cast<int16_t>(h[2]), static_cast<int16_t>(h[3]), 0,
+                                     0, 0, 0));
 }
 
 constexpr int32_t kMaxPairs = 8;  // key rows up to 512 values in vectors; wider ones go scalar
@@ -213,9 +232,8 @@ struct Avx512Ops {
           for (int32_t d = 0; d < 8; ++d)
             isum = _mm512_dpbusd_epi32(isum, _mm512_permutex2var_epi32(za, deal[d], zb),
                                        _mm512_loadu_si512(qv + 16 * d));
-          const __m128 k4 = _mm_setr_ps(fast_scale(k[0] + b * bb), fast_scale(k[1] + b * bb),
-                                        fast_scale(k[2] + b * bb), fast_scale(k[3] + b * bb));
-          const __m512 kd = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(k4));
+          const __m512 kd =
+              _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(four_scales(k, b * bb)));
           acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum),
                                 _mm512_mul_ps(kd, _mm512_loadu_ps(t.qd.data() + cb * 16)), acc);
         }
@@ -275,30 +293,9 @@ struct Avx512Ops {
     softmax_block_avx512(s, nb, dv, m, l, acc);
   }
 
-  // Values d0 .. d0 + 32 of a row as two f32 vectors (masked past n for the float types).
+  // Values d0 .. d0 + 32 of a float row as two f32 vectors (masked past n).
   static void widen32(DType dtype, const std::byte* row, int32_t d0, int32_t n, __m512& v0,
                       __m512& v1) {
-    if (dtype == DType::kQ8_0) {
-      const std::byte* blk = row + int64_t{d0 / kBlockValues} * kQ8_0BlockBytes;
-      const __m512 d = _mm512_set1_ps(fast_scale(blk));
-      const auto* p = reinterpret_cast<const __m128i*>(blk + 2);
-      v0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p))));
-      v1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p + 1))));
-      return;
-    }
-    if (dtype == DType::kQ4_0) {
-      const std::byte* blk = row + int64_t{d0 / kBlockValues} * kQ4_0BlockBytes;
-      const __m512 d = _mm512_set1_ps(fast_scale(blk));
-      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
-      const __m128i m = _mm_set1_epi8(0x0F);
-      const __m512i eight = _mm512_set1_epi32(8);
-      const __m512i lo = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(x, m)), eight);
-      const __m512i hi =
-          _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(x, 4), m)), eight);
-      v0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(lo));
-      v1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(hi));
-      return;
-    }
     __m512* out[2] = {&v0, &v1};
     for (int i = 0; i < 2; ++i) {
       const int32_t d = d0 + 16 * i;
@@ -343,6 +340,11 @@ struct Avx512Ops {
 
   static void values(const KvView& kv, const std::byte* const* rows, int64_t nb, int32_t group,
                      const float* w, float* acc) {
+    if (is_block_type(kv.v_dtype)) {
+      ValueCodes& vc = thread_value_codes();
+      value_codes_avx512(kv, rows, nb, group, w, vc);
+      return values_int_avx512(kv, rows, nb, group, vc, acc);
+    }
     const int32_t dv = kv.value_dim;
     for (int32_t h = 0; h < group;) {
       const int32_t n = std::min(4, group - h);
@@ -366,6 +368,57 @@ struct Avx512Ops {
 
 }  // namespace
 
+void value_codes_avx512(const KvView& kv, const std::byte* const* rows, int64_t nb,
+                        int32_t group, const float* w, ValueCodes& vc) {
+  vc.size_for(group, kv.value_dim / kBlockValues);
+  value_block_scales(kv, rows, nb, vc);
+  const bool q8 = kv.v_dtype == DType::kQ8_0;
+  for (int32_t h = 0; h < group; ++h)
+    for (int32_t c = 0; c < vc.nvb; ++c) {
+      __m512 x[kKeyBlock / 16];
+      __m512 top = _mm512_setzero_ps();
+      for (int v = 0; v < kKeyBlock / 16; ++v) {
+        const __mmask16 in = nb > 16 * v ? lanes(static_cast<int32_t>(nb - 16 * v)) : 0;
+        x[v] = _mm512_mul_ps(_mm512_maskz_loadu_ps(in, w + h * kKeyBlock + 16 * v),
+                             _mm512_maskz_loadu_ps(in, vc.dv.data() + c * kKeyBlock + 16 * v));
+        if (q8) x[v] = _mm512_max_ps(x[v], _mm512_setzero_ps());
+        top = _mm512_max_ps(top, _mm512_abs_ps(x[v]));
+      }
+      float t = _mm512_reduce_max_ps(top);
+      if (!(t > 0.0f && std::isfinite(t))) t = 0.0f;
+      const int64_t i = int64_t{h} * vc.nvb + c;
+      vc.s[i] = t / static_cast<float>(kWeightCodeMax);
+      const __m512 inv = _mm512_set1_ps(t > 0.0f ? static_cast<float>(kWeightCodeMax) / t : 0.0f);
+      __m512i sum = _mm512_setzero_si512();
+      for (int v = 0; v < kKeyBlock / 16; ++v) {
+        const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(x[v], inv));
+        sum = _mm512_add_epi32(sum, q);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(vc.codes(h, c) + 16 * v),
+                         _mm512_cvtepi32_epi8(q));
+      }
+      vc.usum[i] = q8 ? 0 : _mm512_reduce_add_epi32(sum);  // only q4_0's offset needs it
+    }
+}
+
+template <bool kQ8>
+void values_int_for(const KvView& kv, const std::byte* const* rows, int64_t nb, int32_t group,
+                    const ValueCodes& vc, float* acc) {
+  for (int32_t h = 0; h < group;) {
+    const int32_t n = std::min(4, group - h);
+    if (n == 4) values_int_heads<4, VnniDot, kQ8>(kv, rows, nb, vc, h, acc);
+    else if (n == 3) values_int_heads<3, VnniDot, kQ8>(kv, rows, nb, vc, h, acc);
+    else if (n == 2) values_int_heads<2, VnniDot, kQ8>(kv, rows, nb, vc, h, acc);
+    else values_int_heads<1, VnniDot, kQ8>(kv, rows, nb, vc, h, acc);
+    h += n;
+  }
+}
+
+void values_int_avx512(const KvView& kv, const std::byte* const* rows, int64_t nb,
+                       int32_t group, const ValueCodes& vc, float* acc) {
+  if (kv.v_dtype == DType::kQ8_0) values_int_for<true>(kv, rows, nb, group, vc, acc);
+  else values_int_for<false>(kv, rows, nb, group, vc, acc);
+}
+
 void chunk_quant_avx512(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0,
                         int64_t j1, float* m, float* l, float* acc, float* scratch) {
   quant_chunk<Avx512Ops>(p, t, g, j0, j1, m, l, acc, scratch);
@@ -381,6 +434,14 @@ namespace kvcache::cpu::detail {
 void chunk_quant_avx512(const AttentionProblem& p, int32_t t, int32_t g, int64_t j0,
                         int64_t j1, float* m, float* l, float* acc, float* scratch) {
   chunk_quant_scalar(p, t, g, j0, j1, m, l, acc, scratch);
+}
+void value_codes_avx512(const KvView& kv, const std::byte* const* rows, int64_t nb,
+                        int32_t group, const float* w, ValueCodes& vc) {
+  value_codes_reference(kv, rows, nb, group, w, vc);
+}
+void values_int_avx512(const KvView& kv, const std::byte* const* rows, int64_t nb,
+                       int32_t group, const ValueCodes& vc, float* acc) {
+  values_int_reference(kv, rows, nb, group, vc, acc);
 }
 }  // namespace kvcache::cpu::detail
 #endif

@@ -32,6 +32,11 @@ struct ScalarOps {
   }
   static void values(const KvView& kv, const std::byte* const* rows, int64_t nb, int32_t group,
                      const float* w, float* acc) {
+    if (is_block_type(kv.v_dtype)) {
+      ValueCodes& vc = thread_value_codes();
+      value_codes_reference(kv, rows, nb, group, w, vc);
+      return values_int_reference(kv, rows, nb, group, vc, acc);
+    }
     const int32_t dv = kv.value_dim;
     thread_local std::vector<float> vf;
     vf.resize(static_cast<size_t>(dv));
