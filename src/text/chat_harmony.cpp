@@ -108,7 +108,8 @@ std::string ts_type(const ordered_json& spec) {
 // One parameter line: // description, name?: type, // default: value.
 std::string ts_param(const std::string& name, const ordered_json& spec, bool required) {
   std::string out;
-  if (const ordered_json* d = field(spec, "description"); truthy(d)) out += "// " + str_of(*d) + "\n";
+  if (const ordered_json* d = field(spec, "description"); truthy(d))
+    out += "// " + str_of(*d) + "\n";
   out += name + (required ? "" : "?") + ": " + ts_type(spec);
   if (const ordered_json* d = field(spec, "default"); d != nullptr) {
     if (truthy(field(spec, "enum"))) out += ", // default: " + str_of(*d);

@@ -99,15 +99,19 @@ struct Reader {
   }
 
   void run() {
-    bool framed = false;
-    for (std::string_view s : kHeaderStarts) framed |= begins(text, s);
-    if (!framed) {
-      bool pending = false;
-      for (std::string_view s : kHeaderStarts) pending |= may_become(text, s);
-      if (!(pending && partial)) out.content = std::string(text);
-      return;
+    size_t at = 0;  // a reply may also repeat the prompt's <|start|>assistant
+    if (!begins(text, kStart)) {
+      bool framed = false, pending = may_become(text, kStart);
+      for (std::string_view s : kHeaderStarts) {
+        framed |= begins(text, s);
+        pending |= may_become(text, s);
+      }
+      if (!framed) {
+        if (!(pending && partial)) out.content = std::string(text);
+        return;
+      }
+      at = message(0, 0);
     }
-    size_t at = message(0, 0);
     while (at != std::string_view::npos && at < text.size()) {
       const std::string_view rest = text.substr(at);
       if (!begins(rest, kStart)) {  // not a message: the rest as written

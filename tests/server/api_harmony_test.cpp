@@ -20,7 +20,8 @@ constexpr text::ToolSyntax kHarmony = text::ToolSyntax::kHarmony;
 
 constexpr const char* kTools =
     R"("tools":[{"type":"function","function":{"name":"get_weather","description":"d",
-        "parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}])";
+        "parameters":{"type":"object","properties":{"city":{"type":"string"}},
+        "required":["city"]}}}])";
 
 std::string chat_body(const std::string& extra) {
   return R"({"messages":[{"role":"user","content":"x"}],)" + extra + "}";

@@ -21,6 +21,9 @@ TEST(HarmonyReply, AnalysisIsReasoningAndFinalIsContent) {
   EXPECT_EQ(a.reasoning, "The user greets.");
   EXPECT_EQ(a.content, "Hello there!");
   EXPECT_TRUE(a.calls.empty());
+  // A reply that repeats the prompt's <|start|>assistant reads the same.
+  EXPECT_EQ(parse_harmony(std::string("<|start|>assistant") + kAnswer, true, false).content,
+            "Hello there!");
   // The end token, when the text keeps it, ends the message.
   EXPECT_EQ(parse_harmony(std::string(kAnswer) + "<|return|>", true, false).content,
             "Hello there!");
@@ -108,12 +111,14 @@ TEST(HarmonyReply, EveryBeginningReportsABeginningOfTheWhole) {
                           true).content, "");
   EXPECT_EQ(parse_harmony("<|channel|>fin", true, true).content, "");
   EXPECT_EQ(parse_harmony("<|cha", true, true).content, "");
+  EXPECT_EQ(parse_harmony("<|sta", true, true).content, "");
   EXPECT_EQ(parse_harmony("Plain", true, true).content, "Plain");
 }
 
 TEST(HarmonyReply, ForcedGrammarWritesTheCallHeaderThenTheArguments) {
   auto sum = compile_json_schema(
-      R"({"type":"object","properties":{"n":{"type":"integer"}},"required":["n"],"additionalProperties":false})");
+      R"({"type":"object","properties":{"n":{"type":"integer"}},"required":["n"],)"
+      R"("additionalProperties":false})");
   ASSERT_TRUE(sum.ok());
   const std::vector<ToolGrammarSpec> tools = {{"sum", *sum}};
   auto g = tool_call_grammar(ToolSyntax::kHarmony, tools, true, /*with_marker=*/false);
@@ -128,8 +133,8 @@ TEST(HarmonyReply, ForcedGrammarWritesTheCallHeaderThenTheArguments) {
   EXPECT_FALSE(accepts("sum <|constrain|>json<|message|>{\"n\":\"x\"}"));
   EXPECT_FALSE(accepts("other <|constrain|>json<|message|>{\"n\":4}"));
   // The prompt ends with forced_call_prefix: together they parse into the call.
-  const ParsedAnswer a =
-      parse_tool_calls(ToolSyntax::kHarmony, std::string(forced_call_prefix(ToolSyntax::kHarmony)) + doc);
+  const std::string prefix(forced_call_prefix(ToolSyntax::kHarmony));
+  const ParsedAnswer a = parse_tool_calls(ToolSyntax::kHarmony, prefix + doc);
   ASSERT_EQ(a.calls.size(), 1u);
   EXPECT_EQ(a.calls[0].name, "sum");
   EXPECT_EQ(a.calls[0].arguments, "{\"n\":4}");

@@ -67,8 +67,8 @@ struct ParsedAnswer {
 // no calls. Harmony: parse_harmony(text, true, false). Never fails.
 ParsedAnswer parse_tool_calls(ToolSyntax s, std::string_view text);
 
-// A harmony reply: the text generated after the prompt's <|start|>assistant, its framing
-// tokens decoded as written. Its messages (header <|message|> text, ended by <|end|>,
+// A harmony reply: the text generated after the prompt's <|start|>assistant (it may repeat
+// <|start|>assistant), its framing tokens decoded as written. Its messages (header <|message|> text, ended by <|end|>,
 // <|call|>, <|return|>, the next <|start|> or the end of the reply): analysis text is
 // `reasoning`, final and commentary text without a recipient is `content` (several messages'
 // texts joined by "\n"), a message to functions.NAME whose text is a JSON object is a call
