@@ -58,8 +58,8 @@ std::string ts_array(const ordered_json& spec) {
   return inner + "[]" + nullable(spec);
 }
 
-// An object's properties inline; the template's copy also carries its own source indentation
-// before each type, which is not reproduced.
+// An object's properties inline. The template's Jinja also writes its own source whitespace
+// before each type here (and after each " | " of a oneOf); that is not reproduced.
 std::string ts_object(const ordered_json& spec) {
   const ordered_json* props = field(spec, "properties");
   if (!truthy(props) || !props->is_object()) return "object";
@@ -72,11 +72,10 @@ std::string ts_object(const ordered_json& spec) {
   return out + "}";
 }
 
-// oneOf: "any" when one of several variants is an object, else the variants' types.
+// oneOf: the variants' types as a union (the template means objects among several to be
+// `any`, but its Jinja never sets that flag outside its loop, so it writes the union too).
 std::string ts_one_of(const ordered_json& variants) {
   if (!variants.is_array()) return "any";
-  for (const ordered_json& v : variants)
-    if (type_is(v, "object") && variants.size() > 1) return "any";
   std::string out;
   for (const ordered_json& v : variants) out += (out.empty() ? "" : " | ") + ts_type(v);
   return out;

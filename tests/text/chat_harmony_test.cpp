@@ -89,6 +89,45 @@ TEST(ChatHarmony, ToolsAreATypeScriptNamespaceInTheDeveloperMessage) {
                 "<|start|>user<|message|>Weather?<|end|><|start|>assistant");
 }
 
+// Where the template's Jinja writes its own source whitespace (after " | " in a oneOf, before
+// a nested property's type) this writes none; otherwise the same text.
+TEST(ChatHarmony, ToolTypesCoverUnionsNullableArraysAndDefaults) {
+  const std::vector<std::string> tools = {
+      R"({"type": "function", "function": {"name": "t1", "description": "Mixed.",
+          "parameters": {"type": "object", "properties": {
+            "a": {"type": "string", "nullable": true},
+            "b": {"type": ["string", "number"]},
+            "c": {"oneOf": [{"type": "string"}, {"type": "number"}]},
+            "e": {"type": "array", "items": {"type": "integer"}},
+            "f": {"type": "array"},
+            "g": {"type": "array", "items": {"type": "object",
+                  "properties": {"x": {"type": "string"}}}},
+            "h": {"type": "string", "enum": ["x", "y"], "default": "x"},
+            "i": {"type": "object"},
+            "j": {"type": "boolean", "default": false, "description": "A flag."},
+            "m": {"type": "null"}},
+          "required": ["a"]}}})",
+      R"({"type": "function", "function": {"name": "t2"}})"};
+  const std::string r = render({{"user", "Q"}}, true, tools);
+  const size_t from = r.find("type t1");
+  ASSERT_NE(from, std::string::npos);
+  EXPECT_EQ(r.substr(from, r.find("<|end|>", from) - from),
+            "type t1 = (_: {\n"
+            "a: string | null,\n"
+            "b?: string | number,\n"
+            "c?: string | number,\n"
+            "e?: number[],\n"
+            "f?: any[],\n"
+            "g?: {\nx?: string}[],\n"
+            "h?: \"x\" | \"y\", // default: x,\n"
+            "i?: object,\n"
+            "// A flag.\nj?: boolean, // default: false,\n"
+            "m?: any,\n"
+            "}) => any;\n\n"
+            "type t2 = () => any;\n\n"  // no description: no comment line
+            "} // namespace functions");
+}
+
 TEST(ChatHarmony, ReasoningAndACallThenItsResultThenTheGenerationPrompt) {
   const std::vector<std::string> tools = {
       R"({"type": "function", "function": {"name": "get_weather", "description": "Weather.",

@@ -86,7 +86,9 @@ ChatTokens default_chat_tokens(ChatTemplate t);
 // developer message's "# Instructions", and the tools as its "# Tools" TypeScript-like
 // `namespace functions` (string, number/integer, boolean, string enums as unions of literals,
 // typed arrays, nested objects, type lists and oneOf as unions, `?` for a property not
-// required, descriptions and defaults as // comments; anything else `any`); user turns; an
+// required, descriptions and defaults as // comments; anything else `any`; the template's
+// stray source whitespace inside nested objects and oneOf unions is not reproduced); user
+// turns; an
 // assistant's reasoning in the analysis channel (only where the template keeps it: before
 // tool calls with no later final answer, and in a last assistant turn without the generation
 // prompt, which then ends <|return|>), its content in the final channel, each call as
