@@ -35,6 +35,7 @@
 #include "program/gguf.h"
 #include "program/gguf_keys.h"
 #include "text/chat_template.h"
+#include "text/tool_calls.h"
 #include "session_file.h"
 
 namespace kvcache::tools {
@@ -399,7 +400,13 @@ int chat(const RunFlags& f, Loaded& l, engine::Session& session, engine::Sampler
         held.insert(held.end(), generated.begin(), generated.end());
       }
       if (s.ok()) {
-        messages.push_back({"assistant", l.tokenizer->decode(generated)});
+        text::ChatMessage reply("assistant", l.tokenizer->decode(generated));
+        if (*choice.tmpl == text::ChatTemplate::kHarmony) {  // its channels, not its framing
+          text::ParsedAnswer a = text::parse_harmony(reply.content, false, false);
+          reply.content = std::move(a.content);
+          reply.reasoning = std::move(a.reasoning);
+        }
+        messages.push_back(std::move(reply));
       } else {
         messages.pop_back();
         std::fprintf(stderr, "kvcache run: %s\n", s.message().c_str());

@@ -110,12 +110,18 @@ std::optional<ApiError> parse_messages(const json& obj, ApiRequest& r) {
                                          "\", expected system, user, assistant or tool");
     for (const auto& [key, v] : m.items())
       if (key != "role" && key != "content" && key != "name" &&  // name: accepted, ignored
-          !(key == "tool_calls" && msg.role == "assistant") &&
+          !((key == "tool_calls" || key == "reasoning_content") && msg.role == "assistant") &&
           !(key == "tool_call_id" && msg.role == "tool"))
         return ApiError{400, "'" + at + "." + key + "' is not supported by this server",
                         "invalid_request_error", at + "." + key, "unsupported_parameter"};
     if (auto tc = m.find("tool_calls"); tc != m.end())
       if (auto e = parse_tool_calls(*tc, at + ".tool_calls", msg.tool_calls)) return e;
+    if (auto rc = m.find("reasoning_content"); rc != m.end() && !rc->is_null()) {
+      if (!rc->is_string())
+        return bad_field(at + ".reasoning_content",
+                         "'" + at + ".reasoning_content' must be a string");
+      msg.reasoning = rc->get<std::string>();
+    }
     if (msg.role == "tool") {
       auto id = m.find("tool_call_id");
       if (id == m.end() || !id->is_string())
@@ -157,7 +163,8 @@ std::optional<ApiError> check_fields(const json& obj, bool chat,
   for (const auto& [key, value] : obj.items()) {
     if (kActed.count(key) != 0 || (chat ? key == "messages" || key == "max_completion_tokens" ||
                                               key == "tools" || key == "tool_choice" ||
-                                              key == "parallel_tool_calls"
+                                              key == "parallel_tool_calls" ||
+                                              key == "reasoning_effort"
                                         : key == "prompt"))
       continue;
     if (std::find(also.begin(), also.end(), key) != also.end()) continue;
@@ -226,6 +233,18 @@ std::optional<ApiError> parse_logprobs(const json& obj, ApiRequest& r) {
   if (top >= 0 && !on)
     return bad_field("top_logprobs", "'top_logprobs' needs 'logprobs': true");
   want = on ? std::max(top, 0) : -1;
+  return std::nullopt;
+}
+
+// chat "reasoning_effort": low, medium or high (null = the template's default).
+std::optional<ApiError> parse_reasoning_effort(const json& obj, ApiRequest& r) {
+  auto it = obj.find("reasoning_effort");
+  if (it == obj.end() || it->is_null()) return std::nullopt;
+  const std::string v = it->is_string() ? it->get<std::string>() : "";
+  if (v != "low" && v != "medium" && v != "high")
+    return bad_field("reasoning_effort",
+                     "'reasoning_effort' = " + it->dump() + ", expected low, medium or high");
+  r.reasoning_effort = v;
   return std::nullopt;
 }
 
@@ -343,6 +362,7 @@ std::optional<ApiError> parse_request(std::string_view body, bool chat, const Ap
   if (auto e = parse_penalties(obj, lim, r)) return e;
   if (auto e = parse_sampling(obj, lim, r)) return e;
   if (auto e = parse_logprobs(obj, r)) return e;
+  if (auto e = parse_reasoning_effort(obj, r)) return e;
   auto rf = obj.find("response_format");
   const bool tools = chat && (obj.contains("tools") || obj.contains("tool_choice") ||
                               obj.contains("parallel_tool_calls"));
@@ -458,7 +478,8 @@ json logprobs_json(const ResponseMeta& m, std::span<const engine::TokenLogprob> 
 
 json response_json(const ResponseMeta& m, const serve::RequestResult& r,
                    const std::vector<std::string>& texts,
-                   const std::vector<std::vector<ApiToolCall>>& calls) {
+                   const std::vector<std::vector<ApiToolCall>>& calls,
+                   const std::vector<std::string>& reasoning) {
   json choices = json::array();
   for (size_t i = 0; i < r.completions.size(); ++i) {
     const bool with_calls = i < calls.size() && !calls[i].empty();
@@ -468,6 +489,8 @@ json response_json(const ResponseMeta& m, const serve::RequestResult& r,
             with_calls ? "tool_calls" : finish_reason(r.completions[i].finish)}};
     if (m.chat) {
       c["message"] = {{"role", "assistant"}, {"content", texts.at(i)}};
+      if (i < reasoning.size() && !reasoning[i].empty())
+        c["message"]["reasoning_content"] = reasoning[i];
       if (with_calls) {
         if (texts.at(i).empty()) c["message"]["content"] = nullptr;
         json tc = json::array();
@@ -510,6 +533,12 @@ json chunk_json(const ResponseMeta& m, int32_t index, std::string_view text, boo
               {"created", m.created},
               {"model", m.model},
               {"choices", json::array({std::move(c)})}};
+}
+
+json reasoning_chunk_json(const ResponseMeta& m, int32_t index, std::string_view reasoning) {
+  json j = chunk_json(m, index, "", false, std::nullopt);
+  j["choices"][0]["delta"]["reasoning_content"] = std::string(reasoning);
+  return j;
 }
 
 json usage_chunk_json(const ResponseMeta& m, const serve::RequestResult& r) {

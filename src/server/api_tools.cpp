@@ -197,6 +197,9 @@ std::optional<ApiError> plan_tools(ApiRequest& r, text::ChatTemplate t,
                                         "use one, or tool_choice \"none\"");
   const text::ToolSyntax s = text::tool_syntax(t);
   const bool forced = r.tools.choice != ToolChoice::kAuto;
+  // Harmony's own calls are parsed, not constrained: its recipient may come before or after
+  // the channel, after an analysis message.
+  if (s == text::ToolSyntax::kHarmony && !forced) return std::nullopt;
   Result<std::shared_ptr<const text::Grammar>> g = tool_grammar(s, r.tools, forced);
   if (!g.ok()) return bad_field("tools", g.status().message());
   r.params.grammar = std::move(*g);
@@ -220,17 +223,44 @@ std::string new_tool_call_id(text::ToolSyntax s) {
 }
 
 ChoiceOutput tool_output(text::ToolSyntax s, std::string_view forced_prefix,
-                         std::string_view text) {
-  text::ParsedAnswer a = text::parse_tool_calls(s, std::string(forced_prefix) + std::string(text));
-  if (a.calls.empty()) return ChoiceOutput{std::string(text), {}};
-  return ChoiceOutput{std::move(a.content), with_ids(s, std::move(a.calls))};
+                         std::string_view text, bool calls) {
+  const std::string whole = std::string(forced_prefix) + std::string(text);
+  if (s == text::ToolSyntax::kHarmony) {
+    text::ParsedAnswer a = text::parse_harmony(whole, calls, /*partial=*/false);
+    return ChoiceOutput{std::move(a.content), with_ids(s, std::move(a.calls)),
+                        std::move(a.reasoning)};
+  }
+  text::ParsedAnswer a = text::parse_tool_calls(s, whole);
+  if (a.calls.empty()) return ChoiceOutput{std::string(text), {}, {}};
+  return ChoiceOutput{std::move(a.content), with_ids(s, std::move(a.calls)), {}};
 }
 
-ToolCallStream::ToolCallStream(text::ToolSyntax s, std::string forced_prefix)
-    : syntax_(s), buf_(std::move(forced_prefix)), in_calls_(!buf_.empty()) {}
+ToolCallStream::ToolCallStream(text::ToolSyntax s, std::string forced_prefix, bool calls)
+    : syntax_(s), buf_(std::move(forced_prefix)), in_calls_(!buf_.empty()), calls_(calls) {}
+
+// Harmony: the buffer parsed again; returns the content not sent yet (each partial parse
+// begins with the previous one's content, so bytes past sent_ are new). `whole`: the final
+// parse's calls go there.
+std::string ToolCallStream::push_harmony(bool partial, ChoiceOutput* whole) {
+  text::ParsedAnswer a = text::parse_harmony(buf_, calls_, partial);
+  reasoning_ = std::move(a.reasoning);
+  if (whole != nullptr) whole->calls = with_ids(syntax_, std::move(a.calls));
+  if (a.content.size() <= sent_) return "";
+  std::string out = a.content.substr(sent_);
+  sent_ = a.content.size();
+  return out;
+}
+
+std::string ToolCallStream::take_reasoning() {
+  if (reasoning_.size() <= reasoning_sent_) return "";
+  std::string out = reasoning_.substr(reasoning_sent_);
+  reasoning_sent_ = reasoning_.size();
+  return out;
+}
 
 std::string ToolCallStream::push(std::string_view text) {
   buf_ += text;
+  if (syntax_ == text::ToolSyntax::kHarmony) return push_harmony(/*partial=*/true, nullptr);
   if (in_calls_) return "";
   const text::ToolMarker m = text::tool_marker(syntax_);
   size_t upto = buf_.size();
@@ -260,12 +290,18 @@ std::string ToolCallStream::push(std::string_view text) {
 }
 
 ChoiceOutput ToolCallStream::finish() {
+  if (syntax_ == text::ToolSyntax::kHarmony) {
+    ChoiceOutput o;
+    o.content = push_harmony(/*partial=*/false, &o);
+    o.reasoning = take_reasoning();
+    return o;
+  }
   const std::string rest = buf_.substr(sent_);
   sent_ = buf_.size();
-  if (!in_calls_) return ChoiceOutput{rest, {}};
+  if (!in_calls_) return ChoiceOutput{rest, {}, {}};
   text::ParsedAnswer a = text::parse_tool_calls(syntax_, rest);
-  if (a.calls.empty()) return ChoiceOutput{rest, {}};
-  return ChoiceOutput{std::move(a.content), with_ids(syntax_, std::move(a.calls))};
+  if (a.calls.empty()) return ChoiceOutput{rest, {}, {}};
+  return ChoiceOutput{std::move(a.content), with_ids(syntax_, std::move(a.calls)), {}};
 }
 
 std::vector<json> tool_call_chunks(const ResponseMeta& m, int32_t index, int32_t call_index,

@@ -114,12 +114,17 @@ std::string stream_text(StreamState& st, int32_t c, const std::string& text,
   }
   ToolCallStream& ts = st.tools[static_cast<size_t>(c)];
   std::string out;
-  if (const std::string shown = ts.push(text); !shown.empty())
-    out += sse(chunk_json(st.meta, c, shown, false, std::nullopt));
+  const std::string shown = ts.push(text);
+  if (const std::string r = ts.take_reasoning(); !r.empty())
+    out += sse(reasoning_chunk_json(st.meta, c, r));
+  // A token's logprobs go out with what it shows, if anything (tools refuse logprobs; a
+  // harmony reply's framing shows nothing).
+  if (!shown.empty() || !lps.empty())
+    out += sse(chunk_json(st.meta, c, shown, false, std::nullopt, false, lps));
   if (!fin) return out;
   const ChoiceOutput o = ts.finish();
-  if (o.calls.empty() && !o.content.empty())
-    out += sse(chunk_json(st.meta, c, o.content, false, std::nullopt));
+  if (!o.reasoning.empty()) out += sse(reasoning_chunk_json(st.meta, c, o.reasoning));
+  if (!o.content.empty()) out += sse(chunk_json(st.meta, c, o.content, false, std::nullopt));
   for (size_t k = 0; k < o.calls.size(); ++k)
     for (const json& j : tool_call_chunks(st.meta, c, static_cast<int32_t>(k), o.calls[k]))
       out += sse(j);
@@ -194,8 +199,16 @@ std::optional<ApiError> HttpServer::Impl::encode(ApiRequest& r, std::vector<int3
   if (!opt.chat_template) return bad_field("messages", opt.chat_template_problem);
   const std::span<const std::string> tools =
       r.tools.active() ? std::span<const std::string>(r.tools.json) : std::span<const std::string>();
+  const bool harmony = *opt.chat_template == text::ChatTemplate::kHarmony;
+  if (!r.reasoning_effort.empty() && !harmony)
+    return ApiError{400, "'reasoning_effort' is not supported with this model's chat template (" +
+                             std::string(text::to_string(*opt.chat_template)) + "; harmony has it)",
+                    "invalid_request_error", "reasoning_effort", "unsupported_parameter"};
+  text::ChatContext context;  // the date: today (UTC)
+  if (!r.reasoning_effort.empty()) context.reasoning_effort = r.reasoning_effort;
   Result<text::RenderedChat> rendered = text::render_chat_spans(*opt.chat_template, r.messages, generation_prompt,
-                                                default_chat_tokens(*opt.chat_template), tools);
+                                                default_chat_tokens(*opt.chat_template), tools,
+                                                context);
   if (!rendered.ok()) return bad_field("messages", rendered.status().message());
   if (generation_prompt) {
     if (auto e = plan_tools(r, *opt.chat_template, *model.tokenizer)) return e;
@@ -241,11 +254,13 @@ std::optional<HttpServer::Impl::Accepted> HttpServer::Impl::submit(
   return Accepted{std::move(*ch), std::move(first), next_id.fetch_add(1)};
 }
 
-// With an active tool choice the answers are parsed for the family's calls.
+// With an active tool choice the answers are parsed for the family's calls; harmony's are
+// always split into their channels.
 void HttpServer::Impl::answer_tools(const ApiRequest& r, ResponseMeta& meta) const {
+  meta.syntax = text::tool_syntax(*opt.chat_template);
+  meta.channels = meta.syntax == text::ToolSyntax::kHarmony;
   if (!r.tools.active()) return;
   meta.tools = true;
-  meta.syntax = text::tool_syntax(*opt.chat_template);
   meta.forced_prefix = r.forced_prefix;
 }
 
@@ -338,19 +353,21 @@ void HttpServer::Impl::saved_prefix(const http::Request& req, http::Response& re
 }
 
 static std::string whole_body(const ResponseMeta& meta, const serve::RequestResult& r) {
-  std::vector<std::string> texts;
+  std::vector<std::string> texts, reasoning;
   std::vector<std::vector<ApiToolCall>> calls;
   for (const serve::Completion& c : r.completions) {
     texts.push_back(text::utf8_sanitize(c.text));
-    if (!meta.tools) continue;
-    ChoiceOutput o = tool_output(meta.syntax, meta.forced_prefix, texts.back());
+    if (!meta.tools && !meta.channels) continue;
+    ChoiceOutput o = tool_output(meta.syntax, meta.forced_prefix, texts.back(), meta.tools);
     texts.back() = std::move(o.content);
     calls.push_back(std::move(o.calls));
+    reasoning.push_back(std::move(o.reasoning));
   }
-  if (meta.anthropic)
+  if (meta.anthropic)  // the reasoning is not sent (no thinking blocks)
     return message_json(meta, r, texts.at(0), calls.empty() ? std::vector<ApiToolCall>() : calls[0])
         .dump(-1, ' ', false, json::error_handler_t::replace);
-  return response_json(meta, r, texts, calls).dump(-1, ' ', false, json::error_handler_t::replace);
+  return response_json(meta, r, texts, calls, reasoning)
+      .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 // Unstreamed: the JSON once the result is in. While waiting, a space (JSON allows leading
@@ -431,8 +448,9 @@ void HttpServer::Impl::start_stream(http::Response& res, std::shared_ptr<Request
   st->utf8.resize(static_cast<size_t>(n));
   st->finished.assign(static_cast<size_t>(n), false);
   st->bytes_out.assign(static_cast<size_t>(n), 0);
-  if (st->meta.tools)
-    st->tools.assign(static_cast<size_t>(n), ToolCallStream(st->meta.syntax, st->meta.forced_prefix));
+  if (st->meta.tools || st->meta.channels)
+    st->tools.assign(static_cast<size_t>(n), ToolCallStream(st->meta.syntax, st->meta.forced_prefix,
+                                                            st->meta.tools));
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");

@@ -60,16 +60,6 @@ void render_phi3(ChatWriter& w, std::span<const ChatMessage> m, bool gen, const 
   w.raw(gen ? std::string_view("<|assistant|>\n") : std::string_view(t.eos));
 }
 
-// gpt-oss's harmony format, the subset render_chat documents.
-void render_harmony(ChatWriter& w, std::span<const ChatMessage> m, bool gen) {
-  for (const ChatMessage& msg : m) {
-    w.raw("<|start|>").raw(msg.role);
-    if (msg.role == "assistant") w.raw("<|channel|>final");
-    w.raw("<|message|>").content(msg.content).raw("<|end|>");
-  }
-  if (gen) w.raw("<|start|>assistant");
-}
-
 // No template: one "role: content" line per message, then "assistant: " to generate.
 void render_plain(ChatWriter& w, std::span<const ChatMessage> m, bool gen) {
   for (const ChatMessage& msg : m) w.raw(msg.role).raw(": ").content(msg.content).raw("\n");
@@ -142,7 +132,8 @@ ChatTokens default_chat_tokens(ChatTemplate t) {
 
 Result<RenderedChat> render_chat_spans(ChatTemplate t, std::span<const ChatMessage> m, bool gen,
                                        const ChatTokens& tokens,
-                                       std::span<const std::string> tools) {
+                                       std::span<const std::string> tools,
+                                       const ChatContext& context) {
   KVCACHE_RETURN_IF_ERROR(check_roles(m));
   ChatWriter w;
   switch (t) {
@@ -153,9 +144,11 @@ Result<RenderedChat> render_chat_spans(ChatTemplate t, std::span<const ChatMessa
     case ChatTemplate::kMistral:
       KVCACHE_RETURN_IF_ERROR(render_mistral(w, m, tokens, tools));
       break;
+    case ChatTemplate::kHarmony:
+      KVCACHE_RETURN_IF_ERROR(render_harmony(w, m, gen, tools, context));
+      break;
     case ChatTemplate::kGemma:
     case ChatTemplate::kPhi3:
-    case ChatTemplate::kHarmony:
     case ChatTemplate::kPlain: {
       // No tool syntax in these templates: the generic form, then the family's turns.
       Result<std::vector<ChatMessage>> folded =
@@ -169,8 +162,6 @@ Result<RenderedChat> render_chat_spans(ChatTemplate t, std::span<const ChatMessa
         render_gemma(w, f, gen, tokens);
       } else if (t == ChatTemplate::kPhi3) {
         render_phi3(w, f, gen, tokens);
-      } else if (t == ChatTemplate::kHarmony) {
-        render_harmony(w, f, gen);
       } else {
         render_plain(w, f, gen);
       }
@@ -181,8 +172,9 @@ Result<RenderedChat> render_chat_spans(ChatTemplate t, std::span<const ChatMessa
 }
 
 Result<std::string> render_chat(ChatTemplate t, std::span<const ChatMessage> m, bool gen,
-                                const ChatTokens& tokens, std::span<const std::string> tools) {
-  Result<RenderedChat> r = render_chat_spans(t, m, gen, tokens, tools);
+                                const ChatTokens& tokens, std::span<const std::string> tools,
+                                const ChatContext& context) {
+  Result<RenderedChat> r = render_chat_spans(t, m, gen, tokens, tools, context);
   if (!r.ok()) return r.status();
   return std::move(r->text);
 }

@@ -13,8 +13,16 @@ using nlohmann::ordered_json;
 
 namespace {
 
-// The tools as JSON values; InvalidArgument naming tools[i] when one is not an object.
-Result<std::vector<ordered_json>> parse_tools(std::span<const std::string> tools) {
+// A call's arguments as the templates see them: the parsed value, or the text when it is not
+// JSON.
+ordered_json arguments_value(const std::string& text) {
+  ordered_json v = ordered_json::parse(text, nullptr, false);
+  return v.is_discarded() ? ordered_json(text) : v;
+}
+
+}  // namespace
+
+Result<std::vector<ordered_json>> parse_chat_tools(std::span<const std::string> tools) {
   std::vector<ordered_json> out;
   for (size_t i = 0; i < tools.size(); ++i) {
     ordered_json t = ordered_json::parse(tools[i], nullptr, false);
@@ -27,12 +35,9 @@ Result<std::vector<ordered_json>> parse_tools(std::span<const std::string> tools
   return out;
 }
 
-// A call's arguments as the templates see them: the parsed value, or the text when it is not
-// JSON.
-ordered_json arguments_value(const std::string& text) {
-  ordered_json v = ordered_json::parse(text, nullptr, false);
-  return v.is_discarded() ? ordered_json(text) : v;
-}
+std::string arguments_json(const std::string& text) { return py_tojson(arguments_value(text)); }
+
+namespace {
 
 constexpr std::string_view kQwenSystem =
     "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
@@ -50,14 +55,14 @@ void tools_section(ChatWriter& w, const std::vector<ordered_json>& tools) {
 // <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call> (Qwen's rendering).
 void hermes_call(ChatWriter& w, const ToolCall& c) {
   w.raw("<tool_call>\n{\"name\": \"").content(c.name).raw("\", \"arguments\": ")
-      .content(py_tojson(arguments_value(c.arguments))).raw("}\n</tool_call>");
+      .content(arguments_json(c.arguments)).raw("}\n</tool_call>");
 }
 
 }  // namespace
 
 Status render_chatml(ChatWriter& w, std::span<const ChatMessage> m, bool gen,
                      std::span<const std::string> tool_texts) {
-  Result<std::vector<ordered_json>> tools = parse_tools(tool_texts);
+  Result<std::vector<ordered_json>> tools = parse_chat_tools(tool_texts);
   if (!tools.ok()) return tools.status();
   const bool has_system = m[0].role == "system";
   w.raw("<|im_start|>system\n");
@@ -86,7 +91,7 @@ Status render_chatml(ChatWriter& w, std::span<const ChatMessage> m, bool gen,
 
 Status render_llama3(ChatWriter& w, std::span<const ChatMessage> m, bool gen,
                      const ChatTokens& t, std::span<const std::string> tool_texts) {
-  Result<std::vector<ordered_json>> tools = parse_tools(tool_texts);
+  Result<std::vector<ordered_json>> tools = parse_chat_tools(tool_texts);
   if (!tools.ok()) return tools.status();
   size_t first = 0;
   std::string_view system;
@@ -121,7 +126,7 @@ Status render_llama3(ChatWriter& w, std::span<const ChatMessage> m, bool gen,
         return chat_bad(chat_at(i) + ": This model only supports single tool-calls at once!");
       const ToolCall& c = msg.tool_calls[0];
       w.raw("<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"").content(c.name)
-          .raw("\", \"parameters\": ").content(py_tojson(arguments_value(c.arguments)))
+          .raw("\", \"parameters\": ").content(arguments_json(c.arguments))
           .raw("}<|eot_id|>");
     } else {
       w.raw("<|start_header_id|>").raw(msg.role).raw("<|end_header_id|>\n\n")
@@ -184,7 +189,7 @@ Status mistral_id(const std::string& id, size_t i, const char* field) {
 
 Status render_mistral(ChatWriter& w, std::span<const ChatMessage> m, const ChatTokens& t,
                       std::span<const std::string> tool_texts) {
-  Result<std::vector<ordered_json>> tools = parse_tools(tool_texts);
+  Result<std::vector<ordered_json>> tools = parse_chat_tools(tool_texts);
   if (!tools.ok()) return tools.status();
   const bool has_system = m[0].role == "system";
   const size_t from = has_system ? 1 : 0;
@@ -233,7 +238,7 @@ Status render_mistral(ChatWriter& w, std::span<const ChatMessage> m, const ChatT
 Result<std::vector<ChatMessage>> fold_tools_generic(std::span<const ChatMessage> m,
                                                     std::span<const std::string> tool_texts,
                                                     bool system_role) {
-  Result<std::vector<ordered_json>> tools = parse_tools(tool_texts);
+  Result<std::vector<ordered_json>> tools = parse_chat_tools(tool_texts);
   if (!tools.ok()) return tools.status();
   std::vector<ChatMessage> out;
   for (size_t i = 0; i < m.size(); ++i) {

@@ -6,6 +6,9 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "core/status.h"
 #include "core/str_cat.h"
@@ -38,12 +41,21 @@ struct ChatWriter {
   }
 };
 
-// The families whose templates have tool syntax (chat_template_tools.cpp).
+// The tools as JSON values; InvalidArgument naming tools[i] when one is not
+// {"function": {...}, ...}.
+Result<std::vector<nlohmann::ordered_json>> parse_chat_tools(std::span<const std::string> tools);
+// A call's arguments as the templates write them: the parsed value through tojson, or the
+// text as a JSON string when it is not JSON.
+std::string arguments_json(const std::string& text);
+
+// The families whose templates have tool syntax (chat_template_tools.cpp, chat_harmony.cpp).
 Status render_chatml(ChatWriter& w, std::span<const ChatMessage> m, bool gen,
                      std::span<const std::string> tools);
 Status render_llama3(ChatWriter& w, std::span<const ChatMessage> m, bool gen,
                      const ChatTokens& t, std::span<const std::string> tools);
 Status render_mistral(ChatWriter& w, std::span<const ChatMessage> m, const ChatTokens& t,
                       std::span<const std::string> tools);
+Status render_harmony(ChatWriter& w, std::span<const ChatMessage> m, bool gen,
+                      std::span<const std::string> tools, const ChatContext& context);
 
 }  // namespace kvcache::text

@@ -204,7 +204,9 @@ std::string Tokenizer::decode(std::span<const int32_t> ids) const {
       continue;
     }
     if (id < 0 || id >= impl_->vocab.size()) continue;
-    out += impl_->spm ? spm_piece_text(impl_->vocab, id) : bpe_piece_text(impl_->vocab, id);
+    const std::vector<int32_t>& shown = impl_->vocab.shown;
+    if (std::binary_search(shown.begin(), shown.end(), id)) out += impl_->vocab.tokens[id];
+    else out += impl_->spm ? spm_piece_text(impl_->vocab, id) : bpe_piece_text(impl_->vocab, id);
   }
   return out;
 }

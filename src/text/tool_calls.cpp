@@ -12,6 +12,7 @@ namespace {
 using nlohmann::ordered_json;
 
 constexpr std::string_view kHermesOpen = "<tool_call>\n", kHermesClose = "\n</tool_call>";
+constexpr std::string_view kHarmonyOpen = "<|channel|>commentary to=functions.";
 
 // Copies src's rules into dst; returns the id src's root has there.
 int32_t import_rules(Grammar& dst, const Grammar& src) {
@@ -80,6 +81,7 @@ ToolSyntax tool_syntax(ChatTemplate t) {
   switch (t) {
     case ChatTemplate::kLlama3: return ToolSyntax::kLlama3;
     case ChatTemplate::kMistral: return ToolSyntax::kMistral;
+    case ChatTemplate::kHarmony: return ToolSyntax::kHarmony;
     default: return ToolSyntax::kHermes;
   }
 }
@@ -88,6 +90,7 @@ ToolMarker tool_marker(ToolSyntax s) {
   switch (s) {
     case ToolSyntax::kLlama3: return {"{\"name\"", true};
     case ToolSyntax::kMistral: return {"[TOOL_CALLS]", false};
+    case ToolSyntax::kHarmony: return {"to=functions.", false};
     case ToolSyntax::kHermes: break;
   }
   return {"<tool_call>", false};
@@ -97,6 +100,7 @@ std::string_view forced_call_prefix(ToolSyntax s) {
   switch (s) {
     case ToolSyntax::kLlama3: return "";
     case ToolSyntax::kMistral: return "[TOOL_CALLS]";
+    case ToolSyntax::kHarmony: return kHarmonyOpen;
     case ToolSyntax::kHermes: break;
   }
   return kHermesOpen;
@@ -108,21 +112,26 @@ Result<std::shared_ptr<const Grammar>> tool_call_grammar(ToolSyntax s,
   if (tools.empty()) return invalid_argument("tool call grammar: no tools");
   auto g = std::make_shared<Grammar>();
   const char* key = s == ToolSyntax::kLlama3 ? "\", \"parameters\": " : "\", \"arguments\": ";
+  const bool harmony = s == ToolSyntax::kHarmony;
   std::vector<GrammarSeq> alts;
   for (const ToolGrammarSpec& t : tools) {
     if (!valid_name(t.name))
       return invalid_argument("tool call grammar: name '" + t.name +
                               "', expected letters, digits, _ and -");
     const int32_t args = import_rules(*g, *t.arguments);
-    GrammarSeq seq = g->literal(str_cat("{\"name\": \"", t.name, key));
+    GrammarSeq seq = g->literal(harmony ? str_cat(t.name, " <|constrain|>json<|message|>")
+                                        : str_cat("{\"name\": \"", t.name, key));
     seq.push_back(Grammar::ref(args));
-    alts.push_back(cat(std::move(seq), g->literal("}")));
+    alts.push_back(harmony ? std::move(seq) : cat(std::move(seq), g->literal("}")));
   }
   const int32_t call = g->rule_of("tool_call", std::move(alts));
   const std::string_view prefix = with_marker ? forced_call_prefix(s) : "";
   GrammarSeq root;
   if (s == ToolSyntax::kLlama3) {
     root = {Grammar::ref(call)};
+  } else if (harmony) {
+    root = g->literal(prefix);
+    root.push_back(Grammar::ref(call));
   } else if (s == ToolSyntax::kMistral) {
     root = g->literal(str_cat(prefix, "["));
     root.push_back(Grammar::ref(call));
@@ -148,7 +157,8 @@ Result<std::shared_ptr<const Grammar>> tool_call_grammar(ToolSyntax s,
 }
 
 ParsedAnswer parse_tool_calls(ToolSyntax s, std::string_view text) {
-  ParsedAnswer whole{std::string(text), {}};
+  if (s == ToolSyntax::kHarmony) return parse_harmony(text, true, false);
+  ParsedAnswer whole{std::string(text), {}, {}};
   const ToolMarker m = tool_marker(s);
   if (s == ToolSyntax::kLlama3) {
     std::string_view t = chat_trim(text);
@@ -158,11 +168,11 @@ ParsedAnswer parse_tool_calls(ToolSyntax s, std::string_view text) {
     ParsedToolCall c;
     if (j.is_discarded() || !(read_call(j, "parameters", c) || read_call(j, "arguments", c)))
       return whole;
-    return ParsedAnswer{"", {std::move(c)}};
+    return ParsedAnswer{"", {std::move(c)}, {}};
   }
   const size_t at = text.find(m.text);
   if (at == std::string_view::npos) return whole;
-  ParsedAnswer out{std::string(chat_trim(text.substr(0, at))), {}};
+  ParsedAnswer out{std::string(chat_trim(text.substr(0, at))), {}, {}};
   if (s == ToolSyntax::kHermes) {
     if (!parse_hermes(text.substr(at), out.calls)) return whole;
     return out;

@@ -38,6 +38,18 @@ Result<bool> read_flag(const gguf::GgufFile& f, std::string_view key, bool dflt)
   return Status(v.status().code(), key_error(v.status()));
 }
 
+// gpt-oss's harmony framing (see read_vocab in vocab.h).
+void harmony_framing(Vocab& v) {
+  const int32_t call = v.find("<|call|>"), end = v.find("<|end|>");
+  if (v.find("<|return|>") < 0 || call < 0 || v.find("<|channel|>") < 0) return;
+  std::erase(v.eog, end);
+  v.eog.push_back(call);
+  for (std::string_view t : {"<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>"})
+    if (const int32_t id = v.find(t); id >= 0 && v.type(id) == TokenType::kControl)
+      v.shown.push_back(id);
+  std::sort(v.shown.begin(), v.shown.end());
+}
+
 }  // namespace
 
 void finish_vocab(Vocab& v) {
@@ -54,6 +66,8 @@ void finish_vocab(Vocab& v) {
     const TokenType ty = v.type(id);
     if (ty == TokenType::kControl || ty == TokenType::kUserDefined) v.eog.push_back(id);
   }
+  v.shown.clear();
+  harmony_framing(v);
   std::sort(v.eog.begin(), v.eog.end());
   v.eog.erase(std::unique(v.eog.begin(), v.eog.end()), v.eog.end());
 }

@@ -39,6 +39,7 @@ struct Vocab {
   bool add_eos = false;
   bool add_space_prefix = true;  // SentencePiece: a raw text run at the start gets a space
   std::vector<int32_t> eog;      // end-of-generation ids, sorted, unique
+  std::vector<int32_t> shown;    // CONTROL ids that decode prints (harmony's framing), sorted
 
   int32_t size() const { return static_cast<int32_t>(tokens.size()); }
   TokenType type(int32_t id) const { return types[static_cast<size_t>(id)]; }
@@ -52,6 +53,10 @@ struct Vocab {
 // special ids (each < the token count), the flags (absent: add_bos = `default_add_bos`,
 // add_eos = false, add_space_prefix = true) and derives `eog`: eos/eot/eom plus CONTROL or
 // USER_DEFINED tokens spelled like a turn end (<|im_end|>, <|eot_id|>, <end_of_turn>, ...).
+// A harmony vocabulary (gpt-oss: it has <|return|>, <|call|> and <|channel|>) ends generation
+// at <|return|> and <|call|> but not at <|end|> (the model goes on after its analysis message),
+// and its framing tokens <|start|> <|channel|> <|message|> <|constrain|> <|end|> go into
+// `shown`, so a reply decodes with its channels visible to the parser (tool_calls.h).
 // InvalidArgument/NotFound naming the key.
 Result<Vocab> read_vocab(const gguf::GgufFile& file, bool default_add_bos);
 

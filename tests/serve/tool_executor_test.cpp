@@ -51,8 +51,11 @@ TEST(ExecutorTools, RequiredCallAlwaysParsesAndValidates) {
   const Tools tools;
   // One call: the byte vocabulary has no end-of-generation token, so only a grammar that
   // ends (no parallel calls) stops the toy model; parallel documents are in tool_calls_test.
-  for (uint64_t seed : {3, 11}) {
-    auto g = text::tool_call_grammar(text::ToolSyntax::kHermes, tools.specs, false, false);
+  // Harmony's call header (its framing tokens are plain bytes here) parses the same way.
+  for (auto [syntax, seed] : {std::pair{text::ToolSyntax::kHermes, uint64_t{3}},
+                              std::pair{text::ToolSyntax::kHermes, uint64_t{11}},
+                              std::pair{text::ToolSyntax::kHarmony, uint64_t{5}}}) {
+    auto g = text::tool_call_grammar(syntax, tools.specs, false, false);
     ASSERT_TRUE(g.ok()) << g.status().to_string();
     GenerateParams p;
     p.max_new_tokens = 150;
@@ -60,13 +63,13 @@ TEST(ExecutorTools, RequiredCallAlwaysParsesAndValidates) {
     p.sampling.temperature = 1.0f;
     p.sampling.seed = seed;
     p.grammar = *g;
-    const std::string prefix(text::forced_call_prefix(text::ToolSyntax::kHermes));
+    const std::string prefix(text::forced_call_prefix(syntax));
     const int64_t id = *ex->submit(ids("Call a tool.\n" + prefix), p);
     auto results = drain(*ex);
     ASSERT_EQ(results.at(id).completions.size(), 4u);
     for (const Completion& c : results.at(id).completions) {
       EXPECT_EQ(c.finish, Finish::kStop) << c.text;
-      const text::ParsedAnswer a = text::parse_tool_calls(text::ToolSyntax::kHermes, prefix + c.text);
+      const text::ParsedAnswer a = text::parse_tool_calls(syntax, prefix + c.text);
       tools.expect_valid(a, c.text);
       EXPECT_EQ(a.calls.size(), 1u);
       EXPECT_EQ(a.content, "");

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Tool calls through `kvcache serve` on a random llama with a 4096-token context
 # (scripts/make_arch_model.py; raw-byte ids; its text is noise, so only structure is checked),
-# for the ChatML (Qwen2.5), Llama 3.1, Mistral and generic (plain) families: tool_choice required and a
+# for the ChatML (Qwen2.5), Llama 3.1, Mistral, harmony (gpt-oss) and generic (plain) families: tool_choice required and a
 # named function give message.tool_calls whose arguments validate against the tool's schema
 # (python3-jsonschema), content null and finish_reason "tool_calls", for every completion of
 # a sampled n = 3; streamed, the delta.tool_calls chunks (index, then id/type/name first, then
@@ -61,7 +61,7 @@ PY
 }
 msg='"messages":[{"role":"system","content":"Use the tools."},{"role":"user","content":"Weather in Rome?"}]'
 
-for family in chatml llama3 mistral plain; do
+for family in chatml llama3 mistral harmony plain; do
   start_server "$family" --max-sessions 3 --chat-template "$family" "$model"
   expect 200 "{$msg,\"tools\":$tools,\"tool_choice\":\"required\",\"parallel_tool_calls\":false,
     \"n\":3,\"temperature\":1.0,\"seed\":5,\"max_tokens\":120}"
@@ -70,6 +70,9 @@ for family in chatml llama3 mistral plain; do
   check "$tmp/body" named
   expect 200 "{$msg,\"tools\":$tools,\"max_tokens\":24}"
   check "$tmp/body" auto
+  if [ "$family" = harmony ]; then  # its system message states the effort asked for
+    expect 200 "{$msg,\"reasoning_effort\":\"low\",\"max_tokens\":4}"
+  fi
   # Streamed: the chunks add up to one valid call.
   curl -sS -N --max-time 60 -X POST "$url/v1/chat/completions" -H 'Content-Type: application/json' \
     --data-binary "{$msg,\"tools\":$tools,\"tool_choice\":\"required\",\"parallel_tool_calls\":false,\"stream\":true,\"max_tokens\":120}" \
@@ -118,5 +121,6 @@ refuse "\"tools\":$tools,\"tool_choice\":{\"type\":\"function\",\"function\":{\"
 refuse '"tools":[{"type":"function","function":{"name":"a"}},{"type":"function","function":{"name":"a"}}]' "tools[1].function.name"
 refuse '"tools":[{"type":"function","function":{"name":"a","parameters":{"type":"object","not":{}}}}]' "tools[0].function.parameters"
 refuse "\"tools\":$tools,\"response_format\":{\"type\":\"json_object\"}" response_format
+refuse '"reasoning_effort":"high"' reasoning_effort  # ChatML has none
 stop_server
 echo "PASS tool calls"

@@ -135,29 +135,6 @@ TEST(ChatTemplate, ChoiceTakesTheFlagThenTheModelThenPlain) {
             "chat_template: plain, chatml, llama3, gemma, mistral, phi3, harmony");
 }
 
-// No gpt-oss Jinja fixture in the tree: the expected text is harmony's published layout.
-TEST(ChatTemplate, HarmonyWritesStartMessageEndTurnsAndTheFinalChannel) {
-  const Conversation c = {{"system", "S"}, {"user", "U"}, {"assistant", "A"}, {"user", "V"}};
-  Result<RenderedChat> on = render_chat_spans(ChatTemplate::kHarmony, c, true, {});
-  ASSERT_TRUE(on.ok()) << on.status().message();
-  EXPECT_EQ(on->text,
-            "<|start|>system<|message|>S<|end|><|start|>user<|message|>U<|end|>"
-            "<|start|>assistant<|channel|>final<|message|>A<|end|>"
-            "<|start|>user<|message|>V<|end|><|start|>assistant");
-  // The four contents, and nothing else, are client text.
-  ASSERT_EQ(on->content.size(), 4u);
-  EXPECT_EQ(on->text.substr(on->content[2].first, on->content[2].second - on->content[2].first),
-            "A");
-  Result<std::string> off = render_chat(ChatTemplate::kHarmony, {{{"user", "U"}}}, false, {});
-  ASSERT_TRUE(off.ok());
-  EXPECT_EQ(*off, "<|start|>user<|message|>U<|end|>");
-  EXPECT_EQ(detect_chat_template("{{- '<|start|>' + role + '<|message|>' }}"),
-            ChatTemplate::kHarmony);
-  EXPECT_EQ(default_chat_tokens(ChatTemplate::kHarmony).eos, "<|return|>");
-  EXPECT_EQ(render_chat(ChatTemplate::kHarmony, {{{"bot", "x"}}}, true, {}).status().code(),
-            StatusCode::kInvalidArgument);
-}
-
 TEST(ChatTemplate, PlainWritesRoleLinesThenAssistantPrompt) {
   const Conversation c = {{"system", "S"}, {"user", "U"}, {"assistant", "A"}, {"user", "V"}};
   Result<std::string> on = render_chat(ChatTemplate::kPlain, c, true, {});

@@ -262,6 +262,34 @@ TEST(SpecialTokens, EndOfGenerationSetHasEosEotAndTurnEnds) {
   EXPECT_EQ(Tokenizer::from_gguf(parse(w))->eog_ids(), (Ids{'x', 'y', 256, 257}));
 }
 
+// gpt-oss's vocabulary: <|return|> (256, eos), <|call|>, <|end|>, <|start|>, <|channel|>,
+// <|message|> (257..261), all CONTROL.
+TEST(SpecialTokens, HarmonyEndsAtReturnAndCallAndPrintsItsChannelFraming) {
+  std::vector<std::string> tokens = byte_vocab();
+  for (const char* s : {"<|return|>", "<|call|>", "<|end|>", "<|start|>", "<|channel|>",
+                        "<|message|>"})
+    tokens.push_back(s);
+  std::vector<int32_t> types(256, 1);
+  types.resize(tokens.size(), 3);
+  gguf::GgufWriter w;
+  w.set_string("tokenizer.ggml.model", "gpt2");
+  w.set_string_array("tokenizer.ggml.tokens", tokens);
+  w.set_int32_array("tokenizer.ggml.token_type", types);
+  w.set_string_array("tokenizer.ggml.merges", std::vector<std::string>{});
+  w.set_uint32("tokenizer.ggml.eos_token_id", 256);
+  Tokenizer t = *Tokenizer::from_gguf(parse(w));
+  // <|end|> closes the analysis message, after which the model goes on: not an end.
+  EXPECT_EQ(t.eog_ids(), (Ids{256, 257}));
+  EXPECT_EQ(t.decode(Ids{260, 'a', 261, 'x', 258, 259, 'a', 260, 'f', 261, 'y', 256}),
+            "<|channel|>a<|message|>x<|end|><|start|>a<|channel|>f<|message|>y");
+  // Without <|call|> it is not harmony's vocabulary: <|end|> is a turn end, printed as nothing.
+  tokens[257] = "<|other|>";
+  w.set_string_array("tokenizer.ggml.tokens", tokens);
+  Tokenizer phi = *Tokenizer::from_gguf(parse(w));
+  EXPECT_EQ(phi.eog_ids(), (Ids{256, 258}));
+  EXPECT_EQ(phi.decode(Ids{260, 'a', 258}), "a");
+}
+
 // --- choosing and refusing -----------------------------------------------------------------
 
 TEST(Tokenizer, FromGgufPicksTheModel) {

@@ -69,6 +69,7 @@ struct ApiRequest {
   ToolsRequest tools;                    // chat
   std::string forced_prefix;             // tool_choice required/named: what the prompt ends
                                          // with (the answer is parsed after it)
+  std::string reasoning_effort;          // chat: low, medium or high; empty = not asked
 };
 
 // Parses a request body. A 400 names the field: malformed JSON (param null), a field of the
@@ -116,29 +117,41 @@ struct ApiToolCall {
   std::string id, name, arguments;  // arguments: JSON object text
 };
 // The answer of a completion with tools: parsed after r.forced_prefix; calls get new ids.
+// Harmony answers are always split (reasoning from the analysis channel, content from the
+// final one); their calls only with `calls` (an active tool choice), else a call stays
+// content as written.
 struct ChoiceOutput {
   std::string content;
   std::vector<ApiToolCall> calls;
+  std::string reasoning;  // harmony's analysis text; empty for the other families
 };
 ChoiceOutput tool_output(text::ToolSyntax s, std::string_view forced_prefix,
-                         std::string_view text);
+                         std::string_view text, bool calls = true);
 
 // The streamed answer with tools: content goes out as it comes up to where the family's marker
 // may begin; the calls are parsed when the completion ends (malformed: the rest is content).
+// Harmony: content and reasoning go out as their messages grow (parse_harmony's partial mode).
 class ToolCallStream {
  public:
-  ToolCallStream(text::ToolSyntax s, std::string forced_prefix);
+  ToolCallStream(text::ToolSyntax s, std::string forced_prefix, bool calls = true);
   // Content that can be shown now.
   std::string push(std::string_view text);
-  // At the end: content left to show and the calls (ids made here).
+  // Harmony: reasoning that can be shown now (since the last call); "" for the others.
+  std::string take_reasoning();
+  // At the end: content and reasoning left to show and the calls (ids made here).
   ChoiceOutput finish();
 
  private:
+  std::string push_harmony(bool partial, ChoiceOutput* whole);
+
   text::ToolSyntax syntax_;
   std::string buf_;
-  size_t sent_ = 0;        // buf_[0, sent_) went out as content
+  size_t sent_ = 0;        // buf_[0, sent_) went out as content (harmony: content's bytes)
   bool in_calls_ = false;  // buf_[sent_, ...) starts with the marker
   bool free_ = false;      // the marker can no longer appear
+  bool calls_ = true;      // harmony: calls are parsed (else they stay content)
+  size_t reasoning_sent_ = 0;  // harmony: reasoning bytes taken
+  std::string reasoning_;      // harmony: the reasoning parsed so far
 };
 
 // Sets params.max_new_tokens once the prompt length is known: max_tokens, else 16 for
@@ -161,6 +174,8 @@ struct ResponseMeta {
   bool logprobs = false;
   std::function<std::string(int32_t)> token_bytes{};
   bool tools = false;                      // answers are parsed for tool calls
+  bool channels = false;                   // harmony: answers are split into reasoning and
+                                           // content (with tools or not)
   text::ToolSyntax syntax = text::ToolSyntax::kHermes;
   std::string forced_prefix{};             // ApiRequest::forced_prefix
 };
@@ -177,10 +192,12 @@ nlohmann::json logprobs_json(const ResponseMeta& m, std::span<const engine::Toke
 nlohmann::json usage_json(const serve::RequestResult& r);
 // The whole response; texts[i] is completion i's text, already valid UTF-8. With `calls`
 // (per completion, may be empty): message.tool_calls, content null when empty, and
-// finish_reason "tool_calls".
+// finish_reason "tool_calls". `reasoning` (per completion): message.reasoning_content when
+// not empty (harmony's analysis channel).
 nlohmann::json response_json(const ResponseMeta& m, const serve::RequestResult& r,
                              const std::vector<std::string>& texts,
-                             const std::vector<std::vector<ApiToolCall>>& calls = {});
+                             const std::vector<std::vector<ApiToolCall>>& calls = {},
+                             const std::vector<std::string>& reasoning = {});
 // One stream chunk for choice `index`: text (delta.content for chat; with role on the first
 // chat chunk) and a finish reason on the last one.
 // With m.logprobs, the chunk's "logprobs" holds `lps` (the tokens it carries; completions'
@@ -194,6 +211,9 @@ nlohmann::json chunk_json(const ResponseMeta& m, int32_t index, std::string_view
 std::vector<nlohmann::json> tool_call_chunks(const ResponseMeta& m, int32_t index,
                                              int32_t call_index, const ApiToolCall& call,
                                              size_t fragment = 32);
+// A chunk of reasoning for choice `index`: delta.reasoning_content.
+nlohmann::json reasoning_chunk_json(const ResponseMeta& m, int32_t index,
+                                    std::string_view reasoning);
 // The usage chunk sent last when stream_options.include_usage: empty choices.
 nlohmann::json usage_chunk_json(const ResponseMeta& m, const serve::RequestResult& r);
 

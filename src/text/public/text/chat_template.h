@@ -1,11 +1,11 @@
 // Chat templates: built-in formatters that render a conversation the way a model family's
-// own Jinja template does (ChatML/Qwen2.5, Llama 3, Gemma, Mistral, Phi-3, gpt-oss's harmony
-// (a subset, see render_chat), and a plain one for models without a template), and detection
-// of the family from a GGUF's
+// own Jinja template does (ChatML/Qwen2.5, Llama 3, Gemma, Mistral, Phi-3, gpt-oss's harmony,
+// and a plain one for models without a template), and detection of the family from a GGUF's
 // tokenizer.chat_template text by its markers. Layer: text. There is no Jinja engine: tools,
-// assistant tool calls and tool results are rendered as the Qwen2.5, Llama 3.1 and Mistral
-// templates do, and by a documented generic form (fold_tools_generic) for the others; template
-// variables other than messages/tools/add_generation_prompt are not rendered.
+// assistant tool calls and tool results are rendered as the Qwen2.5, Llama 3.1, Mistral and
+// gpt-oss templates do, and by a documented generic form (fold_tools_generic) for the others;
+// template variables other than messages/tools/add_generation_prompt and ChatContext's are
+// not rendered.
 #pragma once
 
 #include <optional>
@@ -54,6 +54,15 @@ struct ChatMessage {
   std::string content;
   std::vector<ToolCall> tool_calls;  // assistant: calls it made (empty = none)
   std::string tool_call_id;          // tool: the call this result answers
+  std::string reasoning;  // assistant: its reasoning (harmony's analysis channel; the other
+                          // families do not render it)
+};
+
+// What a template takes besides the messages: harmony's system message states the date and
+// the reasoning effort (the other families ignore both).
+struct ChatContext {
+  std::string date;                          // "YYYY-MM-DD"; empty = today (UTC)
+  std::string reasoning_effort = "medium";   // low, medium or high
 };
 
 // The bos/eos spellings the family's models use (<|begin_of_text|>, <bos>, <s> and </s>,
@@ -71,15 +80,30 @@ ChatTokens default_chat_tokens(ChatTemplate t);
 // that is not first, a system message with Gemma, roles that do not alternate user/assistant
 // with Gemma and Mistral (tool turns aside), more than one call in a Llama 3 assistant turn,
 // a Mistral tool call id that is not 9 characters, a tool that is not a JSON object.
-// Harmony (gpt-oss) renders the subset of its format that the messages carry: each message
-// as <|start|>{role}<|message|>{content}<|end|>, assistant messages in the final channel
-// (<|start|>assistant<|channel|>final<|message|>...<|end|>), the generation prompt
-// <|start|>assistant; tools by the generic form (fold_tools_generic). Not rendered: the
-// model's own system message (identity, dates, reasoning effort), developer instructions,
-// the analysis channel and harmony's tool namespaces.
+// Harmony (gpt-oss) as its template renders it: the model's system message (identity,
+// "Knowledge cutoff: 2024-06", the context's date and reasoning effort, the valid channels and,
+// with tools, that calls go to the commentary channel); a leading system message as the
+// developer message's "# Instructions", and the tools as its "# Tools" TypeScript-like
+// `namespace functions` (string, number/integer, boolean, string enums as unions of literals,
+// typed arrays, nested objects, type lists and oneOf as unions, `?` for a property not
+// required, descriptions and defaults as // comments; anything else `any`; the template's
+// stray source whitespace inside nested objects and oneOf unions is not reproduced); user
+// turns; an
+// assistant's reasoning in the analysis channel (only where the template keeps it: before
+// tool calls with no later final answer, and in a last assistant turn without the generation
+// prompt, which then ends <|return|>), its content in the final channel, each call as
+// <|start|>assistant to=functions.NAME<|channel|>commentary json<|message|>ARGS<|call|>; tool
+// results as <|start|>functions.NAME to=assistant<|channel|>commentary<|message|>"TEXT"<|end|>
+// (the content as a JSON string), NAME the call whose id the result answers (else the last
+// call); the generation prompt <|start|>assistant. Where the template refuses, this differs:
+// several calls in a turn are each rendered (it renders the first), reasoning and content on
+// a tool-call turn render the reasoning (it refuses both). InvalidArgument for a tool result
+// with no call before it, a reasoning effort other than low/medium/high, a date not
+// YYYY-MM-DD.
 Result<std::string> render_chat(ChatTemplate t, std::span<const ChatMessage> messages,
                                 bool add_generation_prompt, const ChatTokens& tokens,
-                                std::span<const std::string> tools = {});
+                                std::span<const std::string> tools = {},
+                                const ChatContext& context = {});
 
 // The rendering plus where message content landed: [begin, end) byte ranges of `text`, in
 // order. Special tokens are matched only outside them, so a message cannot forge a turn.
@@ -89,7 +113,8 @@ struct RenderedChat {
 };
 Result<RenderedChat> render_chat_spans(ChatTemplate t, std::span<const ChatMessage> messages,
                                        bool add_generation_prompt, const ChatTokens& tokens,
-                                       std::span<const std::string> tools = {});
+                                       std::span<const std::string> tools = {},
+                                       const ChatContext& context = {});
 
 // The generic tool form, for families whose templates have no tool syntax (Gemma, Phi-3,
 // plain): the conversation rewritten into plain turns. The tools go into the system message

@@ -55,7 +55,8 @@ class Tokenizer {
   // InvalidArgument when a piece has no token and no fallback (no byte tokens, no unknown).
   Result<std::vector<int32_t>> encode(std::string_view text,
                                       const EncodeOptions& options = {}) const;
-  // Concatenated text of the ids; CONTROL tokens and ids outside the vocabulary print nothing.
+  // Concatenated text of the ids; CONTROL tokens (but harmony's framing, see read_vocab) and
+  // ids outside the vocabulary print nothing.
   std::string decode(std::span<const int32_t> ids) const;
   std::string decode_one(int32_t id) const { return decode(std::span<const int32_t>(&id, 1)); }
   // The vocabulary's spelling of a token ("▁Hello", "Ġworld", "<0x0A>"); raw bytes: the byte.
