@@ -24,6 +24,7 @@
 #include "engine/forward.h"
 #include "engine/model.h"
 #include "program/gguf.h"
+#include "bench_main.h"
 #include "read_probe.h"
 
 namespace kvcache::engine {
@@ -144,6 +145,7 @@ void run(benchmark::State& bs, Loaded& l, int64_t depth, int64_t tokens) {
 
 int main(int argc, char** argv) {
   using namespace kvcache::engine;
+  if (!kvcache::bench::apply_isa_ceiling_from_env()) return 2;
   benchmark::Initialize(&argc, argv);  // removes the --benchmark_* flags
   if (argc < 2) {
     std::fprintf(stderr, "usage: kvcache_file_bench FILE.gguf [FILE.gguf ...] [--benchmark_*]\n");

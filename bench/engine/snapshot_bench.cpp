@@ -17,6 +17,7 @@
 #include "engine/cache_setup.h"
 #include "engine/snapshot.h"
 #include "bench_model.h"
+#include "bench_main.h"
 #include "read_probe.h"
 
 namespace kvcache::engine {
@@ -145,6 +146,7 @@ void register_all() {
 }  // namespace kvcache::engine
 
 int main(int argc, char** argv) {
+  if (!kvcache::bench::apply_isa_ceiling_from_env()) return 2;
   benchmark::Initialize(&argc, argv);
   kvcache::engine::register_all();
   benchmark::RunSpecifiedBenchmarks();
