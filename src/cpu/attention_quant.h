@@ -154,6 +154,15 @@ struct ValueCodes {
   }
 };
 
+// The scale of one (head, value block)'s codes from the largest |x| among its keys: stores s =
+// top / 127 and returns what x is multiplied by before rounding, 127 / top. No weight (top 0)
+// or a hostile scale (top not finite) gives s = 0 and codes of 0. Every version calls this.
+inline float weight_code_scale(float top, float* s) {
+  if (!(top > 0.0f && std::isfinite(top))) top = 0.0f;
+  *s = top / static_cast<float>(kWeightCodeMax);
+  return top > 0.0f ? static_cast<float>(kWeightCodeMax) / top : 0.0f;
+}
+
 inline ValueCodes& thread_value_codes() {
   thread_local ValueCodes vc;
   return vc;
@@ -177,9 +186,7 @@ inline void value_codes_reference(const KvView& kv, const std::byte* const* rows
         top = std::max(top, std::fabs(x[b]));
       }
       const int64_t i = int64_t{h} * vc.nvb + c;
-      if (!(top > 0.0f && std::isfinite(top))) top = 0.0f;  // no weight, or a hostile scale
-      const float inv = top > 0.0f ? static_cast<float>(kWeightCodeMax) / top : 0.0f;
-      vc.s[i] = top / static_cast<float>(kWeightCodeMax);
+      const float inv = weight_code_scale(top, &vc.s[i]);
       vc.usum[i] = 0;
       int8_t* u = vc.codes(h, c);
       for (int64_t b = 0; b < kKeyBlock; ++b) {

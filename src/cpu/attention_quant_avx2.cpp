@@ -195,11 +195,9 @@ void value_codes_avx2(const KvView& kv, const std::byte* const* rows, int64_t nb
         if (q8) x[v] = _mm256_max_ps(x[v], _mm256_setzero_ps());
         top = _mm256_max_ps(top, _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x[v]));
       }
-      float t = max8(top);
-      if (!(t > 0.0f && std::isfinite(t))) t = 0.0f;
+      const float t = max8(top);
       const int64_t i = int64_t{h} * vc.nvb + c;
-      vc.s[i] = t / static_cast<float>(kWeightCodeMax);
-      const __m256 inv = _mm256_set1_ps(t > 0.0f ? static_cast<float>(kWeightCodeMax) / t : 0.0f);
+      const __m256 inv = _mm256_set1_ps(weight_code_scale(t, &vc.s[i]));
       __m256i sum = _mm256_setzero_si256();
       for (int v = 0; v < kKeyBlock / 8; v += 4) {
         __m256i q[4];

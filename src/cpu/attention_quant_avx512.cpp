@@ -384,11 +384,9 @@ void value_codes_avx512(const KvView& kv, const std::byte* const* rows, int64_t 
         if (q8) x[v] = _mm512_max_ps(x[v], _mm512_setzero_ps());
         top = _mm512_max_ps(top, _mm512_abs_ps(x[v]));
       }
-      float t = _mm512_reduce_max_ps(top);
-      if (!(t > 0.0f && std::isfinite(t))) t = 0.0f;
+      const float t = _mm512_reduce_max_ps(top);
       const int64_t i = int64_t{h} * vc.nvb + c;
-      vc.s[i] = t / static_cast<float>(kWeightCodeMax);
-      const __m512 inv = _mm512_set1_ps(t > 0.0f ? static_cast<float>(kWeightCodeMax) / t : 0.0f);
+      const __m512 inv = _mm512_set1_ps(weight_code_scale(t, &vc.s[i]));
       __m512i sum = _mm512_setzero_si512();
       for (int v = 0; v < kKeyBlock / 16; ++v) {
         const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(x[v], inv));
