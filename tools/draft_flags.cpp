@@ -88,6 +88,11 @@ void add_draft_flags(CLI::App* cmd, DraftFlags& f) {
                           "); adaptive within [0, K] (docs/speculative.md); K + 1 <= the "
                           "step width"))
       ->check(CLI::Range(1, 4096));
+  cmd->add_option("--draft-k", f.draft_k,
+                  "How adaptive K is chosen: cost (default; from the measured step and draft "
+                  "times) or acceptance (from the acceptance rate only; widths that do not "
+                  "depend on timing). docs/speculative.md, \"Adaptive K\"")
+      ->check(CLI::IsMember({"cost", "acceptance"}));
 }
 
 std::optional<DraftError> make_drafter(const DraftFlags& f, const engine::Runtime& target,
@@ -100,6 +105,7 @@ std::optional<DraftError> make_drafter(const DraftFlags& f, const engine::Runtim
       return DraftError{"--draft-max: needs --draft or --draft-model", true};
     return std::nullopt;
   }
+  out.options.measured_cost = f.draft_k == "cost";
   out.options.draft_max = f.draft_max > 0
                               ? f.draft_max
                               : static_cast<int32_t>(std::min<int64_t>(engine::kDefaultDraftMax,
@@ -162,6 +168,7 @@ std::optional<DraftError> make_executor_drafter(const DraftFlags& f,
     return std::nullopt;
   }
   eo.spec.draft_max = f.draft_max;
+  eo.spec.measured_cost = f.draft_k == "cost";
   if (const std::optional<int32_t> n = ngram_width(f.mode)) {
     out.name = str_cat("ngram:", *n);
     eo.make_drafter = [n = *n](const serve::DraftRoom&) -> Result<std::unique_ptr<engine::Drafter>> {

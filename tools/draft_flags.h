@@ -24,6 +24,7 @@ struct DraftFlags {
   std::string mode;        // --draft: "" (off) | ngram[:N] | self:q8_0 | self:q4_0
   std::string model;       // --draft-model FILE
   int32_t draft_max = 0;   // --draft-max K; 0 = engine::kDefaultDraftMax (clamped to the step)
+  std::string draft_k = "cost";  // --draft-k: adaptive K's rule, cost | acceptance
 };
 
 void add_draft_flags(CLI::App* cmd, DraftFlags& f);

@@ -148,7 +148,7 @@ void AdaptiveK::observe(int32_t drafted, int32_t accepted) {
     // A probe that finds drafting still not worth it, and whose drafter took longer than a
     // plain step (a draft model catching up), waits twice as long for the next one.
     // A drafter that could not pay even with every draft kept is not probed again.
-    const bool costly = probe_draft_seconds_ > forward_cost(1);
+    const bool costly = probe_draft_seconds_ > step_cost(0);
     if (k_ > 0) probe_wait_ = kProbeAfter;
     else if (hopeless()) probe_wait_ = std::numeric_limits<int32_t>::max();
     else if (probing_ && costly) probe_wait_ = std::min(2 * probe_wait_, kMaxProbeWait);
@@ -159,46 +159,75 @@ void AdaptiveK::observe(int32_t drafted, int32_t accepted) {
   else if (accepted == 0 || rate_ < 0.5) k_ /= 2;
 }
 
+void CostByRows::add(int32_t rows, double seconds) {
+  if (rows < 1 || !(seconds >= 0.0)) return;
+  if (seconds_.size() <= static_cast<size_t>(rows)) seconds_.resize(static_cast<size_t>(rows) + 1);
+  double& x = seconds_[static_cast<size_t>(rows)];
+  x = x > 0.0 ? 0.8 * x + 0.2 * seconds : seconds;
+}
+
+double CostByRows::at(int32_t rows, Unmeasured narrower) const {
+  const auto n = static_cast<int32_t>(seconds_.size());
+  for (int32_t r = std::min(rows, n - 1); r >= 1; --r) {  // the widest narrower width measured
+    const double s = seconds_[static_cast<size_t>(r)];
+    if (s > 0.0) return narrower == Unmeasured::kFlat ? s : s * rows / r;
+  }
+  for (int32_t r = rows + 1; r < n; ++r)  // else a wider one, per row
+    if (seconds_[static_cast<size_t>(r)] > 0.0) return seconds_[static_cast<size_t>(r)] * rows / r;
+  return 0.0;
+}
+
+void AdaptiveK::note_draft_seconds(int32_t drafted, double draft_seconds) {
+  timed_ = true;
+  // A probe's drafter first catches up on every token of the plain steps before it: not
+  // what a draft costs while drafting.
+  if (drafted > 0 && !probing_)
+    draft_cost_ = draft_cost_ > 0.0 ? 0.8 * draft_cost_ + 0.2 * (draft_seconds / drafted)
+                                    : draft_seconds / drafted;
+  if (probing_) probe_draft_seconds_ = draft_seconds;
+}
+
 void AdaptiveK::observe_costs(int32_t drafted, double draft_seconds, int32_t rows,
                               double forward_seconds) {
   if (!options_.adaptive || !options_.measured_cost || rows < 1 ||
       rows > options_.draft_max + 1)
     return;
-  timed_ = true;
-  forward_.resize(static_cast<size_t>(options_.draft_max) + 2, 0.0);
-  auto smooth = [](double& x, double v) { x = x > 0.0 ? 0.8 * x + 0.2 * v : v; };
-  smooth(forward_[static_cast<size_t>(rows)], forward_seconds);
-  // A probe's drafter first catches up on every token of the plain steps before it: not
-  // what a draft costs while drafting.
-  if (drafted > 0 && !probing_) smooth(draft_cost_, draft_seconds / drafted);
-  if (probing_) probe_draft_seconds_ = draft_seconds;
+  forward_.add(rows, forward_seconds);
+  step_.clear();
+  for (int32_t k = 0; k <= options_.draft_max; ++k) step_.push_back(forward_.at(k + 1));
+  others_ = 0.0;
+  note_draft_seconds(drafted, draft_seconds);
 }
 
-double AdaptiveK::forward_cost(int32_t rows) const {
-  auto at = [&](int32_t r) {
-    return static_cast<size_t>(r) < forward_.size() ? forward_[static_cast<size_t>(r)] : 0.0;
-  };
-  for (int32_t r = rows; r >= 1; --r)  // the widest narrower width measured
-    if (at(r) > 0.0) return at(r);
-  for (int32_t r = rows + 1; r <= options_.draft_max + 1; ++r)  // else a wider one, per row
-    if (at(r) > 0.0) return at(r) * rows / r;
-  return 0.0;
+void AdaptiveK::observe_step_costs(int32_t drafted, double draft_seconds, double others,
+                                   const CostByRows& steps, int32_t base_rows) {
+  if (!options_.adaptive || !options_.measured_cost || base_rows < 1) return;
+  step_.clear();
+  for (int32_t k = 0; k <= options_.draft_max; ++k)
+    step_.push_back(steps.at(base_rows + k, CostByRows::Unmeasured::kPerRow));
+  others_ = std::max(0.0, others);
+  note_draft_seconds(drafted, draft_seconds);
+}
+
+double AdaptiveK::step_cost(int32_t k) const {
+  return static_cast<size_t>(k) < step_.size() ? step_[static_cast<size_t>(k)] : 0.0;
 }
 
 double AdaptiveK::tokens_per_second(int32_t k) const {
-  const double v = forward_cost(k + 1);
+  const double v = step_cost(k);
   if (!timed_ || v <= 0.0) return 0.0;
   const double p = examined_ > 0.0 ? kept_ / examined_ : 1.0;
   double e = 0.0, pi = 1.0;
   for (int32_t i = 0; i <= k; ++i, pi *= p) e += pi;
-  return e / (k * draft_cost_ + v);
+  return (others_ + e) / (k * draft_cost_ + v);
 }
 
 bool AdaptiveK::hopeless() const {
-  const double plain = forward_cost(1);
+  const double plain = step_cost(0);
   if (draft_cost_ <= 0.0 || plain <= 0.0) return false;
   for (int32_t k = 1; k <= options_.draft_max; ++k)
-    if ((k + 1) / (k * draft_cost_ + forward_cost(k + 1)) > 1.01 / plain) return false;
+    if ((others_ + k + 1) / (k * draft_cost_ + step_cost(k)) > 1.01 * (others_ + 1) / plain)
+      return false;
   return true;
 }
 

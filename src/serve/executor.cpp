@@ -225,9 +225,11 @@ Executor::Session& Executor::new_session(Request& r, int32_t completion,
   if (r.masker && r.params.grammar_trigger.empty()) s->grammar.emplace(r.masker);
   // Drafts are checked against the rows draw_one would draw from (shape_verification_rows).
   s->may_draft = opt_.make_drafter && r.params.draft;
-  engine::SpecOptions by_acceptance = opt_.spec;
-  by_acceptance.measured_cost = false;
-  s->draft_k = engine::AdaptiveK(by_acceptance);
+  // Measured costs pick K from timings; a sampled draw consumes randomness per draft, so a
+  // seeded request keeps the acceptance rule and repeats its completion.
+  engine::SpecOptions spec = opt_.spec;
+  if (sc.temperature > 0.0f) spec.measured_cost = false;
+  s->draft_k = engine::AdaptiveK(spec);
   Session& ref = *s;
   r.sessions.push_back(ref.id);
   sessions_.emplace(ref.id, std::move(s));

@@ -2,6 +2,7 @@
 // held token + k drafts, the acceptance rule (engine::accept_drafts) keeps a prefix, and the
 // rejected rows leave the cache right after the step. See executor.h and docs/speculative.md.
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <span>
 
@@ -32,7 +33,10 @@ int64_t Executor::propose_drafts(Session& s, int64_t budget) {
     }
     s.drafter = std::move(*d);
   }
-  if (!s.drafter->propose(s.tokens, static_cast<int32_t>(k), s.draft).ok()) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool proposed = s.drafter->propose(s.tokens, static_cast<int32_t>(k), s.draft).ok();
+  s.draft_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!proposed) {
     s.draft.clear();  // a drafter that fails offers nothing: a plain step
     return 0;
   }
@@ -93,6 +97,10 @@ Result<std::vector<std::pair<int64_t, Finish>>> Executor::verify_drafts(
   std::vector<Session*> who;
   std::vector<text::TokenMasker::Mask> masks;  // a grammar's per verification row
   size_t row = 0;
+  // The measured-cost rule's view of this step: its rows and its decode sessions.
+  const auto rows = static_cast<int32_t>(batch_tokens_.size());
+  int32_t decoding = 0;
+  for (const Planned& p : plan) decoding += sessions_.at(p.session)->remaining() == 1 ? 1 : 0;
   for (const Planned& p : plan) {
     Session& s = *sessions_.at(p.session);
     if (!verifies(p)) {
@@ -149,7 +157,10 @@ Result<std::vector<std::pair<int64_t, Finish>>> Executor::verify_drafts(
     ++stats_.draft_steps;
     stats_.draft_tokens += p.n - 1;
     stats_.draft_accepted += v.accepted;
-    s.draft_k.observe(static_cast<int32_t>(p.n - 1), v.accepted);
+    const auto drafted = static_cast<int32_t>(p.n - 1);
+    s.draft_k.observe_step_costs(drafted, s.draft_seconds, decoding - 1, step_costs_,
+                                 rows - drafted);
+    s.draft_k.observe(drafted, v.accepted);
   }
   if (Status st = seqs.empty() ? ok_status() : cache_->rewind_many(seqs, to); !st.ok()) {
     // Cannot happen while a step is at most max_write wide; end those requests cleanly.

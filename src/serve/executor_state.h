@@ -44,11 +44,13 @@ struct Executor::Session {
   int64_t store_next = -1;       // next prompt block to write to the store; -1 = none
   uint64_t store_parent = 0;     // key of block store_next - 1
   // Speculative decoding: may_draft as ExecutorOptions::make_drafter says for its request;
-  // the drafter is made at the first step that drafts; `draft` holds what this step verifies.
+  // the drafter is made at the first step that drafts; `draft` holds what this step verifies
+  // and draft_seconds what proposing it took (for adaptive K's measured costs).
   bool may_draft = false;
   std::unique_ptr<engine::Drafter> drafter;
   engine::AdaptiveK draft_k;
   engine::Draft draft;
+  double draft_seconds = 0.0;
 
   int64_t generated() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
   int64_t remaining() const { return static_cast<int64_t>(tokens.size()) - fed; }

@@ -142,7 +142,10 @@ Status Executor::step() {
     (s.remaining() == 1 ? decode : prefill) += p.n;
   }
   engine::Batch batch{batch_tokens_, batch_seqs_, batch_pos_};
+  const auto t1 = std::chrono::steady_clock::now();
   Status st = engine_->forward(batch, batch_rows_, logits_);
+  step_costs_.add(static_cast<int32_t>(batch_tokens_.size()),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
   if (!st.ok()) {
     // The cache may hold part of the step: drop those sequences and end their requests.
     for (const Planned& p : plan) {

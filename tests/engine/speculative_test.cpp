@@ -637,5 +637,70 @@ TEST(AdaptiveK, WithMeasuredCostsKMaximizesExpectedTokensPerSecond) {
   EXPECT_EQ(plain_steps_until_probe(flaky), 64);
 }
 
+// CostByRows: a width not measured is the widest narrower one measured, else a wider one's
+// time per row; repeated measurements of a width are smoothed 0.8 / 0.2.
+TEST(CostByRows, PricesUnmeasuredWidthsFromTheNearestMeasuredOnes) {
+  CostByRows c;
+  EXPECT_EQ(c.at(3), 0.0) << "nothing measured";
+  c.add(4, 2.0);
+  EXPECT_DOUBLE_EQ(c.at(4), 2.0);
+  EXPECT_DOUBLE_EQ(c.at(9), 2.0) << "the widest narrower width";
+  EXPECT_DOUBLE_EQ(c.at(2), 1.0) << "a wider width's seconds per row";
+  c.add(4, 3.0);
+  EXPECT_DOUBLE_EQ(c.at(4), 0.8 * 2.0 + 0.2 * 3.0);
+  c.add(1, 0.5);
+  EXPECT_DOUBLE_EQ(c.at(2), 0.5);
+  c.add(0, 9.0);   // no rows: ignored
+  c.add(2, -1.0);  // a negative time: ignored
+  EXPECT_DOUBLE_EQ(c.at(2), 0.5);
+}
+
+// The executor's form of the measured-cost rule: K maximizes the shared step's tokens per
+// second, (S + E(K)) / (K c + v(K)), v(K) = the step's seconds at base rows + K.
+TEST(AdaptiveK, InASharedStepKWeighsTheOtherSessionsTokens) {
+  SpecOptions o;
+  o.draft_max = 4;
+  // Steps cost 1 + 0.25 per row beyond the first (1 row: 1, 2: 1.25, ..., 16: 4.75).
+  CostByRows steps;
+  for (int32_t r = 1; r <= 16; ++r) steps.add(r, 1.0 + 0.25 * (r - 1));
+  // Alone (S = 0, base 1 row), a free drafter, every draft kept (p = 1): E(K) = K + 1 and
+  // (K + 1) / (1 + 0.25 K) grows with K: K = 4, 5 / 2 = 2.5 tokens per second.
+  AdaptiveK alone(o);
+  alone.observe_step_costs(2, 0.0, 0.0, steps, 1);
+  alone.observe(2, 2);
+  EXPECT_EQ(alone.k(), 4);
+  EXPECT_DOUBLE_EQ(alone.tokens_per_second(4), 5.0 / 2.0);
+  // The same as the single-session rule over forwards of K + 1 rows.
+  AdaptiveK single(o);
+  for (int32_t r = 1; r <= 5; ++r) single.observe_costs(r - 1, 0.0, r, steps.at(r));
+  single.observe(2, 2);
+  for (int32_t k = 0; k <= 4; ++k)
+    EXPECT_DOUBLE_EQ(single.tokens_per_second(k), alone.tokens_per_second(k)) << "K " << k;
+  // Beside 7 other decode sessions (base 8 rows: 2.75), K drafts add 0.25 K to the step of
+  // all eight: (7 + K + 1) / (2.75 + 0.25 K) = 8 / 2.75 = 2.91 at K = 0, 9 / 3 = 3 at K = 1,
+  // 12 / 3.75 = 3.2 at K = 4: still worth it with every draft kept...
+  AdaptiveK shared(o);
+  shared.observe_step_costs(2, 0.0, 7.0, steps, 8);
+  shared.observe(2, 2);
+  EXPECT_EQ(shared.k(), 4);
+  EXPECT_DOUBLE_EQ(shared.tokens_per_second(4), 12.0 / 3.75);
+  // ...but with half the drafts kept (p = 0.5 after a step that kept 1 of 2 from scratch:
+  // kept 1, examined 2), E(1) = 1.5: 8.5 / 3 = 2.83 < 8 / 2.75 = 2.91, and every wider K
+  // is lower still: plain decoding. Alone, the same p still pays: 1.5 / 1.25 = 1.2 > 1.
+  AdaptiveK half_shared(o), half_alone(o);
+  half_shared.observe_step_costs(2, 0.0, 7.0, steps, 8);
+  half_shared.observe(2, 1);
+  EXPECT_EQ(half_shared.k(), 0);
+  EXPECT_DOUBLE_EQ(half_shared.tokens_per_second(1), 8.5 / 3.0);
+  half_alone.observe_step_costs(2, 0.0, 0.0, steps, 1);
+  half_alone.observe(2, 1);
+  EXPECT_GT(half_alone.k(), 0);
+  // The acceptance rule ignores costs.
+  o.measured_cost = false;
+  AdaptiveK by_acceptance(o);
+  by_acceptance.observe_step_costs(2, 0.0, 7.0, steps, 8);
+  EXPECT_EQ(by_acceptance.tokens_per_second(1), 0.0);
+}
+
 }  // namespace
 }  // namespace kvcache::engine::testing

@@ -163,17 +163,22 @@ cat > "$tmp/draft.jsonl" <<'JL'
 {"prompt": "abcabcabcabcabcabcabcabc", "max_new_tokens": 50, "stop": ["cab"]}
 JL
 "$bin" batch --prompts-file "$tmp/draft.jsonl" --json 2>/dev/null > "$tmp/dplain.json"
-"$bin" batch --prompts-file "$tmp/draft.jsonl" --json --draft ngram 2>"$tmp/ngram.err" > "$tmp/ngram.json"
+# --draft-k acceptance: widths that do not depend on timing, so the step counts below hold;
+# the default rule (cost) is checked for equal output and consistent counters.
+"$bin" batch --prompts-file "$tmp/draft.jsonl" --json --draft ngram --draft-k acceptance \
+  2>"$tmp/ngram.err" > "$tmp/ngram.json"
 "$bin" batch --prompts-file "$tmp/draft.jsonl" --json --draft self:q8_0 --draft-max 4 \
-  --max-sessions 2 2>/dev/null > "$tmp/self.json"
+  --draft-k acceptance --max-sessions 2 2>/dev/null > "$tmp/self.json"
 "$bin" batch --prompts-file "$tmp/draft.jsonl" --json --draft-model "$src/models/tiny.gguf" \
-  2>/dev/null > "$tmp/dmodel.json"
+  --draft-k acceptance 2>/dev/null > "$tmp/dmodel.json"
+"$bin" batch --prompts-file "$tmp/draft.jsonl" --json --draft self:q8_0 --max-sessions 2 \
+  2>/dev/null > "$tmp/selfcost.json"
 grep -q "speculative decoding: ngram:3, up to 8 drafts" "$tmp/ngram.err" || fail "no drafting line"
 /usr/bin/python3 - "$tmp" <<'PY'
 import json, sys
 d = sys.argv[1]
-plain, ngram, selfq, dmodel = (json.load(open(f"{d}/{n}.json"))
-                               for n in ("dplain", "ngram", "self", "dmodel"))
+plain, ngram, selfq, dmodel, selfcost = (json.load(open(f"{d}/{n}.json"))
+                                         for n in ("dplain", "ngram", "self", "dmodel", "selfcost"))
 assert "draft" not in plain and all("draft" not in c for r in plain["results"] for c in r["completions"])
 for j, mode, k in ((ngram, "ngram:3", 8), (selfq, "self:q8_0", 4), (dmodel, "model:tiny", 8)):
     for a, b in zip(plain["results"], j["results"]):
@@ -191,11 +196,21 @@ for j, mode, k in ((ngram, "ngram:3", 8), (selfq, "self:q8_0", 4), (dmodel, "mod
     assert j["decode_tokens"] == plain["decode_tokens"], (j["decode_tokens"], plain["decode_tokens"])
     assert j["steps"] < plain["steps"], (mode, j["steps"], plain["steps"])
 assert selfq["draft"]["acceptance"] > 0.9, selfq["draft"]   # the model's own q8_0 weights
+# The cost rule: K follows the timings (it may rest at 0), the output never changes.
+for a, b in zip(plain["results"], selfcost["results"]):
+    ca, cb = a["completions"][0], b["completions"][0]
+    assert (ca["tokens"], ca["finish_reason"]) == (cb["tokens"], cb["finish_reason"]), a["index"]
+t = selfcost["draft"]
+per = [r["completions"][0].get("draft") for r in selfcost["results"]]
+for key in ("steps", "drafted", "accepted"):
+    assert sum(p[key] for p in per if p) == t[key], (key, per, t)
+assert 0 <= t["accepted"] <= t["drafted"] and selfcost["decode_tokens"] == plain["decode_tokens"], t
 assert dmodel["draft"]["acceptance"] == 1.0, dmodel["draft"]  # models/tiny.gguf is the target
 PY
 
 expect_error 2 "--draft-max.*draft_max = 40, expected 1\.\.15" --prompts-file "$tmp/draft.jsonl" --draft ngram --draft-max 40
 expect_error 2 "--draft-max: needs --draft or --draft-model" --prompts-file "$tmp/draft.jsonl" --draft-max 4
+expect_error 2 "^--draft-k: fast not in .cost,acceptance.$" --prompts-file "$tmp/draft.jsonl" --draft ngram --draft-k fast
 expect_error 2 "'ngram:0' is not a drafter" --prompts-file "$tmp/draft.jsonl" --draft ngram:0
 echo '{"prompt": "x", "draft": 1}' > "$tmp/dbad.jsonl"
 expect_error 1 "dbad.jsonl:1: \"draft\" is not a boolean" --prompts-file "$tmp/dbad.jsonl" --draft ngram

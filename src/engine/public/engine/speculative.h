@@ -98,24 +98,45 @@ struct SpecOptions {
   int32_t draft_max = kDefaultDraftMax;  // K: most drafts per step, >= 1; a step is K + 1
                                          // tokens, so K + 1 <= the cache's max_write
   bool adaptive = true;  // K follows the acceptance (AdaptiveK); false = always draft_max
-  // With adaptive K, a session that times its steps chooses K from the measured costs
-  // (AdaptiveK's second rule); false = the acceptance rule, as the executor applies it.
+  // With adaptive K, K follows the measured costs of the steps (AdaptiveK's second rule; the
+  // executor keeps the acceptance rule for sampled requests); false = the acceptance rule.
   bool measured_cost = true;
+};
+
+// Seconds of a forward (or of a batching executor's step) by its rows, each width smoothed
+// over its measurements (0.8 old + 0.2 new). A width not measured yet is priced from the
+// widest narrower one measured — at its seconds (kFlat: a wider step is assumed free, so it
+// gets tried) or at its seconds per row times the rows (kPerRow: assumed to cost as much per
+// row) — or, with none, from a wider one's seconds per row; 0 when nothing is measured. One
+// home for that rule (AdaptiveK: a single session's forwards, kFlat; the executor's shared
+// steps, kPerRow, where a wrongly free-looking width slows every session's step).
+class CostByRows {
+ public:
+  enum class Unmeasured { kFlat, kPerRow };
+  void add(int32_t rows, double seconds);
+  double at(int32_t rows, Unmeasured narrower = Unmeasured::kFlat) const;
+
+ private:
+  std::vector<double> seconds_;  // index rows; 0 = not measured
 };
 
 // The draft width of one session (docs/speculative.md, "Adaptive K"). Two rules, one home
 // (Session::decode and the batching executor use it):
-// - acceptance only (the executor, whose step time is shared by every session): after a step
-//   that verified d >= 1 drafts and kept a, rate = 3/4 rate + 1/4 a/d (starting at 1); K
-//   grows by 1 (up to draft_max) when every draft was kept, else halves (rounding down, so 1
-//   falls to 0) when none was kept or rate < 1/2;
-// - measured cost (a single session that times its own steps and reports them through
-//   observe_costs() before observe()): K maximizes the expected tokens per second,
-//   E(K) / (K c + v(K + 1)), with E(K) = 1 + p + ... + p^K for the per-draft acceptance p
-//   (kept drafts over drafts examined, the first rejected one included), c the drafter's
-//   seconds per draft and v(r) the seconds of a forward of r rows; a width not measured yet
-//   is priced as the widest narrower one measured (or, with none, a wider one's time per
-//   row), so it gets tried; a wider K must win by more than 1 %.
+// - acceptance only (SpecOptions::measured_cost false): after a step that verified d >= 1
+//   drafts and kept a, rate = 3/4 rate + 1/4 a/d (starting at 1); K grows by 1 (up to
+//   draft_max) when every draft was kept, else halves (rounding down, so 1 falls to 0) when
+//   none was kept or rate < 1/2;
+// - measured cost (costs reported through observe_costs() or observe_step_costs() before
+//   observe()): K maximizes the expected tokens per second of the step the session's rows
+//   run in, (S + E(K)) / (K c + v(K)), with E(K) = 1 + p + ... + p^K for the per-draft
+//   acceptance p (kept drafts over drafts examined, the first rejected one included), c the
+//   drafter's seconds per draft, v(K) the step's seconds with K drafts of this session and
+//   S the tokens the step's other sessions yield. A single session (Session::decode) has
+//   S = 0 and v(K) = its forward of K + 1 rows; in the executor, S = the step's other decode
+//   sessions and v(K) = the step's seconds at its rows without this session's drafts plus K
+//   (CostByRows over the executor's steps): drafting that slows a shared step by more than it
+//   yields is not chosen. Unmeasured widths are priced by CostByRows' rule, so they get
+//   tried; a wider K must win by more than 1 %.
 // K starts at draft_max (acceptance rule) or kFirstMeasured (measured-cost rule).
 // At K = 0 the session decodes plainly; after kProbeAfter plain steps it tries K = 1 again
 // (with measured costs, a probe that leads back to K = 0 and whose drafter took longer than a
@@ -140,11 +161,17 @@ class AdaptiveK {
   // `drafted` drafts, and the forward of `rows` rows took `forward_seconds`.
   void observe_costs(int32_t drafted, double draft_seconds, int32_t rows,
                      double forward_seconds);
+  // The executor's form, before observe(): the drafter took `draft_seconds` for `drafted`
+  // drafts; the step's other sessions yield `others` tokens; `steps` prices a step by its
+  // rows, and this step had `base_rows` rows besides this session's drafts.
+  void observe_step_costs(int32_t drafted, double draft_seconds, double others,
+                          const CostByRows& steps, int32_t base_rows);
   // The measured-cost rule's expected tokens per second at width k (0 without costs).
   double tokens_per_second(int32_t k) const;
 
  private:
-  double forward_cost(int32_t rows) const;
+  double step_cost(int32_t k) const;  // v(k): the step's seconds with k drafts
+  void note_draft_seconds(int32_t drafted, double draft_seconds);
   int32_t best_k() const;
   bool hopeless() const;  // no K pays at acceptance 1 (measured costs)
 
@@ -155,9 +182,12 @@ class AdaptiveK {
   int32_t probe_wait_ = kProbeAfter;
   bool probing_ = false;  // this step is a probe (measured costs only)
   double probe_draft_seconds_ = 0.0;  // the last probe's drafter time
-  // Measured costs: seconds per forward of r rows (index r; 0 = not measured), seconds per
-  // draft, and the decayed counts of kept drafts and drafts examined.
-  std::vector<double> forward_;
+  // Measured costs: a single session's forwards by rows; or the executor's step costs v(k)
+  // (index k) and the other sessions' tokens S; seconds per draft; and the decayed counts of
+  // kept drafts and drafts examined.
+  CostByRows forward_;
+  std::vector<double> step_;
+  double others_ = 0.0;
   double draft_cost_ = 0.0;
   bool timed_ = false;
   double kept_ = 0.0, examined_ = 0.0;

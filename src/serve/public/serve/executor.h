@@ -86,8 +86,9 @@ struct ExecutorOptions {
   // (k from engine::AdaptiveK). A factory that fails leaves that session decoding plainly.
   std::function<Result<std::unique_ptr<engine::Drafter>>(const DraftRoom&)> make_drafter;
   // draft_max: 0 = min(engine::kDefaultDraftMax, step width - 1); else draft_max + 1 <= the
-  // step width (InvalidArgument otherwise). The executor applies adaptive K's acceptance rule
-  // (a step's time is shared by every session): measured_cost is ignored.
+  // step width (InvalidArgument otherwise). With measured_cost (the default) each session's K
+  // follows adaptive K's measured-cost rule over the executor's step costs (a step's time is
+  // shared by every session; engine::AdaptiveK); false = the acceptance rule.
   engine::SpecOptions spec = [] {
     engine::SpecOptions o;
     o.draft_max = 0;
@@ -397,6 +398,8 @@ class Executor {
   size_t rotate_ = 0;
   ExecutorStats stats_;
   engine::Logits logits_;
+  // Seconds of a step's forward by its rows: adaptive K's measured costs (executor_draft.cpp).
+  engine::CostByRows step_costs_;
   std::vector<int32_t> batch_tokens_, batch_seqs_, batch_rows_;
   std::vector<int64_t> batch_pos_;
 };
