@@ -130,7 +130,8 @@ ChoiceOutput tool_output(text::ToolSyntax s, std::string_view forced_prefix,
 
 // The streamed answer with tools: content goes out as it comes up to where the family's marker
 // may begin; the calls are parsed when the completion ends (malformed: the rest is content).
-// Harmony: content and reasoning go out as their messages grow (parse_harmony's partial mode).
+// Harmony: content and reasoning go out as their messages grow (text::HarmonyStream: each token
+// reads only the open message).
 class ToolCallStream {
  public:
   ToolCallStream(text::ToolSyntax s, std::string forced_prefix, bool calls = true);
@@ -149,9 +150,9 @@ class ToolCallStream {
   size_t sent_ = 0;        // buf_[0, sent_) went out as content (harmony: content's bytes)
   bool in_calls_ = false;  // buf_[sent_, ...) starts with the marker
   bool free_ = false;      // the marker can no longer appear
-  bool calls_ = true;      // harmony: calls are parsed (else they stay content)
-  size_t reasoning_sent_ = 0;  // harmony: reasoning bytes taken
-  std::string reasoning_;      // harmony: the reasoning parsed so far
+  text::HarmonyStream harmony_;  // harmony: the reply read so far (calls parsed or not)
+  size_t reasoning_read_ = 0;    // harmony: reasoning bytes read
+  std::string reasoning_;        // harmony: reasoning read, not taken yet
 };
 
 // Sets params.max_new_tokens once the prompt length is known: max_tokens, else 16 for
