@@ -70,6 +70,9 @@ struct ApiRequest {
   std::string forced_prefix;             // tool_choice required/named: what the prompt ends
                                          // with (the answer is parsed after it)
   std::string reasoning_effort;          // chat: low, medium or high; empty = not asked
+  bool effort_ignorable = false;         // a template without reasoning ignores the effort
+                                         // (Anthropic's thinking), else it is a 400
+  bool thinking = false;                 // Anthropic thinking enabled: reasoning is sent
 };
 
 // Parses a request body. A 400 names the field: malformed JSON (param null), a field of the
@@ -170,6 +173,7 @@ struct ResponseMeta {
   std::string model;
   bool chat = false;
   bool anthropic = false;  // /v1/messages: the Anthropic shapes (anthropic_api.h)
+  bool thinking = false;   // /v1/messages: harmony's reasoning goes out as thinking blocks
   // With logprobs asked for (GenerateParams::logprobs >= 0): a token id's bytes, for the
   // entries' "token" and "bytes".
   bool logprobs = false;
