@@ -84,6 +84,7 @@ struct Reader {
   ParsedAnswer& done;
   ParsedAnswer open{};
   size_t ended = 0;  // where the text after the last message that ended begins
+  bool verbatim = false;  // `open` is the rest of the reply as written, whatever follows
 
   // One message written from `from`, its header from `header`; returns where the next
   // begins, or npos when the reply ends here.
@@ -133,6 +134,7 @@ struct Reader {
         pending |= may_become(text, s);
       }
       if (!framed) {
+        if (!pending) verbatim = true;
         if (!(pending && partial)) open.content = std::string(text);
         return;
       }
@@ -141,6 +143,7 @@ struct Reader {
     while (at != std::string_view::npos && at < text.size()) {
       const std::string_view rest = text.substr(at);
       if (!begins(rest, kStart)) {  // not a message: the rest as written
+        if (!may_become(rest, kStart)) verbatim = true;
         if (!(partial && may_become(rest, kStart))) append(open.content, rest);
         return;
       }
@@ -162,10 +165,18 @@ ParsedAnswer parse_harmony(std::string_view text, bool calls, bool partial) {
 }
 
 void HarmonyStream::read(std::string_view reply, bool partial) {
+  if (verbatim_) {  // only the new bytes, as written
+    read_from_ = read_to_;
+    open_.content += reply.substr(read_to_);
+    read_to_ = reply.size();
+    return;
+  }
   Reader r{reply, calls_, partial, done_};
   r.run(at_);
   read_from_ = at_;
+  read_to_ = reply.size();
   at_ = r.ended;
+  verbatim_ = r.verbatim;
   open_ = std::move(r.open);
 }
 

@@ -199,6 +199,19 @@ TEST(HarmonyReply, AStreamReadsOnlyTheOpenMessage) {
                                                       "<|message|>Done.<|return|>").size());
   s.read(reply, false);
   EXPECT_EQ(s.read_from(), reply.size());  // the last message ended: nothing left to read
+  // Text that is content as written (no framing, or after a message) is read once.
+  for (const std::string head : {"", "<|channel|>final<|message|>Hi<|end|>"}) {
+    const std::string prose = head + std::string(5000, 'x');
+    HarmonyStream p(true);
+    size_t widest = 0;
+    for (size_t n = 1; n <= prose.size(); ++n) {
+      p.read(std::string_view(prose).substr(0, n), true);
+      if (n > head.size() + 1) widest = std::max(widest, n - p.read_from());
+    }
+    EXPECT_EQ(widest, 1u);
+    p.read(prose, false);
+    EXPECT_EQ(p.content_from(0), parse_harmony(prose, true, false).content);
+  }
   EXPECT_EQ(s.content_from(0).substr(0, 15), "Step 0.\nStep 1.");
   EXPECT_EQ(s.reasoning_from(0), "Plan.");
 }

@@ -82,7 +82,9 @@ ParsedAnswer parse_harmony(std::string_view text, bool calls, bool partial);
 
 // A harmony reply read as it grows, with parse_harmony's result, in work bounded by the open
 // message: the messages that ended (at <|end|>, <|call|>, <|return|> or the next <|start|>) are
-// read once and kept; each read reads only what follows them.
+// read once and kept; each read reads only what follows them, or only the new bytes once the
+// rest is content as written (a reply without framing, text after a message that cannot begin
+// another).
 class HarmonyStream {
  public:
   explicit HarmonyStream(bool calls) : calls_(calls) {}
@@ -93,12 +95,14 @@ class HarmonyStream {
   std::string content_from(size_t from) const;
   std::string reasoning_from(size_t from) const;
   std::vector<ParsedToolCall> calls() const;
-  // Where the last read began: the end of the last message that had ended before it.
+  // Where the last read began: the end of the last message that had ended before it (or the
+  // previous read's end, once the rest is as written).
   size_t read_from() const { return read_from_; }
 
  private:
   bool calls_;
-  size_t at_ = 0, read_from_ = 0;
+  bool verbatim_ = false;  // the rest of the reply is content as written
+  size_t at_ = 0, read_from_ = 0, read_to_ = 0;
   ParsedAnswer done_, open_;  // the messages that ended; what follows them
 };
 
