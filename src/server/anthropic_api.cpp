@@ -1,5 +1,7 @@
 #include "server/anthropic_api.h"
 
+#include <cstdio>
+#include <random>
 #include <set>
 #include <utility>
 
@@ -47,9 +49,30 @@ std::optional<ApiError> content_text(const json& c, const std::string& at, std::
   return std::nullopt;
 }
 
+// An assistant's {"type": "thinking", "thinking", "signature"} (its text becomes the turn's
+// reasoning, several joined by "\n"; the signature is not checked) or {"type":
+// "redacted_thinking", "data"} (dropped: nothing here can read it).
+std::optional<ApiError> thinking_block(const json& b, const std::string& at, std::string& out) {
+  const bool plain = b["type"] == "thinking";
+  const char* field = plain ? "thinking" : "data";
+  for (const auto& [key, v] : b.items()) {
+    if (key == "type" || key == "cache_control") continue;
+    if (key != field && !(plain && key == "signature"))
+      return unsupported_field(at + "." + key, "is not supported by this server");
+    if (!v.is_string())
+      return bad_field(at + "." + key, "'" + at + "." + key + "' must be a string");
+  }
+  if (!b.contains(field))
+    return bad_field(at + "." + field, "'" + at + "." + field + "' is required");
+  if (!plain) return std::nullopt;
+  if (!out.empty()) out += '\n';
+  out += b[field].get<std::string>();
+  return std::nullopt;
+}
+
 // One turn's content blocks: text, an assistant's tool_use {id, name, input} (a call) and a
 // user's tool_result {tool_use_id, content, is_error} (a "tool" message before the turn's
-// text, as the chat templates order a call's results).
+// text, as the chat templates order a call's results) and an assistant's thinking blocks.
 std::optional<ApiError> turn_blocks(const json& content, const std::string& at,
                                     const std::string& role,
                                     std::vector<text::ChatMessage>& out) {
@@ -84,11 +107,14 @@ std::optional<ApiError> turn_blocks(const json& content, const std::string& at,
       if (auto c = b.find("content"); c != b.end() && !c->is_null())
         if (auto e = content_text(*c, bat + ".content", result.content)) return e;
       out.push_back(std::move(result));
+    } else if ((type == "thinking" || type == "redacted_thinking") && role == "assistant") {
+      if (auto e = thinking_block(b, bat, msg.reasoning)) return e;
     } else if (auto e = text_block(b, bat, msg.content)) {
       return e;
     }
   }
-  if (!msg.content.empty() || !msg.tool_calls.empty()) out.push_back(std::move(msg));
+  if (!msg.content.empty() || !msg.tool_calls.empty() || !msg.reasoning.empty())
+    out.push_back(std::move(msg));
   return std::nullopt;
 }
 
@@ -195,11 +221,11 @@ std::optional<ApiError> read_tools(const nlohmann::ordered_json& obj, ToolsReque
 
 std::optional<ApiError> check_fields(const json& obj, bool count_only) {
   static const std::set<std::string> kCount = {"model", "messages", "system", "tools",
-                                               "tool_choice"};
+                                               "tool_choice", "thinking"};
   static const std::set<std::string> kMessages = {"max_tokens", "stop_sequences", "temperature",
                                                   "top_p", "top_k", "stream", "metadata"};
-  static const std::set<std::string> kNotHere = {"thinking", "service_tier", "container",
-                                                 "mcp_servers", "context_management"};
+  static const std::set<std::string> kNotHere = {"service_tier", "container", "mcp_servers",
+                                                 "context_management"};
   for (const auto& [key, v] : obj.items()) {
     if (kCount.count(key) != 0 || (!count_only && kMessages.count(key) != 0)) continue;
     if (kNotHere.count(key) != 0 || kMessages.count(key) != 0)
@@ -226,6 +252,47 @@ std::optional<ApiError> read_sampling(const json& obj, const ApiLimits& lim, Api
   if (auto e = stop_strings(obj, "stop_sequences", /*single=*/false, p.stop)) return e;
   if (auto m = obj.find("metadata"); m != obj.end() && !m->is_null() && !m->is_object())
     return bad_field("metadata", "'metadata' is " + type_name(*m) + ", expected an object");
+  return std::nullopt;
+}
+
+// thinking: {"type": "enabled", "budget_tokens": N} (an integer, at least 1024 and, in a body
+// with max_tokens, less than it) or {"type": "disabled"}: a reasoning effort that a template
+// without reasoning ignores; enabled sends the reasoning as thinking blocks.
+std::optional<ApiError> read_thinking(const json& obj, std::optional<int32_t> max_tokens,
+                                      ApiRequest& r) {
+  auto t = obj.find("thinking");
+  if (t == obj.end() || t->is_null()) return std::nullopt;
+  constexpr const char* kShapes =
+      "{\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": \"disabled\"}";
+  if (!t->is_object())
+    return bad_field("thinking", "'thinking' is " + type_name(*t) + ", expected " + kShapes);
+  auto type = t->find("type");
+  const bool enabled = type != t->end() && *type == "enabled";
+  if (!enabled && !(type != t->end() && *type == "disabled"))
+    return bad_field("thinking.type", "'thinking.type' = " +
+                                          (type == t->end() ? "absent" : type->dump()) +
+                                          ", expected \"enabled\" or \"disabled\"");
+  for (const auto& [key, v] : t->items())
+    if (key != "type" && !(enabled && key == "budget_tokens"))
+      return unsupported_field("thinking." + key, "is not supported by this server");
+  r.effort_ignorable = true;
+  if (!enabled) {
+    r.reasoning_effort = "low";
+    return std::nullopt;
+  }
+  auto b = t->find("budget_tokens");
+  if (b == t->end() || !b->is_number_integer() || b->get<double>() < kMinThinkingBudget)
+    return bad_field("thinking.budget_tokens",
+                     str_cat("'thinking.budget_tokens' = ",
+                             b == t->end() ? std::string("absent") : b->dump(),
+                             ", expected an integer of at least ", kMinThinkingBudget));
+  const auto budget = b->get<double>();
+  if (max_tokens && budget >= *max_tokens)
+    return bad_field("thinking.budget_tokens",
+                     str_cat("'thinking.budget_tokens' = ", b->dump(),
+                             " must be less than 'max_tokens' (", *max_tokens, ")"));
+  r.reasoning_effort = std::string(thinking_effort(static_cast<int64_t>(budget)));
+  r.thinking = true;
   return std::nullopt;
 }
 
@@ -261,8 +328,25 @@ std::optional<ApiError> parse_messages_body(std::string_view body, bool count_on
   const auto ordered = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (auto e = read_tools(ordered, r.tools)) return e;
   if (auto e = read_messages(obj, r)) return e;
-  if (count_only) return std::nullopt;
-  return read_sampling(obj, lim, r);
+  if (count_only) return read_thinking(obj, std::nullopt, r);
+  if (auto e = read_sampling(obj, lim, r)) return e;
+  return read_thinking(obj, r.max_tokens, r);
+}
+
+std::string_view thinking_effort(int64_t budget_tokens) {
+  if (budget_tokens < 4096) return "low";
+  return budget_tokens < 16384 ? "medium" : "high";
+}
+
+std::string thinking_signature(std::string_view thinking) {
+  static const uint64_t key = std::random_device{}() * 0x100000001ull ^ std::random_device{}();
+  uint64_t h = 0xcbf29ce484222325ull ^ key;  // FNV-1a over the key's and the text's bytes
+  auto mix = [&](unsigned char c) { h = (h ^ c) * 0x100000001b3ull; };
+  for (int i = 0; i < 8; ++i) mix(static_cast<unsigned char>(key >> (8 * i)));
+  for (char c : thinking) mix(static_cast<unsigned char>(c));
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return str_cat("kvcache-", thinking.size(), "-", hex);
 }
 
 std::string anthropic_error_body(const ApiError& e) {
@@ -294,9 +378,13 @@ json tool_use_json(const ApiToolCall& call) {
 }
 
 json message_json(const ResponseMeta& m, const serve::RequestResult& r, const std::string& text,
-                  const std::vector<ApiToolCall>& calls) {
+                  const std::vector<ApiToolCall>& calls, const std::string& reasoning) {
   const serve::Completion& c = r.completions.at(0);
   json content = json::array();
+  if (!reasoning.empty())
+    content.push_back({{"type", "thinking"},
+                       {"thinking", reasoning},
+                       {"signature", thinking_signature(reasoning)}});
   if (!text.empty() || calls.empty()) content.push_back({{"type", "text"}, {"text", text}});
   for (const ApiToolCall& call : calls) content.push_back(tool_use_json(call));
   return json{{"id", m.id},
@@ -322,9 +410,9 @@ json message_start_json(const ResponseMeta& m, int64_t prompt_tokens) {
                 {"usage", {{"input_tokens", prompt_tokens}, {"output_tokens", 0}}}}}};
 }
 
-json text_delta_json(std::string_view text) {
+json text_delta_json(std::string_view text, int32_t index) {
   return json{{"type", "content_block_delta"},
-              {"index", 0},
+              {"index", index},
               {"delta", {{"type", "text_delta"}, {"text", std::string(text)}}}};
 }
 
@@ -348,6 +436,71 @@ json message_delta_json(const serve::RequestResult& r, bool tool_use) {
 std::string event(const json& data) {
   return "event: " + data.at("type").get<std::string>() + "\ndata: " +
          data.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+}
+
+std::string answer_events(BlockStream& blocks, ToolCallStream* ts, bool thinking,
+                          std::string_view text, bool fin, bool& called) {
+  const std::string shown = ts ? ts->push(text) : std::string(text);
+  std::string out;
+  if (ts && thinking) out += blocks.thinking(ts->take_reasoning());
+  if (!shown.empty()) out += blocks.text(shown);
+  if (!fin) return out;
+  std::vector<ApiToolCall> calls;
+  if (ts) {
+    ChoiceOutput o = ts->finish();
+    if (thinking) out += blocks.thinking(o.reasoning);
+    if (!o.content.empty()) out += blocks.text(o.content);
+    calls = std::move(o.calls);
+  }
+  out += blocks.close(/*text_if_none=*/calls.empty());
+  for (size_t k = 0; k < calls.size(); ++k)
+    out += tool_use_events(blocks.next_index() + static_cast<int32_t>(k), calls[k]);
+  called = !calls.empty();
+  return out;
+}
+
+std::string BlockStream::start(Kind k) {
+  if (open_ == k) return "";
+  std::string out = stop();
+  open_ = k;
+  ++index_;
+  texted_ |= k == Kind::kText;
+  const json block = k == Kind::kText ? json{{"type", "text"}, {"text", ""}}
+                                      : json{{"type", "thinking"}, {"thinking", ""}};
+  return out + event(json{{"type", "content_block_start"}, {"index", index_},
+                          {"content_block", block}});
+}
+
+std::string BlockStream::stop() {
+  if (open_ == Kind::kNone) return "";
+  std::string out;
+  if (open_ == Kind::kThinking)
+    out = event(json{{"type", "content_block_delta"},
+                     {"index", index_},
+                     {"delta", {{"type", "signature_delta"},
+                                {"signature", thinking_signature(thought_)}}}});
+  open_ = Kind::kNone;
+  thought_.clear();
+  return out + event(json{{"type", "content_block_stop"}, {"index", index_}});
+}
+
+std::string BlockStream::thinking(std::string_view piece) {
+  if (piece.empty()) return "";
+  std::string out = start(Kind::kThinking);
+  thought_ += piece;
+  return out + event(json{{"type", "content_block_delta"},
+                          {"index", index_},
+                          {"delta", {{"type", "thinking_delta"}, {"thinking", piece}}}});
+}
+
+std::string BlockStream::text(std::string_view piece) {
+  std::string out = start(Kind::kText);
+  return piece.empty() ? out : out + event(text_delta_json(piece, index_));
+}
+
+std::string BlockStream::close(bool text_if_none) {
+  std::string out = text_if_none && !texted_ ? start(Kind::kText) : "";
+  return out + stop();
 }
 
 }  // namespace kvcache::server

@@ -236,26 +236,24 @@ ChoiceOutput tool_output(text::ToolSyntax s, std::string_view forced_prefix,
 }
 
 ToolCallStream::ToolCallStream(text::ToolSyntax s, std::string forced_prefix, bool calls)
-    : syntax_(s), buf_(std::move(forced_prefix)), in_calls_(!buf_.empty()), calls_(calls) {}
+    : syntax_(s), buf_(std::move(forced_prefix)), in_calls_(!buf_.empty()), harmony_(calls) {}
 
-// Harmony: the buffer parsed again; returns the content not sent yet (each partial parse
-// begins with the previous one's content, so bytes past sent_ are new). `whole`: the final
-// parse's calls go there.
+// Harmony: the reply read again past its ended messages; returns the content not sent yet
+// (each partial read's content begins with the previous one's). `whole`: the final read's
+// calls go there.
 std::string ToolCallStream::push_harmony(bool partial, ChoiceOutput* whole) {
-  text::ParsedAnswer a = text::parse_harmony(buf_, calls_, partial);
-  reasoning_ = std::move(a.reasoning);
-  if (whole != nullptr) whole->calls = with_ids(syntax_, std::move(a.calls));
-  if (a.content.size() <= sent_) return "";
-  std::string out = a.content.substr(sent_);
-  sent_ = a.content.size();
+  harmony_.read(buf_, partial);
+  const std::string reasoning = harmony_.reasoning_from(reasoning_read_);
+  reasoning_read_ += reasoning.size();
+  reasoning_ += reasoning;
+  if (whole != nullptr) whole->calls = with_ids(syntax_, harmony_.calls());
+  std::string out = harmony_.content_from(sent_);
+  sent_ += out.size();
   return out;
 }
 
 std::string ToolCallStream::take_reasoning() {
-  if (reasoning_.size() <= reasoning_sent_) return "";
-  std::string out = reasoning_.substr(reasoning_sent_);
-  reasoning_sent_ = reasoning_.size();
-  return out;
+  return std::exchange(reasoning_, {});
 }
 
 std::string ToolCallStream::push(std::string_view text) {

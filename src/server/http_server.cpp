@@ -71,39 +71,22 @@ struct StreamState {
   std::vector<int64_t> bytes_out;     // per completion: token bytes so far (text_offset)
   int64_t prompt_tokens = 0;          // for the Anthropic message_start
   bool called = false;                // the Anthropic answer held tool calls
+  BlockStream blocks;                 // the Anthropic message's thinking and text blocks
   std::vector<ToolCallStream> tools;  // per completion, when answers are parsed for calls
   bool started = false, done = false;
   std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
 };
 
-// The Anthropic events for the next text: text deltas (with tools, what cannot be a call yet)
-// and at the end the text block's stop and one tool_use block per call.
-std::string anthropic_text(StreamState& st, int32_t c, const std::string& text,
-                           std::optional<serve::Finish> fin) {
-  const bool tools = !st.tools.empty();
-  std::string shown = tools ? st.tools[static_cast<size_t>(c)].push(text) : text;
-  std::vector<ApiToolCall> calls;
-  if (fin && tools) {
-    ChoiceOutput o = st.tools[static_cast<size_t>(c)].finish();
-    shown += o.content;
-    calls = std::move(o.calls);
-  }
-  std::string out = shown.empty() ? "" : event(text_delta_json(shown));
-  if (!fin) return out;
-  out += event(json{{"type", "content_block_stop"}, {"index", 0}});
-  for (size_t k = 0; k < calls.size(); ++k)
-    out += tool_use_events(static_cast<int32_t>(k + 1), calls[k]);
-  st.called = !calls.empty();
-  return out;
-}
-
-// The events for a completion's next text (and its end when `fin`): Anthropic text deltas;
+// The events for a completion's next text (and its end when `fin`): Anthropic events;
 // plain OpenAI deltas (with the tokens' logprobs); or with tools, the content that cannot be a
 // call yet and, at the end, the calls.
 std::string stream_text(StreamState& st, int32_t c, const std::string& text,
                         std::optional<serve::Finish> fin,
                         std::span<const engine::TokenLogprob> lps = {}) {
-  if (st.meta.anthropic) return anthropic_text(st, c, text, fin);
+  if (st.meta.anthropic) {
+    ToolCallStream* ts = st.tools.empty() ? nullptr : &st.tools[static_cast<size_t>(c)];
+    return answer_events(st.blocks, ts, st.meta.thinking, text, fin.has_value(), st.called);
+  }
   if (st.tools.empty()) {
     if (text.empty() && !fin && lps.empty()) return "";
     const size_t i = static_cast<size_t>(c);
@@ -200,12 +183,12 @@ std::optional<ApiError> HttpServer::Impl::encode(ApiRequest& r, std::vector<int3
   const std::span<const std::string> tools =
       r.tools.active() ? std::span<const std::string>(r.tools.json) : std::span<const std::string>();
   const bool harmony = *opt.chat_template == text::ChatTemplate::kHarmony;
-  if (!r.reasoning_effort.empty() && !harmony)
+  if (!r.reasoning_effort.empty() && !harmony && !r.effort_ignorable)
     return ApiError{400, "'reasoning_effort' is not supported with this model's chat template (" +
                              std::string(text::to_string(*opt.chat_template)) + "; harmony has it)",
                     "invalid_request_error", "reasoning_effort", "unsupported_parameter"};
   text::ChatContext context;  // the date: today (UTC)
-  if (!r.reasoning_effort.empty()) context.reasoning_effort = r.reasoning_effort;
+  if (!r.reasoning_effort.empty() && harmony) context.reasoning_effort = r.reasoning_effort;
   Result<text::RenderedChat> rendered = text::render_chat_spans(*opt.chat_template, r.messages, generation_prompt,
                                                 default_chat_tokens(*opt.chat_template), tools,
                                                 context);
@@ -311,6 +294,7 @@ void HttpServer::Impl::messages(const http::Request& req, http::Response& res, b
   meta.chat = true;
   meta.anthropic = true;
   answer_tools(r, meta);
+  meta.thinking = r.thinking && meta.channels;  // other templates have no reasoning to send
   if (!r.stream) return finish_whole(res, a->channel, meta, std::move(a->first.result));
   start_stream(res, std::move(a->channel), std::move(meta), 1, false, std::move(a->first),
                prompt_tokens);
@@ -363,8 +347,9 @@ static std::string whole_body(const ResponseMeta& meta, const serve::RequestResu
     calls.push_back(std::move(o.calls));
     reasoning.push_back(std::move(o.reasoning));
   }
-  if (meta.anthropic)  // the reasoning is not sent (no thinking blocks)
-    return message_json(meta, r, texts.at(0), calls.empty() ? std::vector<ApiToolCall>() : calls[0])
+  if (meta.anthropic)  // the reasoning as a thinking block when asked for
+    return message_json(meta, r, texts.at(0), calls.empty() ? std::vector<ApiToolCall>() : calls[0],
+                        meta.thinking && !reasoning.empty() ? reasoning[0] : "")
         .dump(-1, ' ', false, json::error_handler_t::replace);
   return response_json(meta, r, texts, calls, reasoning)
       .dump(-1, ' ', false, json::error_handler_t::replace);
@@ -413,12 +398,11 @@ namespace {
 
 // The events of a stream in the request's wire format (OpenAI chunks or Anthropic events):
 // what opens it, what one completion's new text (and finish) sends, and what closes it.
-std::string stream_open(const StreamState& st) {
+std::string stream_open(StreamState& st) {
   std::string out;
   if (st.meta.anthropic) {
     out += event(message_start_json(st.meta, st.prompt_tokens));
-    out += event(json{{"type", "content_block_start"}, {"index", 0},
-                      {"content_block", {{"type", "text"}, {"text", ""}}}});
+    if (!st.meta.thinking) out += st.blocks.text("");  // else a thinking block may come first
   } else if (st.meta.chat) {  // the role chunk first, as the API sends it
     for (int32_t i = 0; i < static_cast<int32_t>(st.utf8.size()); ++i)
       out += sse(chunk_json(st.meta, i, "", true, std::nullopt));

@@ -4,12 +4,18 @@
 // text at temperature 0), stop_sequences, count_tokens, and the client's typed errors for 400
 // (missing max_tokens, an image block) and 401 (x-api-key); then, on a server with a longer
 // context (TOOLS_URL), tool use: a forced tool, whole and streamed (tool_use blocks whose input
-// ajv validates against the tool's input_schema), and the call's tool_result sent back.
-// Usage: node anthropic_client_test.cjs NPM_DIR BASE_URL API_KEY TOOLS_URL
+// ajv validates against the tool's input_schema), and the call's tool_result sent back; then,
+// on the same model with the harmony template (HARMONY_URL), thinking: enabled and disabled
+// read (the effort they ask for shows in count_tokens), an assistant's thinking blocks sent
+// back (rendered before its call), the answer's blocks whole and streamed (a random model
+// writes no analysis channel, so a thinking block is checked only for its shape when one comes;
+// tests/server/anthropic_api_test.cpp pins the blocks of a harmony reply), and the 400s naming
+// thinking's fields; the ChatML server accepts thinking and answers without a thinking block.
+// Usage: node anthropic_client_test.cjs NPM_DIR BASE_URL API_KEY TOOLS_URL HARMONY_URL
 "use strict";
 const { createRequire } = require("node:module");
 const assert = require("node:assert/strict");
-const [npmDir, baseURL, apiKey, toolsURL] = process.argv.slice(2);
+const [npmDir, baseURL, apiKey, toolsURL, harmonyURL] = process.argv.slice(2);
 const requireNpm = createRequire(npmDir + "/package.json");
 const AnthropicModule = requireNpm("@anthropic-ai/sdk");
 const Anthropic = AnthropicModule.default || AnthropicModule.Anthropic || AnthropicModule;
@@ -50,6 +56,77 @@ async function toolUse() {
   assert.equal(next.type, "message");
   await assert.rejects(client.messages.create({ ...ask, tool_choice: { type: "tool", name: "nope" } }),
     (e) => e instanceof Anthropic.BadRequestError && e.error.error.message.includes("tool_choice.name"));
+}
+
+// A message's blocks: thinking blocks (a string and a signature) first, then text or tool use.
+function checkBlocks(content) {
+  const types = content.map((b) => b.type);
+  const firstOther = types.findIndex((t) => t !== "thinking");
+  const rest = types.slice(firstOther);
+  assert.ok(firstOther >= 0 && rest.every((t) => t === "text" || t === "tool_use"),
+            JSON.stringify(types));
+  for (const b of content.filter((x) => x.type === "thinking")) {
+    assert.equal(typeof b.thinking, "string");
+    assert.match(b.signature, /^kvcache-[0-9]+-[0-9a-f]{16}$/);
+  }
+}
+
+async function thinking() {
+  const client = new Anthropic({ baseURL: harmonyURL, apiKey, maxRetries: 0, timeout: 30000 });
+  const messages = [{ role: "user", content: "Weather in Rome?" }];
+  const count = async (extra) =>
+    (await client.messages.countTokens({ model: "gpt-oss", messages, ...extra })).input_tokens;
+  // low (budget below 4096, or disabled) states "Reasoning: low", medium and high 3 bytes more
+  // (raw-byte vocabulary).
+  const low = await count({ thinking: { type: "enabled", budget_tokens: 1024 } });
+  assert.equal(await count({ thinking: { type: "disabled" } }), low);
+  assert.equal(await count({ thinking: { type: "enabled", budget_tokens: 4096 } }), low + 3);
+  assert.equal(await count({ thinking: { type: "enabled", budget_tokens: 16384 } }), low + 1);
+  assert.equal(await count({}), low + 3);  // the template's default: medium
+  // An assistant's thinking block is its reasoning: harmony renders it before the call.
+  const call = { type: "tool_use", id: "toolu_1", name: "get_weather",
+                 input: { city: "Rome", days: 1 } };
+  const result = { type: "tool_result", tool_use_id: "toolu_1", content: "Sunny" };
+  const history = (blocks) => ({ model: "gpt-oss", tools, messages: [
+    messages[0], { role: "assistant", content: blocks }, { role: "user", content: [result] }] });
+  const thought = "The user wants Rome's weather.";
+  const bare = (await client.messages.countTokens(history([call]))).input_tokens;
+  const withThought = (await client.messages.countTokens(history([
+    { type: "thinking", thinking: thought, signature: "from-elsewhere" },
+    { type: "redacted_thinking", data: "opaque" }, call]))).input_tokens;
+  assert.ok(withThought > bare + thought.length, `${withThought} vs ${bare}`);
+
+  const ask = { model: "gpt-oss", max_tokens: 1100, temperature: 0, messages,
+                thinking: { type: "enabled", budget_tokens: 1024 } };
+  const msg = await client.messages.create(ask);
+  assert.equal(msg.type, "message");
+  checkBlocks(msg.content);
+  // Streamed: the same blocks (temperature 0), each started, stopped, and indexed in order.
+  const stream = client.messages.stream(ask);
+  const starts = [];
+  stream.on("streamEvent", (ev) => {
+    if (ev.type === "content_block_start") starts.push(ev.index);
+  });
+  const streamed = await stream.finalMessage();
+  checkBlocks(streamed.content);
+  assert.deepEqual(starts, streamed.content.map((_, i) => i));
+  assert.deepEqual(streamed.content.map((b) => b.type), msg.content.map((b) => b.type));
+  assert.deepEqual(streamed.content.map((b) => b.text ?? b.thinking),
+                   msg.content.map((b) => b.text ?? b.thinking));
+  // Refusals name the field.
+  const refused = (thinkingField, maxTokens, field) => assert.rejects(
+    client.messages.create({ ...ask, max_tokens: maxTokens, thinking: thinkingField }),
+    (e) => e instanceof Anthropic.BadRequestError &&
+           e.error.error.type === "invalid_request_error" &&
+           e.error.error.message.includes(`'${field}'`));
+  await refused({ type: "enabled", budget_tokens: 1024 }, 1024, "thinking.budget_tokens");
+  await refused({ type: "enabled", budget_tokens: 1000 }, 1100, "thinking.budget_tokens");
+  await refused({ type: "enabled" }, 1100, "thinking.budget_tokens");
+  await refused({ type: "adaptive" }, 1100, "thinking.type");
+  // A template without reasoning: accepted, no thinking block.
+  const chatml = new Anthropic({ baseURL: toolsURL, apiKey, maxRetries: 0, timeout: 30000 });
+  const plain = await chatml.messages.create({ ...ask, model: "tools", max_tokens: 1030 });
+  assert.ok(plain.content.every((b) => b.type !== "thinking"), JSON.stringify(plain.content));
 }
 
 async function main() {
@@ -110,6 +187,7 @@ async function main() {
     (e) => e instanceof Anthropic.AuthenticationError && e.status === 401 &&
            e.error.error.type === "authentication_error");
   await toolUse();
+  await thinking();
   console.log("anthropic client: PASS (" + JSON.stringify(text) + ")");
 }
 

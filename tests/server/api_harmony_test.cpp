@@ -141,6 +141,39 @@ TEST(ApiHarmony, StreamSendsReasoningAndContentAsTheyGrowThenTheCall) {
             (json{{"reasoning_content", "T"}}));
 }
 
+TEST(ApiHarmony, AStreamByteByByteSendsWhatTheWholeReplyHolds) {
+  const std::string replies[] = {
+      "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final"
+      "<|message|>Hi <there>.<|return|>",
+      "<|channel|>analysis<|message|>A<|end|><|start|>assistant<|channel|>commentary<|message|>"
+      "Checking.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json"
+      "<|message|>{\"city\":\"Oslo\"}<|call|>",
+      "<|channel|>final<|message|>ok<|end|>junk <|sta after",
+  };
+  for (const std::string& reply : replies) {
+    for (bool calls : {true, false}) {
+      ToolCallStream s(kHarmony, "", calls);
+      std::string content, reasoning;
+      for (char ch : reply) {
+        content += s.push(std::string(1, ch));
+        reasoning += s.take_reasoning();
+      }
+      const ChoiceOutput end = s.finish();
+      const ChoiceOutput whole = tool_output(kHarmony, "", reply, calls);
+      EXPECT_EQ(content + end.content, whole.content) << reply;
+      EXPECT_EQ(reasoning + end.reasoning, whole.reasoning) << reply;
+      ASSERT_EQ(end.calls.size(), whole.calls.size()) << reply;
+      for (size_t i = 0; i < end.calls.size(); ++i)
+        EXPECT_EQ(end.calls[i].arguments, whole.calls[i].arguments);
+    }
+  }
+  const ChoiceOutput two = tool_output(kHarmony, "", replies[1]);
+  EXPECT_EQ(two.content, "Checking.");
+  EXPECT_EQ(two.reasoning, "A");
+  ASSERT_EQ(two.calls.size(), 1u);
+  EXPECT_EQ(tool_output(kHarmony, "", replies[2]).content, "ok\njunk <|sta after");
+}
+
 TEST(ApiHarmony, AutoToolsAreParsedNotConstrainedAndRequiredForcesTheCallHeader) {
   const text::Tokenizer bytes = text::Tokenizer::bytes();
   ApiRequest r;

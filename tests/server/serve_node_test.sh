@@ -3,8 +3,9 @@
 # (openai_client_test.cjs), the official `@anthropic-ai/sdk` (anthropic_client_test.cjs) or the
 # chat page in headless Debian Chromium via playwright-core (chat_page_test.cjs). The client
 # tests also get a second server, a random llama with a 4096-token context and ChatML, for tool
-# calls (validated with ajv). Installs the pinned npm packages into NPM_DIR (a folder of the
-# build).
+# calls (validated with ajv), and a third, the same model with the harmony template, for
+# Anthropic thinking (the openai test leaves it alone). Installs the pinned npm packages into
+# NPM_DIR (a folder of the build).
 # When node, npm, the registry or /usr/bin/chromium is not there it exits 77 (skipped), or 1
 # (failed) with CI=true: scripts/test.sh installs them (scripts/setup.sh --tests).
 # Usage: serve_node_test.sh openai|anthropic|page KVCACHE_BIN NPM_DIR ARTIFACT_DIR
@@ -48,8 +49,14 @@ case $what in
       --context 4096 --out "$tmp/tools.gguf" > /dev/null
     tiny_url=$url
     start_server tools --api-key sekret --chat-template chatml --max-sessions 2 "$tmp/tools.gguf"
-    timeout 120 node "$here/${what}_client_test.cjs" "$npm_dir" "$tiny_url" sekret "$url"
-    stop_server
+    tools_url=$url
+    # Thinking (Anthropic) on the same model with the harmony template (gpt-oss).
+    start_server harmony --api-key sekret --chat-template harmony --max-sessions 2 "$tmp/tools.gguf"
+    timeout 120 node "$here/${what}_client_test.cjs" "$npm_dir" "$tiny_url" sekret "$tools_url" \
+      "$url"
+    stop_server  # harmony
+    pid=${pids[1]}
+    stop_server  # tools
     url=$tiny_url pid=${pids[0]} ;;
   page) timeout 120 node "$here/chat_page_test.cjs" "$npm_dir" "$url" sekret "$artifacts/chat_page.png" ;;
   *) echo "unknown test $what"; exit 2 ;;

@@ -1,5 +1,6 @@
 // Harmony (gpt-oss) replies split into reasoning, content and calls, whole and as they grow;
 // malformed replies stay content; the forced-call grammar writes harmony's call header.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,106 @@ TEST(HarmonyReply, EveryBeginningReportsABeginningOfTheWhole) {
   EXPECT_EQ(parse_harmony("<|cha", true, true).content, "");
   EXPECT_EQ(parse_harmony("<|sta", true, true).content, "");
   EXPECT_EQ(parse_harmony("Plain", true, true).content, "Plain");
+}
+
+// Replies of every shape the parser knows, for the stream tests.
+const std::vector<std::string>& stream_cases() {
+  static const std::vector<std::string> k = {
+      kAnswer,
+      "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>"
+      "commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Oslo\"}"
+      "<|call|>",
+      "<|channel|>analysis<|message|>A<|end|><|start|>assistant<|channel|>commentary<|message|>"
+      "Checking.<|end|><|start|>assistant to=functions.f<|channel|>commentary json<|message|>"
+      "{\"n\":1}<|call|><|start|>assistant<|channel|>analysis<|message|>B <b><|end|>"
+      "<|start|>assistant<|channel|>final<|message|>Done < 2.<|return|>",
+      "<|start|>assistant<|channel|>final<|message|>Hi<|end|><|start|>assistant<|chan",
+      "<|channel|>final<|message|>Hi<|end|>stray <|sta text",
+      "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"x\": ",
+      "<|channel|>analysis<|message|>T<|end|><|start|>assistant to=browser.search"
+      "<|channel|>commentary json<|message|>{}<|end|><|start|>assistant<|channel|>final"
+      "<|message|>ok",
+      " to=functions.f<|channel|>commentary json<|message|>{}",
+      "Just prose <|end|> with tokens.",
+      "<|channel|>analysis<|message|><|end|><|start|>assistant<|channel|>final<|message|><|end|>",
+  };
+  return k;
+}
+
+// A stream of `reply` in pieces of `step` bytes matches parse_harmony of every beginning read
+// so far, and of the whole reply at the end.
+void expect_stream_matches(const std::string& reply, bool calls, size_t step) {
+  HarmonyStream s(calls);
+  auto same = [&](std::string_view text, bool partial) {
+    s.read(text, partial);
+    const ParsedAnswer want = parse_harmony(text, calls, partial);
+    EXPECT_EQ(s.content_from(0), want.content) << text;
+    EXPECT_EQ(s.reasoning_from(0), want.reasoning) << text;
+    const std::vector<ParsedToolCall> got = s.calls();
+    ASSERT_EQ(got.size(), want.calls.size()) << text;
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].name, want.calls[i].name);
+      EXPECT_EQ(got[i].arguments, want.calls[i].arguments);
+    }
+  };
+  for (size_t n = 0; n < reply.size(); n += step)
+    same(std::string_view(reply).substr(0, n), /*partial=*/true);
+  same(reply, /*partial=*/false);
+}
+
+TEST(HarmonyReply, AStreamReadsWhatTheWholeParseReadsAtEveryByte) {
+  for (const std::string& reply : stream_cases())
+    for (bool calls : {true, false})
+      for (size_t step : {1u, 2u, 3u, 7u, 64u}) expect_stream_matches(reply, calls, step);
+  // The multi-message case, whole: reasoning joined, the commentary text, one call.
+  const ParsedAnswer a = parse_harmony(stream_cases()[2], true, false);
+  EXPECT_EQ(a.reasoning, "A\nB <b>");
+  EXPECT_EQ(a.content, "Checking.\nDone < 2.");
+  ASSERT_EQ(a.calls.size(), 1u);
+  EXPECT_EQ(a.calls[0].arguments, "{\"n\":1}");
+  // content_from past the end, and from inside the text.
+  HarmonyStream s(true);
+  s.read(stream_cases()[2], false);
+  EXPECT_EQ(s.content_from(6), "ng.\nDone < 2.");
+  EXPECT_EQ(s.content_from(100), "");
+}
+
+TEST(HarmonyReply, AStreamReadsOnlyTheOpenMessage) {
+  std::string reply = "<|channel|>analysis<|message|>Plan.<|end|>";
+  for (int i = 0; i < 200; ++i)
+    reply += "<|start|>assistant<|channel|>commentary<|message|>Step " + std::to_string(i) +
+             ".<|end|>";
+  reply += "<|start|>assistant<|channel|>final<|message|>Done.<|return|>";
+  // The longest message: "<|start|>assistant<|channel|>commentary<|message|>Step 199.<|end|>".
+  const size_t longest = std::string("<|start|>assistant<|channel|>commentary<|message|>"
+                                     "Step 199.<|end|>").size();
+  HarmonyStream s(true);
+  size_t most = 0;
+  for (size_t n = 1; n <= reply.size(); ++n) {
+    s.read(std::string_view(reply).substr(0, n), true);
+    most = std::max(most, n - s.read_from());
+  }
+  EXPECT_LE(most, longest);  // each read: at most the open message, never the reply
+  EXPECT_GT(reply.size(), 50 * longest);
+  EXPECT_EQ(s.read_from(), reply.size() - std::string("<|start|>assistant<|channel|>final"
+                                                      "<|message|>Done.<|return|>").size());
+  s.read(reply, false);
+  EXPECT_EQ(s.read_from(), reply.size());  // the last message ended: nothing left to read
+  // Text that is content as written (no framing, or after a message) is read once.
+  for (const std::string head : {"", "<|channel|>final<|message|>Hi<|end|>"}) {
+    const std::string prose = head + std::string(5000, 'x');
+    HarmonyStream p(true);
+    size_t widest = 0;
+    for (size_t n = 1; n <= prose.size(); ++n) {
+      p.read(std::string_view(prose).substr(0, n), true);
+      if (n > head.size() + 1) widest = std::max(widest, n - p.read_from());
+    }
+    EXPECT_EQ(widest, 1u);
+    p.read(prose, false);
+    EXPECT_EQ(p.content_from(0), parse_harmony(prose, true, false).content);
+  }
+  EXPECT_EQ(s.content_from(0).substr(0, 15), "Step 0.\nStep 1.");
+  EXPECT_EQ(s.reasoning_from(0), "Plan.");
 }
 
 TEST(HarmonyReply, ForcedGrammarWritesTheCallHeaderThenTheArguments) {

@@ -70,6 +70,9 @@ struct ApiRequest {
   std::string forced_prefix;             // tool_choice required/named: what the prompt ends
                                          // with (the answer is parsed after it)
   std::string reasoning_effort;          // chat: low, medium or high; empty = not asked
+  bool effort_ignorable = false;         // a template without reasoning ignores the effort
+                                         // (Anthropic's thinking), else it is a 400
+  bool thinking = false;                 // Anthropic thinking enabled: reasoning is sent
 };
 
 // Parses a request body. A 400 names the field: malformed JSON (param null), a field of the
@@ -130,7 +133,8 @@ ChoiceOutput tool_output(text::ToolSyntax s, std::string_view forced_prefix,
 
 // The streamed answer with tools: content goes out as it comes up to where the family's marker
 // may begin; the calls are parsed when the completion ends (malformed: the rest is content).
-// Harmony: content and reasoning go out as their messages grow (parse_harmony's partial mode).
+// Harmony: content and reasoning go out as their messages grow (text::HarmonyStream: each token
+// reads only the open message).
 class ToolCallStream {
  public:
   ToolCallStream(text::ToolSyntax s, std::string forced_prefix, bool calls = true);
@@ -149,9 +153,9 @@ class ToolCallStream {
   size_t sent_ = 0;        // buf_[0, sent_) went out as content (harmony: content's bytes)
   bool in_calls_ = false;  // buf_[sent_, ...) starts with the marker
   bool free_ = false;      // the marker can no longer appear
-  bool calls_ = true;      // harmony: calls are parsed (else they stay content)
-  size_t reasoning_sent_ = 0;  // harmony: reasoning bytes taken
-  std::string reasoning_;      // harmony: the reasoning parsed so far
+  text::HarmonyStream harmony_;  // harmony: the reply read so far (calls parsed or not)
+  size_t reasoning_read_ = 0;    // harmony: reasoning bytes read
+  std::string reasoning_;        // harmony: reasoning read, not taken yet
 };
 
 // Sets params.max_new_tokens once the prompt length is known: max_tokens, else 16 for
@@ -169,6 +173,7 @@ struct ResponseMeta {
   std::string model;
   bool chat = false;
   bool anthropic = false;  // /v1/messages: the Anthropic shapes (anthropic_api.h)
+  bool thinking = false;   // /v1/messages: harmony's reasoning goes out as thinking blocks
   // With logprobs asked for (GenerateParams::logprobs >= 0): a token id's bytes, for the
   // entries' "token" and "bytes".
   bool logprobs = false;

@@ -80,4 +80,30 @@ ParsedAnswer parse_tool_calls(ToolSyntax s, std::string_view text);
 // reported; what it reports is a beginning of what the whole reply gives. Never fails.
 ParsedAnswer parse_harmony(std::string_view text, bool calls, bool partial);
 
+// A harmony reply read as it grows, with parse_harmony's result, in work bounded by the open
+// message: the messages that ended (at <|end|>, <|call|>, <|return|> or the next <|start|>) are
+// read once and kept; each read reads only what follows them, or only the new bytes once the
+// rest is content as written (a reply without framing, text after a message that cannot begin
+// another).
+class HarmonyStream {
+ public:
+  explicit HarmonyStream(bool calls) : calls_(calls) {}
+  // `reply`: the whole reply so far (each one begins with the one read before).
+  void read(std::string_view reply, bool partial);
+  // parse_harmony(reply, calls, partial)'s content, reasoning from byte `from` on ("" when
+  // it is shorter), and calls.
+  std::string content_from(size_t from) const;
+  std::string reasoning_from(size_t from) const;
+  std::vector<ParsedToolCall> calls() const;
+  // Where the last read began: the end of the last message that had ended before it (or the
+  // previous read's end, once the rest is as written).
+  size_t read_from() const { return read_from_; }
+
+ private:
+  bool calls_;
+  bool verbatim_ = false;  // the rest of the reply is content as written
+  size_t at_ = 0, read_from_ = 0, read_to_ = 0;
+  ParsedAnswer done_, open_;  // the messages that ended; what follows them
+};
+
 }  // namespace kvcache::text
