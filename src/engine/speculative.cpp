@@ -179,9 +179,12 @@ double CostByRows::at(int32_t rows, Unmeasured narrower) const {
 
 void AdaptiveK::note_draft_seconds(int32_t drafted, double draft_seconds) {
   timed_ = true;
-  // A probe's drafter first catches up on every token of the plain steps before it: not
-  // what a draft costs while drafting.
-  if (drafted > 0 && !probing_)
+  // A probe's drafter first catches up on every token of the plain steps before it, and a
+  // session's first drafting step on the whole prompt (a draft model prefills it): not what
+  // a draft costs while drafting.
+  const bool first = drafted > 0 && !drafted_before_;
+  drafted_before_ |= drafted > 0;
+  if (drafted > 0 && !probing_ && !first)
     draft_cost_ = draft_cost_ > 0.0 ? 0.8 * draft_cost_ + 0.2 * (draft_seconds / drafted)
                                     : draft_seconds / drafted;
   if (probing_) probe_draft_seconds_ = draft_seconds;

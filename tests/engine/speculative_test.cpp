@@ -596,9 +596,13 @@ TEST(AdaptiveK, WithMeasuredCostsKMaximizesExpectedTokensPerSecond) {
   EXPECT_NEAR(k.tokens_per_second(2), (1 + p + p * p) / 1.1, 1e-12);
   EXPECT_NEAR(k.tokens_per_second(3), (1 + p + p * p + p * p * p) / 3.0, 1e-12);
   EXPECT_EQ(k.k(), 2);
-  // A drafter that costs as much as a plain step per draft: plain decoding wins.
+  // A drafter that costs as much as a plain step per draft: plain decoding wins. Its first
+  // drafting step (a draft model prefilling the prompt: 100) is not a draft's cost.
   AdaptiveK slow(o);
   slow.observe_costs(0, 0.0, 1, 1.0);
+  slow.observe_costs(1, 100.0, 2, 1.1);
+  slow.observe(1, 1);
+  EXPECT_GT(slow.k(), 0) << "c not known yet";
   slow.observe_costs(1, 1.0, 2, 1.1);
   slow.observe(1, 1);
   EXPECT_EQ(slow.k(), 0);
@@ -620,6 +624,8 @@ TEST(AdaptiveK, WithMeasuredCostsKMaximizesExpectedTokensPerSecond) {
   // the wait (32, then 64) and leaves the draft cost as it was; a cheap probe does not.
   AdaptiveK flaky(o);
   flaky.observe_costs(0, 0.0, 1, 1.0);
+  flaky.observe_costs(2, 30.0, 3, 1.2);  // the first drafting step: a catch-up, not counted
+  flaky.observe(2, 0);
   flaky.observe_costs(4, 0.4, 5, 1.5);
   flaky.observe(4, 0);
   EXPECT_EQ(flaky.k(), 0);

@@ -141,8 +141,9 @@ class CostByRows {
 // At K = 0 the session decodes plainly; after kProbeAfter plain steps it tries K = 1 again
 // (with measured costs, a probe that leads back to K = 0 and whose drafter took longer than a
 // plain step doubles the wait, up to kMaxProbeWait; its drafter time, a draft model catching
-// up on the plain steps, is not a draft cost); a drafter that could not pay even if every
-// draft were kept is not probed again).
+// up on the plain steps, is not a draft cost — nor is the first drafting step's, a draft
+// model prefilling the prompt); a drafter that could not pay even if every draft were kept is
+// not probed again).
 // Tensor-free.
 class AdaptiveK {
  public:
@@ -181,6 +182,7 @@ class AdaptiveK {
   int32_t plain_ = 0;  // plain steps since K fell to 0
   int32_t probe_wait_ = kProbeAfter;
   bool probing_ = false;  // this step is a probe (measured costs only)
+  bool drafted_before_ = false;  // a step with drafts was timed (the first one is a catch-up)
   double probe_draft_seconds_ = 0.0;  // the last probe's drafter time
   // Measured costs: a single session's forwards by rows; or the executor's step costs v(k)
   // (index k) and the other sessions' tokens S; seconds per draft; and the decayed counts of
