@@ -171,7 +171,8 @@ void attend(const AttentionProblem& p, ThreadPool& pool, Isa isa) {
   }
   if (pairs >= want || longest < 2 * kMinSplitKeys) return attend_unsplit(p, pool, fn);
   const int64_t splits = (want + pairs - 1) / pairs;
-  const int64_t chunk = std::max(kMinSplitKeys, (longest + splits - 1) / splits);
+  int64_t chunk = std::max(kMinSplitKeys, (longest + splits - 1) / splits);
+  chunk += (detail::kKeyBlock - chunk % detail::kKeyBlock) % detail::kKeyBlock;  // whole blocks
   attend_split(p, pool, fn, chunk);
 }
 

@@ -15,6 +15,7 @@ namespace kvcache::cpu::detail {
 namespace {
 
 constexpr int64_t kPieceKeys = 512;  // a shared-range task is at most this long
+static_assert(kPieceKeys % kKeyBlock == 0, "pieces end at whole key blocks");
 constexpr size_t kMaxGroupTokens = 16;
 
 // Partial softmax states of `heads` q heads: m[h], l[h], acc[h * dv].
@@ -128,7 +129,12 @@ void attend_shared(const AttentionProblem& p, std::span<const SharedGroup> group
   };
   std::vector<Task> tasks;
   for (size_t gi = 0; gi < groups.size(); ++gi) {
-    const SharedGroup& sg = groups[gi];
+    SharedGroup sg = groups[gi];
+    // Whole key blocks only: the shared pieces and each token's own suffix then start their
+    // blocks of kKeyBlock keys at the key indices a token attended alone starts them, so a
+    // block value type's weight codes (taken per key block) are the same, and a verification
+    // row equals a decode step (tests/engine/speculative_cli_test.sh).
+    sg.shared -= sg.shared % kKeyBlock;
     const auto n = static_cast<int32_t>(sg.tokens.size());
     Virtual& v = virt[gi];
     v.q.resize(static_cast<size_t>(hkv) * n * qpk * dk);

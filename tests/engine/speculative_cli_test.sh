@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `kvcache run --draft ...` end to end on the embedded model: greedy output with n-gram drafts
-# and with the model as its own draft model equals plain greedy output (both layouts), the
+# and with the model as its own draft model equals plain greedy output (both layouts; with
+# --draft-k acceptance every step verifies 9 rows, whose attention must take the same key
+# blocks as a decode step's, or a block value type's codes differ), the
 # draft fields of --json and the timing line, and flag errors (exit 2 naming the flag; a draft
 # model with another vocabulary is refused naming the first differing token).
 # Usage: speculative_cli_test.sh KVCACHE_BIN REPO_DIR
@@ -24,7 +26,8 @@ for cache in sequence cell; do
   for kv in f32 q8_0; do
     want=$(tokens --cache "$cache" --kv-dtype "$kv")
     for draft in "--draft ngram" "--draft ngram:1 --draft-max 3" "--draft ngram:5 --draft-max 15" \
-                 "--draft-model $repo/models/tiny.gguf" "--draft self:q8_0" "--draft self:q4_0"; do
+                 "--draft-model $repo/models/tiny.gguf" "--draft self:q8_0" "--draft self:q4_0" \
+                 "--draft-model $repo/models/tiny.gguf --draft-k acceptance"; do
       got=$(tokens --cache "$cache" --kv-dtype "$kv" $draft)
       [ "$got" = "$want" ] || fail "$cache $kv $draft: greedy tokens differ: $got vs $want"
       check_draft_line "$cache $kv $draft"
