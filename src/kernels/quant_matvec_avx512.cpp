@@ -147,16 +147,20 @@ inline void half_tile(const Weight& w, int64_t r, const float* x, int64_t x_stri
     }
 }
 
-// Weight rows r .. r + kRows against t activation rows, four at a time (the last group 1..3):
-// the weight rows stay in L1 while every group passes; the first group asks for `next`.
+// Weight rows r .. r + kRows against t activation rows in even groups of at most four (5 =
+// 3 + 2, never 4 + 1: a lone activation's one chain of multiply-adds leaves them waiting): the
+// weight rows stay in L1 while every group passes; the first group asks for `next`.
 template <bool kBf16, int kRows>
 inline void half_tile_all(const Weight& w, int64_t r, const float* x, int64_t t, float* y,
                           int64_t y_stride, bool accumulate, const uint8_t* const* next) {
-  for (int64_t t0 = 0; t0 < t; t0 += 4) {
+  const int64_t groups = (t + 3) / 4;
+  for (int64_t g = 0, t0 = 0; g < groups; ++g) {
+    const int64_t size = (t - t0) / (groups - g);  // the rest, shared evenly
     const float* xg = x + t0 * w.cols;
     float* yg = y + t0 * y_stride;
     const uint8_t* const* n = t0 == 0 ? next : nullptr;
-    switch (std::min<int64_t>(4, t - t0)) {
+    t0 += size;
+    switch (size) {
       case 4: half_tile<kBf16, kRows, 4>(w, r, xg, w.cols, yg, y_stride, accumulate, n); break;
       case 3: half_tile<kBf16, kRows, 3>(w, r, xg, w.cols, yg, y_stride, accumulate, n); break;
       case 2: half_tile<kBf16, kRows, 2>(w, r, xg, w.cols, yg, y_stride, accumulate, n); break;

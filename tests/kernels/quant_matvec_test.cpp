@@ -373,7 +373,7 @@ TEST(QuantMatvec, BatchedDecodeRowsEqualTheirSingleRowProducts) {
           cpu::set_global_threads(threads);
           const int64_t rows = 301;
           const Weight w = quantized(type, rows, cols, 21);
-          for (int64_t t : {int64_t{2}, int64_t{7}, kSmallBatch}) {
+          for (int64_t t : {int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{7}, kSmallBatch}) {
             const std::vector<float> x = rnd(static_cast<size_t>(t * cols), 22);
             std::vector<float> y(static_cast<size_t>(t * rows));
             matvec_batch(w, x.data(), y.data(), t, /*accumulate=*/false, isa);
