@@ -201,6 +201,14 @@ double per_step(const engine::TurnStats& st) {
   return st.spec.steps > 0 ? static_cast<double>(st.decode_tokens) / static_cast<double>(st.spec.steps) : 0.0;
 }
 
+// alpha, k, c, v and the ideal speed-up (docs/speculative.md); null without a plain step.
+json figures_json(const engine::SpecStats& spec) {
+  const std::optional<engine::SpecFigures> f = engine::spec_figures(spec);
+  if (!f) return nullptr;
+  return {{"alpha", f->alpha}, {"k", f->k}, {"c", f->c}, {"v", f->v},
+          {"ideal_speedup", f->ideal_speedup}};
+}
+
 std::string fixed(double v, int digits) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", digits, v);
@@ -287,7 +295,12 @@ Status run_turn(const RunFlags& f, Loaded& l, engine::Session& session, engine::
                     {"drafted", st->spec.drafted},
                     {"accepted", st->spec.accepted},
                     {"acceptance", st->spec.acceptance()},
-                    {"tokens_per_step", per_step(*st)}};
+                    {"tokens_per_step", per_step(*st)},
+                    {"verify_steps", st->spec.verify_steps},
+                    {"draft_seconds", st->spec.draft_seconds},
+                    {"verify_seconds", st->spec.verify_seconds},
+                    {"plain_seconds", st->spec.plain_seconds},
+                    {"figures", figures_json(st->spec)}};
     std::printf("%s\n", j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
   } else {
     std::printf("\n");

@@ -215,8 +215,15 @@ Status Session::decode(int32_t max_new_tokens, Sampler& sampler, TurnStats& st,
                                   "speculative decoding: taking back rejected drafts");
     history_.insert(history_.end(), draft_.tokens.begin(), draft_.tokens.begin() + kept);
     st.decode_tokens += 1 + kept;
-    if (drafter_ != nullptr) ++st.spec.steps;
     if (drafter_ != nullptr) {
+      ++st.spec.steps;
+      st.spec.draft_seconds += draft_seconds;  // a call that offered nothing costs too
+      if (n > 1) {
+        ++st.spec.verify_steps;
+        st.spec.verify_seconds += forward_seconds;
+      } else {
+        st.spec.plain_seconds += forward_seconds;
+      }
       draft_k_.observe_costs(static_cast<int32_t>(n - 1), draft_seconds, static_cast<int32_t>(n),
                              forward_seconds);
       draft_k_.observe(static_cast<int32_t>(n - 1), v.accepted);

@@ -2,6 +2,7 @@
 #include "engine/speculative.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <utility>
 
@@ -121,6 +122,22 @@ Status check_spec_options(const SpecOptions& o, int64_t step_tokens) {
         " (a verification step is draft_max + 1 tokens and the cache's step width, max_write, "
         "is ", step_tokens, ")"));
   return ok_status();
+}
+
+std::optional<SpecFigures> spec_figures(const SpecStats& st) {
+  const int64_t plain_steps = st.steps - st.verify_steps;
+  if (st.verify_steps < 1 || plain_steps < 1 || st.plain_seconds <= 0.0) return std::nullopt;
+  const double step = st.plain_seconds / double(plain_steps);
+  SpecFigures f;
+  f.alpha = st.acceptance();
+  f.k = double(st.drafted) / double(st.verify_steps);
+  f.c = st.draft_seconds / double(st.drafted) / step;
+  f.v = st.verify_seconds / double(st.verify_steps) / step;
+  // E(k) = (1 - alpha^(k+1)) / (1 - alpha), which tends to k + 1 as alpha tends to 1.
+  const double expected =
+      f.alpha >= 1.0 ? f.k + 1.0 : (1.0 - std::pow(f.alpha, f.k + 1.0)) / (1.0 - f.alpha);
+  f.ideal_speedup = expected / (f.k * f.c + f.v);
+  return f;
 }
 
 AdaptiveK::AdaptiveK(const SpecOptions& options)

@@ -173,6 +173,15 @@ TEST_F(Speculative, GreedyWithNgramDraftsEqualsPlainGreedyInBothLayouts) {
       EXPECT_EQ(spec.st.decode_tokens, plain.st.decode_tokens);
       EXPECT_GT(spec.st.spec.accepted, 0) << "a repetitive prompt keeps some drafts";
       EXPECT_LT(spec.st.spec.steps, plain.st.decode_tokens) << "fewer forwards than tokens";
+      // Every step is a verify step (at least one draft) or a plain one, and each is timed.
+      const SpecStats& d = spec.st.spec;
+      EXPECT_GT(d.verify_steps, 0);
+      EXPECT_LE(d.verify_steps, d.steps);
+      EXPECT_GE(d.drafted, d.verify_steps);
+      EXPECT_GT(d.verify_seconds, 0.0);
+      EXPECT_EQ(d.plain_seconds > 0.0, d.verify_steps < d.steps);
+      EXPECT_EQ(spec_figures(d).has_value(), d.verify_steps < d.steps);
+      EXPECT_EQ(plain.st.spec.verify_steps, 0) << "no drafter: nothing verified";
     }
 }
 
@@ -641,6 +650,33 @@ TEST(AdaptiveK, WithMeasuredCostsKMaximizesExpectedTokensPerSecond) {
   flaky.observe_costs(1, 0.5, 2, 1.1);
   flaky.observe(1, 0);
   EXPECT_EQ(plain_steps_until_probe(flaky), 64);
+}
+
+// alpha, k, c and v in units of the turn's own plain steps, and E(k) / (k c + v); worked by
+// hand: 6 plain steps of 0.2 s, 4 verify steps of 0.3 s with 8 drafts (k = 2) drafted in 0.8 s
+// (c = 0.1 / 0.2 = 0.5, v = 1.5), 4 kept (alpha = 0.5): E = 1 + 0.5 + 0.25 = 1.75, and
+// 1.75 / (2 * 0.5 + 1.5) = 0.7.
+TEST(SpecFigures, AreInUnitsOfAPlainStepAndGiveTheIdealSpeedup) {
+  SpecStats st;
+  st.steps = 10;
+  st.verify_steps = 4;
+  st.drafted = 8;
+  st.accepted = 4;
+  st.draft_seconds = 0.8;
+  st.verify_seconds = 1.2;
+  st.plain_seconds = 1.2;
+  const std::optional<SpecFigures> f = spec_figures(st);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_DOUBLE_EQ(f->alpha, 0.5);
+  EXPECT_DOUBLE_EQ(f->k, 2.0);
+  EXPECT_DOUBLE_EQ(f->c, 0.5);
+  EXPECT_DOUBLE_EQ(f->v, 1.5);
+  EXPECT_DOUBLE_EQ(f->ideal_speedup, 0.7);
+  st.accepted = 8;  // every draft kept: E = k + 1 = 3
+  EXPECT_DOUBLE_EQ(spec_figures(st)->ideal_speedup, 3.0 / 2.5);
+  st.steps = st.verify_steps;  // no plain step to measure against
+  EXPECT_FALSE(spec_figures(st).has_value());
+  EXPECT_FALSE(spec_figures(SpecStats{}).has_value());
 }
 
 // CostByRows: a width not measured is the widest narrower one measured, else a wider one's

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -199,13 +200,29 @@ class AdaptiveK {
 // cache's max_write: a ring can take back at most max_write - 1 positions).
 Status check_spec_options(const SpecOptions& options, int64_t step_tokens);
 
-// What drafting did over a turn.
+// What drafting did over a turn. The seconds are kept by `kvcache run`'s decode loop (a
+// single session); the executor's steps are shared, so it leaves them 0.
 struct SpecStats {
   int64_t steps = 0;     // decode forwards while drafting (with or without drafts)
   int64_t drafted = 0;   // drafts verified
   int64_t accepted = 0;  // drafts kept
+  int64_t verify_steps = 0;     // steps that verified at least one draft
+  double draft_seconds = 0.0;   // the drafter's time (a draft model's catch-up included)
+  double verify_seconds = 0.0;  // the forwards of the verify steps
+  double plain_seconds = 0.0;   // the forwards of the other steps (one row each)
   double acceptance() const { return drafted > 0 ? double(accepted) / double(drafted) : 0.0; }
 };
+
+// A turn's drafting in the terms of the speculative-decoding literature, in units of one plain
+// step (the turn's own steps without drafts): alpha = the share of drafts kept, k = drafts per
+// verify step, c = the drafter's cost per draft, v = a verify step's cost, and the speed-up
+// over plain decoding they allow if each draft is kept independently with probability alpha:
+// E(k) / (k c + v), E(k) = 1 + alpha + ... + alpha^k (tokens per verify step).
+struct SpecFigures {
+  double alpha = 0.0, k = 0.0, c = 0.0, v = 0.0, ideal_speedup = 0.0;
+};
+// Nothing when the turn had no verify step or no plain step to measure against.
+std::optional<SpecFigures> spec_figures(const SpecStats& st);
 
 // The outcome of one verification.
 struct Verdict {
