@@ -2,11 +2,13 @@
 
 d_model 768, 12 layers, 12 q heads / 4 kv heads of 64 (GQA group 3), ff 2048, vocab 32000,
 tied embeddings, F16 matrices drawn uniformly from +-1.7/sqrt(fan_in), unit norms, context
-512. No tokenizer keys: token ids are raw bytes. The benchmarks build the same shape in C++
+512. No tokenizer keys unless --vocab names a vocabulary-only GGUF (32000 tokens, e.g. the
+Llama 2 SentencePiece one in ../shared/fixtures/vocab), whose tokenizer.* keys are copied: then
+text prompts work and another engine reads the same file. The benchmarks build the same shape in C++
 with their own generator; this file is for the CLI (docs/perplexity.md measures K/V types on
 it). The weights differ from the benchmarks' (another generator); the shape is the same.
 
-  /usr/bin/python3 scripts/make_bench_model.py --out /tmp/bench.gguf [--outliers 8]
+  /usr/bin/python3 scripts/make_bench_model.py --out /tmp/bench.gguf [--outliers 8] [--vocab V.gguf]
 """
 
 import argparse
@@ -21,6 +23,17 @@ import gguf_py  # noqa: E402
 D, LAYERS, HEADS, KV_HEADS, HEAD_DIM, FF, VOCAB = 768, 12, 12, 4, 64, 2048, 32000
 
 
+def copy_tokenizer(path, w):
+    v = gguf_py.read(path)
+    tokens = v.kv.get("tokenizer.ggml.tokens")
+    if tokens is None or len(tokens) != VOCAB:
+        sys.exit(f"--vocab {path}: {0 if tokens is None else len(tokens)} tokens, expected {VOCAB}")
+    for k, val in v.kv.items():
+        if k.startswith("tokenizer."):
+            t, e = v.kv_types[k]
+            w._add(k, t, val, e)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -29,6 +42,7 @@ def main():
     ap.add_argument("--outliers", type=float, default=1.0,
                     help="scale two K and two V channels of every kv head by this (as trained "
                          "models' outlier channels; 1 = none)")
+    ap.add_argument("--vocab", help="a vocabulary-only GGUF whose tokenizer.* keys to copy")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     w = gguf_py.GGUFWriter()
@@ -39,6 +53,8 @@ def main():
                    ("attention.head_count", HEADS), ("attention.head_count_kv", KV_HEADS)):
         w.add_uint32("llama." + key, v)
     w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+    if args.vocab:
+        copy_tokenizer(args.vocab, w)
 
     def mat(rows, cols):
         s = 1.7 / np.sqrt(cols)

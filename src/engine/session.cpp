@@ -132,6 +132,9 @@ Result<TurnStats> Session::turn(std::span<const int32_t> prompt, int32_t max_new
                                   back.message() + ")");
     return s;
   }
+  // A draft model reads the prompt now: prompt work, timed with the prefill. If it cannot,
+  // its first proposal tries again (and fails the turn there if it still cannot).
+  if (drafter_ != nullptr && max_new_tokens > 1) (void)drafter_->prepare(history_);
   st.prefill_seconds = seconds_since(t0);
   st.prefill_tokens = static_cast<int64_t>(feed.size());
   turns_.push_back(std::move(record));

@@ -70,6 +70,13 @@ Status ModelDrafter::catch_up(std::span<const int32_t> context) {
   return s;
 }
 
+Status ModelDrafter::prepare(std::span<const int32_t> context) {
+  if (context.empty() || static_cast<int64_t>(context.size()) > draft_.setup.config.capacity)
+    return ok_status();  // nothing to read, or no room: propose() offers nothing then
+  KVCACHE_RETURN_IF_ERROR_CTX(catch_up(context), "draft model");
+  return ok_status();
+}
+
 Status ModelDrafter::propose(std::span<const int32_t> context, int32_t k, Draft& out) {
   out.clear();
   if (context.empty() || k < 1) return ok_status();

@@ -201,6 +201,63 @@ TEST_F(Speculative, TheModelAsItsOwnDraftKeepsEveryDraftAndEqualsPlainGreedy) {
   }
 }
 
+// A drafter reads the turn's prompt once, right after the target prefilled it (prompt work,
+// timed with the prefill), and only proposes after; a one-token turn never drafts, so it is
+// not asked to read.
+class RecordingDrafter final : public Drafter {
+ public:
+  Status prepare(std::span<const int32_t> context) override {
+    prepared.push_back(static_cast<int64_t>(context.size()));
+    if (proposals > 0) prepared_after_a_proposal = true;
+    return ok_status();
+  }
+  Status propose(std::span<const int32_t> context, int32_t k, Draft& out) override {
+    ++proposals;
+    return inner.propose(context, k, out);
+  }
+  std::string name() const override { return "recording"; }
+  NgramDrafter inner;
+  std::vector<int64_t> prepared;
+  int32_t proposals = 0;
+  bool prepared_after_a_proposal = false;
+};
+
+TEST_F(Speculative, ADrafterReadsThePromptWithThePrefillBeforeItsFirstProposal) {
+  const CacheOptions o = options("sequence", DType::kF16);
+  const std::vector<int32_t> prompt = bytes_of(kRepetitive);
+  RecordingDrafter rec;
+  const Run spec = turn(o, prompt, 40, &rec);
+  ASSERT_EQ(rec.prepared.size(), 1u);
+  EXPECT_EQ(rec.prepared[0], static_cast<int64_t>(prompt.size()));
+  EXPECT_FALSE(rec.prepared_after_a_proposal);
+  EXPECT_GT(rec.proposals, 0);
+  EXPECT_EQ(spec.st.generated, turn(o, prompt, 40, nullptr).st.generated);
+  RecordingDrafter one;
+  (void)turn(o, prompt, 1, &one);
+  EXPECT_TRUE(one.prepared.empty());
+  EXPECT_EQ(one.proposals, 0);
+}
+
+// A draft model that read the prompt in prepare() feeds only the new ids at its first
+// proposal: its cache holds the prompt after prepare, and the drafts equal those of a drafter
+// that read it all in propose().
+TEST_F(Speculative, ADraftModelPreparedOnThePromptProposesWhatAnUnpreparedOneDoes) {
+  const CacheOptions o = options("sequence", DType::kF16);
+  std::vector<int32_t> context = bytes_of("In the beginning");
+  Result<std::unique_ptr<ModelDrafter>> a =
+      ModelDrafter::create(*loaded_.model, o, SamplerConfig{}, "a");
+  Result<std::unique_ptr<ModelDrafter>> b =
+      ModelDrafter::create(*loaded_.model, o, SamplerConfig{}, "b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE((*a)->prepare(context).ok());
+  context.push_back(context.back());  // the held token
+  Draft da, db;
+  ASSERT_TRUE((*a)->propose(context, 4, da).ok());
+  ASSERT_TRUE((*b)->propose(context, 4, db).ok());
+  EXPECT_EQ(da.tokens.size(), 4u);
+  EXPECT_EQ(da.tokens, db.tokens);
+}
+
 // self:TYPE: the target's matrices re-encoded in memory draft for it; greedy output stays the
 // target's, and most drafts agree with it.
 TEST_F(Speculative, TheTargetsOwnWeightsReencodedDraftForIt) {

@@ -47,6 +47,10 @@ class Drafter {
   // not yet in the target's cache). Fewer or none when it has nothing to offer.
   virtual Status propose(std::span<const int32_t> context, int32_t k, Draft& out) = 0;
   virtual std::string name() const = 0;  // "ngram:3", "model:FILE", "self:q4_0"
+  // Reads `context` (ids all in the target's cache: a turn's prompt just prefilled) before
+  // the first proposal, so that reading it is prompt work, timed with the prefill, not the
+  // first draft's cost. Optional: propose() catches up on whatever it has not read.
+  virtual Status prepare(std::span<const int32_t> /*context*/) { return ok_status(); }
 };
 
 // Finds the most recent earlier occurrence of the context's last n ids (n = max_n down to 1,
@@ -74,6 +78,7 @@ class ModelDrafter final : public Drafter {
                                                       const SamplerConfig& sampling,
                                                       std::string label);
   Status propose(std::span<const int32_t> context, int32_t k, Draft& out) override;
+  Status prepare(std::span<const int32_t> context) override;
   std::string name() const override { return label_; }  // as created: "model:FILE", "self:q4_0"
   const CacheSetup& setup() const { return draft_.setup; }
   int64_t cached() const { return static_cast<int64_t>(fed_.size()); }  // positions held
