@@ -20,7 +20,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf_py  # noqa: E402
 
-D, LAYERS, HEADS, KV_HEADS, HEAD_DIM, FF, VOCAB = 768, 12, 12, 4, 64, 2048, 32000
+HEAD_DIM, VOCAB = 64, 32000
 
 
 def copy_tokenizer(path, w):
@@ -43,11 +43,23 @@ def main():
                     help="scale two K and two V channels of every kv head by this (as trained "
                          "models' outlier channels; 1 = none)")
     ap.add_argument("--vocab", help="a vocabulary-only GGUF whose tokenizer.* keys to copy")
+    ap.add_argument("--d-model", type=int, default=768,
+                    help="width (a multiple of 192: heads of 64, GQA group 3); with --layers and "
+                         "--ff a larger model of the same family, e.g. 1536 / 24 / 4096 (650M "
+                         "parameters), whose decode is bound by reading its weights")
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--ff", type=int, default=2048)
     args = ap.parse_args()
+    if args.d_model % (3 * HEAD_DIM):
+        sys.exit(f"--d-model {args.d_model}: expected a multiple of {3 * HEAD_DIM}")
+    D, LAYERS, FF = args.d_model, args.layers, args.ff
+    HEADS = D // HEAD_DIM
+    KV_HEADS = HEADS // 3
     rng = np.random.default_rng(args.seed)
     w = gguf_py.GGUFWriter()
     w.add_string("general.architecture", "llama")
-    w.add_string("general.name", "random llama, benchmark shape")
+    w.add_string("general.name", "random llama, benchmark shape" if (D, LAYERS, FF) == (768, 12, 2048)
+                 else f"random llama, d {D}, {LAYERS} layers, ff {FF}")
     for key, v in (("block_count", LAYERS), ("context_length", args.context),
                    ("embedding_length", D), ("feed_forward_length", FF),
                    ("attention.head_count", HEADS), ("attention.head_count_kv", KV_HEADS)):
