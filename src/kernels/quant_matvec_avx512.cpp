@@ -169,12 +169,13 @@ inline void half_tile_all(const Weight& w, int64_t r, const float* x, int64_t t,
   }
 }
 
-// Rows [r0, r1) against t activation rows. Below 8 rows (bound by memory) it goes one weight
+// Rows [r0, r1) against t activation rows. Below 4 rows (bound by memory) it goes one weight
 // row at a time: one stream per thread, which the hardware prefetcher follows best (measured
-// here: four interleaved row streams ran 2-2.5x slower at t = 1..4, 1.2x at 6). From 8 on it
-// is bound by the multiply-adds: four weight rows at a time, each widened once for every four
-// activation rows (8 sessions x 1K on the benchmark model: 69.7 -> 64.8 CPU-ms per step;
-// 1.3x faster at 16 rows alone).
+// here: four interleaved row streams ran 2-2.5x slower at t = 1..4, 1.2x at 6; two rows at
+// t = 2, 3 no faster). From 4 on two weight rows at a time, each widened once for every group
+// of activations (a 5-row verify step of the benchmark model at 1K: 15.0 -> 10.5 ms); from 8
+// on, bound by the multiply-adds, four (8 sessions x 1K on the benchmark model: 69.7 -> 64.8
+// CPU-ms per step; 1.3x faster at 16 rows alone).
 template <bool kBf16>
 void half_rows_batch_512(const Weight& w, int64_t r0, int64_t r1, const float* x, int64_t t,
                          float* y, int64_t y_stride, bool accumulate) {
@@ -185,6 +186,14 @@ void half_rows_batch_512(const Weight& w, int64_t r0, int64_t r1, const float* x
       const bool ahead = r + 8 <= r1;
       for (int i = 0; ahead && i < 4; ++i) next[i] = w.row_data(r + 4 + i);
       half_tile_all<kBf16, 4>(w, r, x, t, y + (r - r0), y_stride, accumulate,
+                              ahead ? next : nullptr);
+    }
+  else if (t >= 4)
+    for (; r + 2 <= r1; r += 2) {
+      const uint8_t* next[2];
+      const bool ahead = r + 4 <= r1;
+      for (int i = 0; ahead && i < 2; ++i) next[i] = w.row_data(r + 2 + i);
+      half_tile_all<kBf16, 2>(w, r, x, t, y + (r - r0), y_stride, accumulate,
                               ahead ? next : nullptr);
     }
   for (; r < r1; ++r)
