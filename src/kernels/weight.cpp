@@ -101,34 +101,42 @@ void gemv_f16_scalar(const uint16_t* w, const float* x, float* y, int64_t rows, 
 
 namespace {
 
-// T > 1: tiles of kTile rows decoded to f32 once, then sgemm per tile (the decode is
-// amortized over T tokens); tiles are shared out over the global pool.
+// T > 1: tiles of at most kMaxTile rows decoded to f32 once, then sgemm per tile (the decode
+// is amortized over T tokens); tiles are shared out over the global pool, as many per thread
+// (768 rows on 2 threads: 4 tiles of 192, not 256 + 256 | 256, which left one thread a third
+// of the matrix idle; 256 rows: 2 of 128, not one thread alone).
 void gemm_tiles(std::span<const float> x, const Weight& w, std::span<float> y, int64_t t,
                 bool accumulate) {
-  constexpr int64_t kTile = 256;
+  constexpr int64_t kMaxTile = 256;
   static const bool blas_once = [] {  // the pool shares the work; OpenBLAS runs one thread
     openblas_set_num_threads(1);
     return true;
   }();
   (void)blas_once;
+  if (w.rows == 0) return;
   const float beta = accumulate ? 1.0f : 0.0f;
-  const int64_t n_tiles = (w.rows + kTile - 1) / kTile;
+  cpu::ThreadPool& pool = cpu::global_pool();
+  const bool alone = pool.size() == 1 || t * w.rows * w.cols < (int64_t{1} << 17);
+  const int64_t threads = alone ? 1 : static_cast<int64_t>(pool.size());
+  const int64_t per_thread = (w.rows + threads * kMaxTile - 1) / (threads * kMaxTile);
+  const int64_t want = threads * per_thread;
+  const int64_t tile = ((w.rows + want - 1) / want + 15) / 16 * 16;  // whole 16-row steps
+  const int64_t n_tiles = (w.rows + tile - 1) / tile;
   auto run = [&](int64_t b0, int64_t b1) {
-    thread_local std::vector<float> tile;
-    tile.resize(static_cast<size_t>(kTile * w.cols));
+    thread_local std::vector<float> tile_f32;
+    tile_f32.resize(static_cast<size_t>(tile * w.cols));
     for (int64_t b = b0; b < b1; ++b) {
-      const int64_t r0 = b * kTile, n = std::min(kTile, w.rows - r0);
+      const int64_t r0 = b * tile, n = std::min(tile, w.rows - r0);
       for (int64_t r = 0; r < n; ++r)
-        w.row(r0 + r, std::span<float>(tile).subspan(static_cast<size_t>(r * w.cols), w.cols));
+        w.row(r0 + r,
+              std::span<float>(tile_f32).subspan(static_cast<size_t>(r * w.cols), w.cols));
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(t),
                   static_cast<blasint>(n), static_cast<blasint>(w.cols), 1.0f, x.data(),
-                  static_cast<blasint>(w.cols), tile.data(), static_cast<blasint>(w.cols), beta,
-                  y.data() + r0, static_cast<blasint>(w.rows));
+                  static_cast<blasint>(w.cols), tile_f32.data(), static_cast<blasint>(w.cols),
+                  beta, y.data() + r0, static_cast<blasint>(w.rows));
     }
   };
-  cpu::ThreadPool& pool = cpu::global_pool();
-  if (pool.size() == 1 || n_tiles < 2 || t * w.rows * w.cols < (int64_t{1} << 17))
-    return run(0, n_tiles);
+  if (alone || n_tiles < 2) return run(0, n_tiles);
   pool.parallel_for(n_tiles, run);
 }
 

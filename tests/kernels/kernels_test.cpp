@@ -32,15 +32,16 @@ TEST(Kernels, MatmulMatchesReferenceOverShapes) {
         }
 }
 
-// f16 weights: the dispatched gemv (T = 1, threaded) and the block-converting sgemm (T > 1,
-// more rows than one 256-row block) against the double reference on the same half values.
+// f16 weights: the dispatched gemv (T = 1, threaded), the batched rows (T <= 16) and the
+// tile-converting sgemm (T = 17: tiles of at most 256 rows, as many per thread) against the
+// double reference on the same half values.
 // in = 128 makes the gemv cross the row-sharing threshold (300 x 128 >= 2^15 elements, >= 128
 // rows); smaller products run on one thread whatever the pool.
 TEST(Kernels, F16MatmulMatchesReferenceOverShapesAndThreads) {
   for (int threads : {1, 2})
     for (int64_t t : {1, 4, 7, 16, 17})
       for (int64_t in : {1, 17, 64, 128})
-        for (int64_t out : {3, 300})
+        for (int64_t out : {3, 300, 768})  // 768 rows on 2 threads: 4 tiles of 192
           for (bool acc : {false, true}) {
             cpu::set_global_threads(threads);
             std::vector<float> dense = rnd(out * in, 8);
