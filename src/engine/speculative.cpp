@@ -70,8 +70,12 @@ Status ModelDrafter::catch_up(std::span<const int32_t> context) {
   return s;
 }
 
+bool ModelDrafter::has_room(size_t context, int32_t k) const {
+  return static_cast<int64_t>(context) + k - 1 <= draft_.setup.config.capacity;
+}
+
 Status ModelDrafter::prepare(std::span<const int32_t> context) {
-  if (context.empty() || static_cast<int64_t>(context.size()) > draft_.setup.config.capacity)
+  if (context.empty() || !has_room(context.size(), 1))
     return ok_status();  // nothing to read, or no room: propose() offers nothing then
   KVCACHE_RETURN_IF_ERROR_CTX(catch_up(context), "draft model");
   return ok_status();
@@ -81,8 +85,7 @@ Status ModelDrafter::propose(std::span<const int32_t> context, int32_t k, Draft&
   out.clear();
   if (context.empty() || k < 1) return ok_status();
   // No room for the context and k - 1 drafts: offer nothing (the target decodes plainly).
-  if (static_cast<int64_t>(context.size()) + k - 1 > draft_.setup.config.capacity)
-    return ok_status();
+  if (!has_room(context.size(), k)) return ok_status();
   KVCACHE_RETURN_IF_ERROR_CTX(catch_up(context), "draft model");
   const bool greedy = sampler_.config().temperature <= 0.0f;
   std::vector<int32_t> ids(1, draft_.seq);

@@ -121,7 +121,9 @@ TEST_P(GreedyDrafting, EveryRequestEqualsRunningItAloneWithoutDrafts) {
   EXPECT_EQ(s.draft_steps, steps);
   // Under the measured-cost rule the widths follow the step timings (K may rest at 0 where a
   // row costs more than the drafts yield), so only the acceptance rule must keep drafts.
-  if (!mix.measured) EXPECT_GT(s.draft_accepted, 0) << "repetitive prompts keep some n-gram drafts";
+  if (!mix.measured) {
+    EXPECT_GT(s.draft_accepted, 0) << "repetitive prompts keep some n-gram drafts";
+  }
   // Every token the cache holds was fed once (no preemption here): each prompt token as prefill,
   // from the pool, or — when a step leaves exactly one prompt token — as a decode token, and
   // every generated token but the last as a decode token. Every decode step keeps 1 + accepted

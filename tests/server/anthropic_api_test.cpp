@@ -385,8 +385,9 @@ TEST(AnthropicThinking, AHarmonyReplyStreamedTokenByTokenSendsThinkingThenText) 
       kinds += ":" + e["delta"]["type"].get<std::string>();
       thought += e["delta"].value("thinking", "");
       said += e["delta"].value("text", "");
-      if (e["delta"]["type"] == "signature_delta")
+      if (e["delta"]["type"] == "signature_delta") {
         EXPECT_EQ(e["delta"]["signature"], thinking_signature("Say hi."));
+      }
     }
     kinds += " ";
   }

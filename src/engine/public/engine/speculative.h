@@ -88,6 +88,8 @@ class ModelDrafter final : public Drafter {
   // Brings the draft cache to hold `context` (rewinding what differs, feeding the rest) with
   // the logits after its last id in logits_.
   Status catch_up(std::span<const int32_t> context);
+  // Whether the cache holds `context` ids and the k - 1 drafts fed after them.
+  bool has_room(size_t context, int32_t k) const;
   CachedEngine draft_;
   Sampler sampler_;
   std::string label_;
