@@ -15,19 +15,39 @@ NgramDrafter::NgramDrafter(int32_t max_n) : max_n_(std::clamp(max_n, 1, kMaxNgra
 
 std::string NgramDrafter::name() const { return str_cat("ngram:", max_n_); }
 
-Status NgramDrafter::propose(std::span<const int32_t> context, int32_t k, Draft& out) {
-  out.clear();
-  const auto len = static_cast<int64_t>(context.size());
-  for (int64_t n = std::min<int64_t>(max_n_, len - 1); n >= 1 && k > 0; n -= 1) {
-    const std::span<const int32_t> tail = context.subspan(len - n);
+// Where the ids that followed the most recent earlier occurrence of seq's longest matching
+// tail (n = max_n down to 1) start in seq, and how many (at most `want`, up to seq's end);
+// none when no tail occurs earlier.
+NgramDrafter::Span NgramDrafter::continuation(std::span<const int32_t> seq, int64_t want) const {
+  const auto len = static_cast<int64_t>(seq.size());
+  for (int64_t n = std::min<int64_t>(max_n_, len - 1); n >= 1; n -= 1) {
+    const std::span<const int32_t> tail = seq.subspan(len - n);
     // The most recent earlier occurrence: starts below len - n, so it is not the tail itself.
     for (int64_t start = len - n - 1; start >= 0; --start) {
-      if (!std::equal(tail.begin(), tail.end(), context.begin() + start)) continue;
+      if (!std::equal(tail.begin(), tail.end(), seq.begin() + start)) continue;
       const int64_t from = start + n;
-      const int64_t take = std::min<int64_t>(k, len - from);
-      out.tokens.assign(context.begin() + from, context.begin() + from + take);
-      return ok_status();
+      return {from, std::min<int64_t>(want, len - from)};
     }
+  }
+  return {};
+}
+
+Status NgramDrafter::propose(std::span<const int32_t> context, int32_t k, Draft& out) {
+  out.clear();
+  // A continuation that runs into the end of the conversation (a recent repeat: "x y x y",
+  // a run of one id) goes on from the drafts themselves, as the pattern would if they were
+  // kept: the conversation plus the drafts so far is matched again, until k or no match.
+  seq_.assign(context.begin(), context.end());
+  auto want = static_cast<int64_t>(k);
+  while (want > 0) {
+    const Span next = continuation(seq_, want);
+    if (next.count == 0) break;
+    for (int64_t i = 0; i < next.count; ++i) {
+      const int32_t id = seq_[static_cast<size_t>(next.from + i)];  // a copy: seq_ grows
+      out.tokens.push_back(id);
+      seq_.push_back(id);
+    }
+    want -= next.count;
   }
   return ok_status();
 }
@@ -173,12 +193,18 @@ void AdaptiveK::observe(int32_t drafted, int32_t accepted) {
     examined_ = kDecay * examined_ + accepted + (accepted < drafted ? 1 : 0);
     k_ = best_k();
     // A probe that finds drafting still not worth it, and whose drafter took longer than a
-    // plain step (a draft model catching up), waits twice as long for the next one.
+    // plain step (a draft model catching up), waits twice as long for the next one; and
+    // never so little that its loss is more than kProbeLoss of the plain steps between.
     // A drafter that could not pay even with every draft kept is not probed again.
     const bool costly = probe_draft_seconds_ > step_cost(0);
-    if (k_ > 0) probe_wait_ = kProbeAfter;
-    else if (hopeless()) probe_wait_ = std::numeric_limits<int32_t>::max();
-    else if (probing_ && costly) probe_wait_ = std::min(2 * probe_wait_, kMaxProbeWait);
+    if (k_ > 0) {
+      probe_wait_ = kProbeAfter;
+    } else if (hopeless()) {
+      probe_wait_ = std::numeric_limits<int32_t>::max();
+    } else if (probing_) {
+      if (costly) probe_wait_ = std::min(2 * probe_wait_, kMaxProbeWait);
+      probe_wait_ = std::max(probe_wait_, wait_for_probe_loss());
+    }
     probing_ = false;
     return;
   }
@@ -250,6 +276,20 @@ double AdaptiveK::tokens_per_second(int32_t k) const {
   double e = 0.0, pi = 1.0;
   for (int32_t i = 0; i <= k; ++i, pi *= p) e += pi;
   return (others_ + e) / (k * draft_cost_ + v);
+}
+
+int32_t AdaptiveK::wait_for_probe_loss() const {
+  const double plain = step_cost(0);
+  if (plain <= 0.0) return kProbeAfter;
+  // The probe's price in plain steps, less the plain steps' worth it yields: (S + 1 + p)
+  // tokens where a plain step gives S + 1. The drafter is priced at its cost per draft, not
+  // at what this probe's took: a draft model's catch-up grows with the wait (the doubling
+  // above answers it).
+  const double p = examined_ > 0.0 ? kept_ / examined_ : 1.0;
+  const double loss = (draft_cost_ + step_cost(1)) / plain - (others_ + 1.0 + p) / (others_ + 1.0);
+  if (!(loss > 0.0)) return kProbeAfter;
+  const double wait = std::ceil(loss / kProbeLoss);
+  return static_cast<int32_t>(std::clamp(wait, double{kProbeAfter}, double{kMaxProbeWait}));
 }
 
 bool AdaptiveK::hopeless() const {

@@ -43,9 +43,20 @@ TEST(NgramDrafter, ProposesWhatFollowedTheLongestMostRecentMatch) {
   // The tail "9 2 3" never occurred; "2 3" did twice: the most recent (at 4) is followed by 7.
   ASSERT_TRUE(d.propose(std::vector<int32_t>{2, 3, 5, 6, 2, 3, 7, 9, 2, 3}, 4, out).ok());
   EXPECT_EQ(out.tokens, (std::vector<int32_t>{7, 9, 2, 3}));
-  // The continuation stops at the context's end.
+  // A continuation that reaches the context's end goes on from the drafts: "5" was followed
+  // by "8 5", and then the tail "5 8 5" by "8 5" again.
   ASSERT_TRUE(d.propose(std::vector<int32_t>{5, 8, 5}, 4, out).ok());
-  EXPECT_EQ(out.tokens, (std::vector<int32_t>{8, 5}));
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>{8, 5, 8, 5}));
+  // "1 2" was followed by "3 1 2" (the end); with those drafts the tail "3 1 2" occurred at 2,
+  // followed by "3 1 2": two more fill k = 5.
+  ASSERT_TRUE(d.propose(std::vector<int32_t>{1, 2, 3, 1, 2}, 5, out).ok());
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>{3, 1, 2, 3, 1}));
+  // A run of one id: each match offers one more, k of them in all.
+  ASSERT_TRUE(d.propose(std::vector<int32_t>{4, 7, 7, 7}, 6, out).ok());
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>(6, 7)));
+  // Never more than k: "6" was followed by "9 6", one is asked for.
+  ASSERT_TRUE(d.propose(std::vector<int32_t>{6, 9, 6}, 1, out).ok());
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>{9}));
   // Nothing matches: no proposal.
   ASSERT_TRUE(d.propose(std::vector<int32_t>{1, 2, 3}, 4, out).ok());
   EXPECT_TRUE(out.tokens.empty());
@@ -707,6 +718,85 @@ TEST(AdaptiveK, WithMeasuredCostsKMaximizesExpectedTokensPerSecond) {
   flaky.observe_costs(1, 0.5, 2, 1.1);
   flaky.observe(1, 0);
   EXPECT_EQ(plain_steps_until_probe(flaky), 64);
+}
+
+// A free drafter on a model whose 2-row step costs 3.5 plain steps (a tiny model, where a step
+// is mostly fixed cost): a probe that finds nothing loses 2.5 plain steps, so the next waits
+// 2.5 / 0.02 = 125 plain steps, not 16 (probing costs about 2 % of the time).
+TEST(AdaptiveK, AProbeThatLosesTimeWaitsLongEnoughToCostAboutTwoPercent) {
+  SpecOptions o;
+  o.draft_max = 4;
+  AdaptiveK k(o);
+  auto plain_steps_until_probe = [&k] {
+    int n = 0;
+    while (k.k() == 0 && n < 1000) {
+      k.observe_costs(0, 0.0, 1, 1.0);
+      k.observe(0, 0);
+      ++n;
+    }
+    return n;
+  };
+  k.observe_costs(0, 0.0, 1, 1.0);
+  k.observe(0, 0);
+  k.observe_costs(2, 0.0, 3, 3.5);  // the first drafting step: nothing kept
+  k.observe(2, 0);
+  ASSERT_EQ(k.k(), 0);
+  EXPECT_EQ(plain_steps_until_probe(), AdaptiveK::kProbeAfter) << "not a probe yet";
+  k.observe_costs(1, 0.0, 2, 3.5);  // the probe: its draft rejected (p = 0)
+  k.observe(1, 0);
+  ASSERT_EQ(k.k(), 0);
+  EXPECT_EQ(plain_steps_until_probe(), 125);
+  // A probe that keeps its draft still loses: p = 1 / (0.9 * 1.9 + 1) = 0.369, loss =
+  // 3.5 - 1.369 = 2.131 plain steps, a bound of 107; the wait between failing probes never
+  // shrinks, so 125 again.
+  k.observe_costs(1, 0.0, 2, 3.5);
+  k.observe(1, 1);
+  ASSERT_EQ(k.k(), 0);
+  EXPECT_EQ(plain_steps_until_probe(), 125);
+  // A drafter at 0.25 plain steps a draft (3-row steps at 1.5) is priced at that, not at its
+  // probe's own drafter time: loss = 0.25 + 3.5 - 1 = 2.75, a wait of 138.
+  AdaptiveK dear(o);
+  dear.observe_costs(0, 0.0, 1, 1.0);
+  dear.observe(0, 0);
+  dear.observe_costs(2, 9.0, 3, 1.5);  // the first drafting step (a catch-up, not counted)
+  dear.observe(2, 0);
+  dear.observe_costs(2, 0.5, 3, 1.5);
+  dear.observe(2, 0);
+  ASSERT_EQ(dear.k(), 0);
+  for (int i = 0; i < AdaptiveK::kProbeAfter; ++i) {
+    dear.observe_costs(0, 0.0, 1, 1.0);
+    dear.observe(0, 0);
+  }
+  ASSERT_EQ(dear.k(), 1);
+  dear.observe_costs(1, 0.2, 2, 3.5);  // the probe's own drafter time is not what is priced
+  dear.observe(1, 0);
+  ASSERT_EQ(dear.k(), 0);
+  int waited = 0;
+  for (; dear.k() == 0 && waited < 1000; ++waited) {
+    dear.observe_costs(0, 0.0, 1, 1.0);
+    dear.observe(0, 0);
+  }
+  EXPECT_EQ(waited, 138);
+  // Where a 2-row step costs 1.1 plain steps, a failed probe loses 0.1: the wait stays 16.
+  AdaptiveK cheap(o);
+  cheap.observe_costs(0, 0.0, 1, 1.0);
+  cheap.observe(0, 0);
+  cheap.observe_costs(2, 0.0, 3, 3.5);
+  cheap.observe(2, 0);
+  for (int i = 0; i < AdaptiveK::kProbeAfter; ++i) {
+    cheap.observe_costs(0, 0.0, 1, 1.0);
+    cheap.observe(0, 0);
+  }
+  ASSERT_EQ(cheap.k(), 1);
+  cheap.observe_costs(1, 0.0, 2, 1.1);
+  cheap.observe(1, 0);
+  ASSERT_EQ(cheap.k(), 0);
+  int n = 0;
+  for (; cheap.k() == 0 && n < 1000; ++n) {
+    cheap.observe_costs(0, 0.0, 1, 1.0);
+    cheap.observe(0, 0);
+  }
+  EXPECT_EQ(n, AdaptiveK::kProbeAfter);
 }
 
 // alpha, k, c and v in units of the turn's own plain steps, and E(k) / (k c + v); worked by

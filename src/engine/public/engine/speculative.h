@@ -54,8 +54,9 @@ class Drafter {
 };
 
 // Finds the most recent earlier occurrence of the context's last n ids (n = max_n down to 1,
-// the longest that occurs wins) and proposes the ids that followed it. Cost: O(context x n)
-// id comparisons per call.
+// the longest that occurs wins) and proposes the ids that followed it; when they run into the
+// context's end (a recent repeat), matches again on the context plus the drafts so far, up to
+// k. Cost: O(context x n) id comparisons per match, at most k matches per call.
 class NgramDrafter final : public Drafter {
  public:
   explicit NgramDrafter(int32_t max_n = kDefaultNgram);  // clamped to [1, kMaxNgram]
@@ -63,7 +64,12 @@ class NgramDrafter final : public Drafter {
   std::string name() const override;
 
  private:
+  struct Span {
+    int64_t from = 0, count = 0;
+  };
+  Span continuation(std::span<const int32_t> seq, int64_t want) const;
   int32_t max_n_;
+  std::vector<int32_t> seq_;  // the context and the drafts so far
 };
 
 // A second model (same vocabulary) with its own sequence-layout cache; keeps that cache a
@@ -148,7 +154,10 @@ class CostByRows {
 // K starts at draft_max (acceptance rule) or kFirstMeasured (measured-cost rule).
 // At K = 0 the session decodes plainly; after kProbeAfter plain steps it tries K = 1 again
 // (with measured costs, a probe that leads back to K = 0 and whose drafter took longer than a
-// plain step doubles the wait, up to kMaxProbeWait; its drafter time, a draft model catching
+// plain step doubles the wait, up to kMaxProbeWait, and any such probe waits at least its
+// loss / kProbeLoss plain steps — the loss being its drafter and 2-row step's time, in plain
+// steps, less the 1 + p tokens it yields — so probing costs at most about kProbeLoss of the
+// time, however dear a 2-row step is; its drafter time, a draft model catching
 // up on the plain steps, is not a draft cost — nor is the first drafting step's, a draft
 // model prefilling the prompt); a drafter that could not pay even if every draft were kept is
 // not probed again).
@@ -157,6 +166,7 @@ class AdaptiveK {
  public:
   static constexpr int32_t kProbeAfter = 16;  // plain steps at K = 0 before a 1-draft probe
   static constexpr int32_t kMaxProbeWait = 256;
+  static constexpr double kProbeLoss = 0.02;  // a failed probe's loss over the wait before it
   // The first width under the measured-cost rule (the acceptance rule starts at draft_max):
   // nothing is known yet, and a wide first step costs a draft model K draft forwards.
   static constexpr int32_t kFirstMeasured = 2;
@@ -183,6 +193,7 @@ class AdaptiveK {
   void note_draft_seconds(int32_t drafted, double draft_seconds);
   int32_t best_k() const;
   bool hopeless() const;  // no K pays at acceptance 1 (measured costs)
+  int32_t wait_for_probe_loss() const;  // plain steps that make the last probe's loss small
 
   SpecOptions options_;
   int32_t k_ = 0;
