@@ -101,15 +101,15 @@ inline __m512 fold_tile4x4(const __m512 (&a)[4][4]) {
                        _mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// Weight rows r .. r + kRows against activation rows x_j = x + j * x_stride (j < kActs):
-// y[j * y_stride + i] for row r + i. With `next` (kRows rows), asks for their lines into L2
-// a line per two steps, one tile ahead of their use.
+// Weight rows r, r + dr, ..., r + (kRows - 1) dr against activation rows x_j = x + j *
+// x_stride (j < kActs): y[j * y_stride + i * dr] for row r + i dr. With `next` (kRows rows),
+// asks for their lines into L2 a line per two steps, ahead of their use.
 template <bool kBf16, int kRows, int kActs>
-inline void half_tile(const Weight& w, int64_t r, const float* x, int64_t x_stride, float* y,
-                      int64_t y_stride, bool accumulate, const uint8_t* const* next) {
+inline void half_tile(const Weight& w, int64_t r, int64_t dr, const float* x, int64_t x_stride,
+                      float* y, int64_t y_stride, bool accumulate, const uint8_t* const* next) {
   const int64_t body = w.cols & ~int64_t{15};
   const uint8_t* rows[kRows];
-  for (int i = 0; i < kRows; ++i) rows[i] = w.row_data(r + i);
+  for (int i = 0; i < kRows; ++i) rows[i] = w.row_data(r + i * dr);
   __m512 acc[kRows][kActs];
 #pragma GCC unroll 4
   for (int i = 0; i < kRows; ++i)
@@ -134,7 +134,7 @@ inline void half_tile(const Weight& w, int64_t r, const float* x, int64_t x_stri
     for (int j = 0; j < 4; ++j)
       for (int i = 0; i < 4; ++i) {
         const float v = half_tail<kBf16>(sums[4 * j + i], rows[i], x + j * x_stride, body, w.cols);
-        float& out = y[j * y_stride + i];
+        float& out = y[j * y_stride + i * dr];
         out = accumulate ? out + v : v;
       }
     return;
@@ -142,17 +142,19 @@ inline void half_tile(const Weight& w, int64_t r, const float* x, int64_t x_stri
   for (int j = 0; j < kActs; ++j)
     for (int i = 0; i < kRows; ++i) {
       const float v = half_finish<kBf16>(acc[i][j], rows[i], x + j * x_stride, body, w.cols);
-      float& out = y[j * y_stride + i];
+      float& out = y[j * y_stride + i * dr];
       out = accumulate ? out + v : v;
     }
 }
 
-// Weight rows r .. r + kRows against t activation rows in even groups of at most four (5 =
-// 3 + 2, never 4 + 1: a lone activation's one chain of multiply-adds leaves them waiting): the
-// weight rows stay in L1 while every group passes; the first group asks for `next`.
+// Weight rows r, r + dr, ... (kRows of them) against t activation rows in even groups of at
+// most four (5 = 3 + 2, never 4 + 1: a lone activation's one chain of multiply-adds leaves
+// them waiting): the weight rows stay in L1 while every group passes; the first group asks
+// for `next`.
 template <bool kBf16, int kRows>
-inline void half_tile_all(const Weight& w, int64_t r, const float* x, int64_t t, float* y,
-                          int64_t y_stride, bool accumulate, const uint8_t* const* next) {
+inline void half_tile_all(const Weight& w, int64_t r, int64_t dr, const float* x, int64_t t,
+                          float* y, int64_t y_stride, bool accumulate,
+                          const uint8_t* const* next) {
   const int64_t groups = (t + 3) / 4;
   for (int64_t g = 0, t0 = 0; g < groups; ++g) {
     const int64_t size = (t - t0) / (groups - g);  // the rest, shared evenly
@@ -161,43 +163,47 @@ inline void half_tile_all(const Weight& w, int64_t r, const float* x, int64_t t,
     const uint8_t* const* n = t0 == 0 ? next : nullptr;
     t0 += size;
     switch (size) {
-      case 4: half_tile<kBf16, kRows, 4>(w, r, xg, w.cols, yg, y_stride, accumulate, n); break;
-      case 3: half_tile<kBf16, kRows, 3>(w, r, xg, w.cols, yg, y_stride, accumulate, n); break;
-      case 2: half_tile<kBf16, kRows, 2>(w, r, xg, w.cols, yg, y_stride, accumulate, n); break;
-      default: half_tile<kBf16, kRows, 1>(w, r, xg, w.cols, yg, y_stride, accumulate, n); break;
+      case 4: half_tile<kBf16, kRows, 4>(w, r, dr, xg, w.cols, yg, y_stride, accumulate, n); break;
+      case 3: half_tile<kBf16, kRows, 3>(w, r, dr, xg, w.cols, yg, y_stride, accumulate, n); break;
+      case 2: half_tile<kBf16, kRows, 2>(w, r, dr, xg, w.cols, yg, y_stride, accumulate, n); break;
+      default: half_tile<kBf16, kRows, 1>(w, r, dr, xg, w.cols, yg, y_stride, accumulate, n); break;
     }
   }
 }
 
-// Rows from r on of [r0, r1) in tiles of kRows (y holds row r0's column first), a multi-row
-// tile asking the next one's rows into L2; returns the first row not taken (fewer than kRows
+// Rows from r on of [r0, r1) (y holds row r0's column first) in tiles of kRows rows that are
+// kRows streams: with n = (r1 - r) / kRows, tile i takes rows r + i, r + i + n, ..., each
+// stream's row after next asked into L2. Returns the first row not taken (fewer than kRows
 // left).
 template <bool kBf16, int kRows>
 int64_t half_tiles(const Weight& w, int64_t r, int64_t r0, int64_t r1, const float* x, int64_t t,
                    float* y, int64_t y_stride, bool accumulate) {
-  for (; r + kRows <= r1; r += kRows) {
+  const int64_t n = (r1 - r) / kRows;
+  for (int64_t i = 0; i < n; ++i) {
     const uint8_t* next[kRows];
-    const bool ahead = kRows > 1 && r + 2 * kRows <= r1;
-    for (int i = 0; ahead && i < kRows; ++i) next[i] = w.row_data(r + kRows + i);
-    half_tile_all<kBf16, kRows>(w, r, x, t, y + (r - r0), y_stride, accumulate,
+    const bool ahead = kRows > 1 && i + 2 < n;
+    for (int k = 0; ahead && k < kRows; ++k) next[k] = w.row_data(r + i + 2 + k * n);
+    half_tile_all<kBf16, kRows>(w, r + i, n, x, t, y + (r + i - r0), y_stride, accumulate,
                                 ahead ? next : nullptr);
   }
-  return r;
+  return r + kRows * n;
 }
 
-// Rows [r0, r1) against t activation rows. Below 4 rows (bound by memory) it goes one weight
-// row at a time: one stream per thread, which the hardware prefetcher follows best (measured
-// here: four interleaved row streams ran 2-2.5x slower at t = 1..4, 1.2x at 6; two rows at
-// t = 2, 3 no faster). From 4 on two weight rows at a time, each widened once for every group
-// of activations (a 5-row verify step of the benchmark model at 1K: 15.0 -> 10.5 ms); from 8
-// on, bound by the multiply-adds, four (8 sessions x 1K on the benchmark model: 69.7 -> 64.8
-// CPU-ms per step; 1.3x faster at 16 rows alone).
+// Rows [r0, r1) against t activation rows. One row alone goes one weight row at a time (one
+// stream per thread). From 2 rows on two weight rows at a time, each widened once for every
+// group of activations, and from 8 on (bound by the multiply-adds) four — rows far apart,
+// each a sequential stream of its own: neighbouring rows read in step (one 4 KiB page,
+// interleaved) ran 2-2.5x slower than one stream at t = 1..4 even with an L2 prefetch of the
+// next tile, so 2 and 3 rows went one weight row at a time (1.2-1.3x a 1-row product at AVX2
+// and AVX-512); as separate streams 2 rows take 1.0-1.1x (BM_BatchedHalfProduct). Earlier
+// figures, adjacent rows: a 5-row verify step of the benchmark model at 1K 15.0 -> 10.5 ms
+// with two rows; 8 sessions x 1K 69.7 -> 64.8 CPU-ms per step with four.
 template <bool kBf16>
 void half_rows_batch_512(const Weight& w, int64_t r0, int64_t r1, const float* x, int64_t t,
                          float* y, int64_t y_stride, bool accumulate) {
   int64_t r = r0;
   if (t >= 8) r = half_tiles<kBf16, 4>(w, r, r0, r1, x, t, y, y_stride, accumulate);
-  else if (t >= 4) r = half_tiles<kBf16, 2>(w, r, r0, r1, x, t, y, y_stride, accumulate);
+  if (t >= 2) r = half_tiles<kBf16, 2>(w, r, r0, r1, x, t, y, y_stride, accumulate);
   half_tiles<kBf16, 1>(w, r, r0, r1, x, t, y, y_stride, accumulate);
 }
 
