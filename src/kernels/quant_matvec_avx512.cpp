@@ -54,9 +54,9 @@ inline __m256i nibble_pair_sums(const __m256i (&w)[4][2], const int8_t* x, __m25
 #include "kernels/quant_matvec_simd.inc"
 
 // F16 / BF16 with 512-bit vectors. One accumulator of 16 lanes holds, in its low and high
-// halves, exactly the a0 / a1 pair of the 256-bit half_rows (each lane sums the same columns
+// halves, exactly the a0 / a1 pair of the 256-bit half_tile (each lane sums the same columns
 // in the same order with the same fused multiply-adds), and it is reduced the same way, so
-// every sum is bitwise what half_rows gives. What changes is the scheduling: kRows weight rows
+// every sum is bitwise what half_tile gives. What changes is the scheduling: kRows weight rows
 // are widened once per 16 columns and applied to kActs activation rows held in registers.
 template <bool kBf16>
 inline __m512 widen16(const uint8_t* p) {
@@ -65,7 +65,7 @@ inline __m512 widen16(const uint8_t* p) {
   else return _mm512_cvtph_ps(h);
 }
 
-// half_rows' reduction of a0 + a1, then its scalar tail over columns [body, cols).
+// half_tile's reduction of a0 + a1, then its scalar tail over columns [body, cols).
 template <bool kBf16>
 inline float half_finish(__m512 acc, const uint8_t* row, const float* x, int64_t body,
                          int64_t cols) {
@@ -189,10 +189,11 @@ int64_t half_tiles(const Weight& w, int64_t r, int64_t r0, int64_t r1, const flo
   return r + kRows * n;
 }
 
-// Rows [r0, r1) against t activation rows. One row alone goes one weight row at a time (one
-// stream per thread). From 2 rows on two weight rows at a time, each widened once for every
-// group of activations, and from 8 on (bound by the multiply-adds) four — rows far apart,
-// each a sequential stream of its own: neighbouring rows read in step (one 4 KiB page,
+// Rows [r0, r1) against t activation rows: two weight rows at a time, each widened once for
+// every group of activations, and from 8 on (bound by the multiply-adds) four — rows far
+// apart, each a sequential stream of its own. At t = 1 one row's single chain of
+// multiply-adds bound it by latency (F16 decode of the benchmark model 0.71-0.75 of the read
+// probe; 0.76-0.82 with two rows). Neighbouring rows instead: neighbouring rows read in step (one 4 KiB page,
 // interleaved) ran 2-2.5x slower than one stream at t = 1..4 even with an L2 prefetch of the
 // next tile, so 2 and 3 rows went one weight row at a time (1.2-1.3x a 1-row product at AVX2
 // and AVX-512); as separate streams 2 rows take 1.0-1.1x (BM_BatchedHalfProduct). Earlier
@@ -203,7 +204,7 @@ void half_rows_batch_512(const Weight& w, int64_t r0, int64_t r1, const float* x
                          float* y, int64_t y_stride, bool accumulate) {
   int64_t r = r0;
   if (t >= 8) r = half_tiles<kBf16, 4>(w, r, r0, r1, x, t, y, y_stride, accumulate);
-  if (t >= 2) r = half_tiles<kBf16, 2>(w, r, r0, r1, x, t, y, y_stride, accumulate);
+  r = half_tiles<kBf16, 2>(w, r, r0, r1, x, t, y, y_stride, accumulate);
   half_tiles<kBf16, 1>(w, r, r0, r1, x, t, y, y_stride, accumulate);
 }
 
