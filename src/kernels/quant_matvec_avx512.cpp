@@ -193,12 +193,12 @@ int64_t half_tiles(const Weight& w, int64_t r, int64_t r0, int64_t r1, const flo
 // every group of activations, and from 8 on (bound by the multiply-adds) four — rows far
 // apart, each a sequential stream of its own. At t = 1 one row's single chain of
 // multiply-adds bound it by latency (F16 decode of the benchmark model 0.71-0.75 of the read
-// probe; 0.76-0.82 with two rows). Neighbouring rows instead: neighbouring rows read in step (one 4 KiB page,
+// probe; 0.76-0.82 with two rows). Neighbouring rows read in step (one 4 KiB page,
 // interleaved) ran 2-2.5x slower than one stream at t = 1..4 even with an L2 prefetch of the
-// next tile, so 2 and 3 rows went one weight row at a time (1.2-1.3x a 1-row product at AVX2
-// and AVX-512); as separate streams 2 rows take 1.0-1.1x (BM_BatchedHalfProduct). Earlier
-// figures, adjacent rows: a 5-row verify step of the benchmark model at 1K 15.0 -> 10.5 ms
-// with two rows; 8 sessions x 1K 69.7 -> 64.8 CPU-ms per step with four.
+// next tile, so 2 and 3 rows used to go one weight row at a time (1.2-1.3x a 1-row product at
+// AVX2 and AVX-512); as separate streams 2 rows take 1.0-1.1x (BM_BatchedHalfProduct).
+// Earlier figures, adjacent rows: a 5-row verify step of the benchmark model at 1K 15.0 ->
+// 10.5 ms with two rows; 8 sessions x 1K 69.7 -> 64.8 CPU-ms per step with four.
 template <bool kBf16>
 void half_rows_batch_512(const Weight& w, int64_t r0, int64_t r1, const float* x, int64_t t,
                          float* y, int64_t y_stride, bool accumulate) {

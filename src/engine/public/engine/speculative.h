@@ -56,7 +56,8 @@ class Drafter {
 // Finds the most recent earlier occurrence of the context's last n ids (n = max_n down to 1,
 // the longest that occurs wins) and proposes the ids that followed it; when they run into the
 // context's end (a recent repeat), matches again on the context plus the drafts so far, up to
-// k. Cost: O(context x n) id comparisons per match, at most k matches per call.
+// k. Cost: O(context x n) id comparisons per match; a further match only when a
+// continuation reached the end, so at most k matches per call.
 class NgramDrafter final : public Drafter {
  public:
   explicit NgramDrafter(int32_t max_n = kDefaultNgram);  // clamped to [1, kMaxNgram]
@@ -155,12 +156,12 @@ class CostByRows {
 // At K = 0 the session decodes plainly; after kProbeAfter plain steps it tries K = 1 again
 // (with measured costs, a probe that leads back to K = 0 and whose drafter took longer than a
 // plain step doubles the wait, up to kMaxProbeWait, and any such probe waits at least its
-// loss / kProbeLoss plain steps — the loss being its drafter and 2-row step's time, in plain
-// steps, less the 1 + p tokens it yields — so probing costs at most about kProbeLoss of the
-// time, however dear a 2-row step is; its drafter time, a draft model catching
-// up on the plain steps, is not a draft cost — nor is the first drafting step's, a draft
-// model prefilling the prompt); a drafter that could not pay even if every draft were kept is
-// not probed again).
+// loss / kProbeLoss plain steps — the loss being one draft at the drafter's cost per draft
+// plus the 2-row step, in plain steps, less the 1 + p tokens it yields — so probing costs
+// about kProbeLoss of the time at most, however dear a 2-row step is; its drafter time, a
+// draft model catching up on the plain steps, is not a draft cost — nor is the first drafting
+// step's, a draft model prefilling the prompt); a drafter that could not pay even if every
+// draft were kept is not probed again).
 // Tensor-free.
 class AdaptiveK {
  public:
