@@ -20,6 +20,8 @@ Writes a small file for one of:
                   post_attention_norm, YaRN RoPE (factor 32, original context 4096); gate and
                   up weights scaled so that the clamps at +-7 of its activation are reached;
                   --mxfp4 stores the expert stacks as MXFP4
+  gpt-oss-20b     the same at gpt-oss-20b's layer shape, 2 layers, vocabulary 32000
+                  (benchmarks)
 --sinks adds blk.N.attn_sinks.weight (one f32 logit per query head, learned attention sinks)
 to every layer of any of them.
 with llama.cpp's key and tensor names and no kvcache.* keys, so the cache geometry must be
@@ -70,6 +72,13 @@ CONFIGS = {
     "gpt-oss": dict(arch="gpt-oss", layers=4, d=64, ff=32, vocab=300, heads=4, kv_heads=2,
                     dk=16, eps=1e-5, base=150000.0, window=5, experts=4, used=2, expert_ff=32,
                     yarn=32.0, yarn_ctx=4096, gpt_oss=True),
+    # gpt-oss-20b's published layer (d 2880, 64 heads / 8 kv of 64, window 128, 32 experts of
+    # 2880 with 4 used, YaRN x32 from 4096, base 150000) in 2 layers (one sliding, one full) and
+    # a vocabulary of 32000 (its 201088 rows would outweigh two layers' experts): a file for
+    # MoE benchmarks side by side with other engines; --f16 --mxfp4 --context 32768.
+    "gpt-oss-20b": dict(arch="gpt-oss", layers=2, d=2880, ff=2880, vocab=32000, heads=64,
+                        kv_heads=8, dk=64, eps=1e-5, base=150000.0, window=128, experts=32,
+                        used=4, expert_ff=2880, yarn=32.0, yarn_ctx=4096, gpt_oss=True),
 }
 
 
