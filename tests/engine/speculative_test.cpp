@@ -642,6 +642,18 @@ TEST(AdaptiveK, ALowRateHalvesEvenWhenSomeDraftsAreKeptAndANonAdaptiveKNeverMove
 
 
 // The measured-cost rule: K maximizes E(K) / (K c + v(K + 1)). Costs in milliseconds.
+// Plain steps (one row, 1.0 s each) a session resting at K = 0 takes until it probes again;
+// 1000 = no probe.
+int plain_steps_until_probe(AdaptiveK& a) {
+  int n = 0;
+  while (a.k() == 0 && n < 1000) {
+    a.observe_costs(0, 0.0, 1, 1.0);
+    a.observe(0, 0);
+    ++n;
+  }
+  return n;
+}
+
 TEST(AdaptiveK, WithMeasuredCostsKMaximizesExpectedTokensPerSecond) {
   SpecOptions o;
   o.draft_max = 4;
@@ -686,15 +698,6 @@ TEST(AdaptiveK, WithMeasuredCostsKMaximizesExpectedTokensPerSecond) {
   EXPECT_DOUBLE_EQ(slow.tokens_per_second(1), 2.0 / 2.1);
   // It could not pay even with every draft kept (K = 1: 2 / 2.1, K = 4: 5 / 5.1 plain
   // steps' worth): no probe follows.
-  auto plain_steps_until_probe = [](AdaptiveK& a) {
-    int n = 0;
-    while (a.k() == 0 && n < 1000) {
-      a.observe_costs(0, 0.0, 1, 1.0);
-      a.observe(0, 0);
-      ++n;
-    }
-    return n;
-  };
   EXPECT_EQ(plain_steps_until_probe(slow), 1000);
   // A cheap drafter (0.1 a draft) whose drafts fail: probes after 16 plain steps; one that
   // ends at K = 0 with drafter time above a plain step (a draft model catching up: 50) doubles
@@ -727,32 +730,23 @@ TEST(AdaptiveK, AProbeThatLosesTimeWaitsLongEnoughToCostAboutTwoPercent) {
   SpecOptions o;
   o.draft_max = 4;
   AdaptiveK k(o);
-  auto plain_steps_until_probe = [&k] {
-    int n = 0;
-    while (k.k() == 0 && n < 1000) {
-      k.observe_costs(0, 0.0, 1, 1.0);
-      k.observe(0, 0);
-      ++n;
-    }
-    return n;
-  };
   k.observe_costs(0, 0.0, 1, 1.0);
   k.observe(0, 0);
   k.observe_costs(2, 0.0, 3, 3.5);  // the first drafting step: nothing kept
   k.observe(2, 0);
   ASSERT_EQ(k.k(), 0);
-  EXPECT_EQ(plain_steps_until_probe(), AdaptiveK::kProbeAfter) << "not a probe yet";
+  EXPECT_EQ(plain_steps_until_probe(k), AdaptiveK::kProbeAfter) << "not a probe yet";
   k.observe_costs(1, 0.0, 2, 3.5);  // the probe: its draft rejected (p = 0)
   k.observe(1, 0);
   ASSERT_EQ(k.k(), 0);
-  EXPECT_EQ(plain_steps_until_probe(), 125);
+  EXPECT_EQ(plain_steps_until_probe(k), 125);
   // A probe that keeps its draft still loses: p = 1 / (0.9 * 1.9 + 1) = 0.369, loss =
   // 3.5 - 1.369 = 2.131 plain steps, a bound of 107; the wait between failing probes never
   // shrinks, so 125 again.
   k.observe_costs(1, 0.0, 2, 3.5);
   k.observe(1, 1);
   ASSERT_EQ(k.k(), 0);
-  EXPECT_EQ(plain_steps_until_probe(), 125);
+  EXPECT_EQ(plain_steps_until_probe(k), 125);
   // A drafter at 0.25 plain steps a draft (3-row steps at 1.5) is priced at that, not at its
   // probe's own drafter time: loss = 0.25 + 3.5 - 1 = 2.75, a wait of 138.
   AdaptiveK dear(o);
@@ -763,40 +757,24 @@ TEST(AdaptiveK, AProbeThatLosesTimeWaitsLongEnoughToCostAboutTwoPercent) {
   dear.observe_costs(2, 0.5, 3, 1.5);
   dear.observe(2, 0);
   ASSERT_EQ(dear.k(), 0);
-  for (int i = 0; i < AdaptiveK::kProbeAfter; ++i) {
-    dear.observe_costs(0, 0.0, 1, 1.0);
-    dear.observe(0, 0);
-  }
+  ASSERT_EQ(plain_steps_until_probe(dear), AdaptiveK::kProbeAfter);
   ASSERT_EQ(dear.k(), 1);
   dear.observe_costs(1, 0.2, 2, 3.5);  // the probe's own drafter time is not what is priced
   dear.observe(1, 0);
   ASSERT_EQ(dear.k(), 0);
-  int waited = 0;
-  for (; dear.k() == 0 && waited < 1000; ++waited) {
-    dear.observe_costs(0, 0.0, 1, 1.0);
-    dear.observe(0, 0);
-  }
-  EXPECT_EQ(waited, 138);
+  EXPECT_EQ(plain_steps_until_probe(dear), 138);
   // Where a 2-row step costs 1.1 plain steps, a failed probe loses 0.1: the wait stays 16.
   AdaptiveK cheap(o);
   cheap.observe_costs(0, 0.0, 1, 1.0);
   cheap.observe(0, 0);
   cheap.observe_costs(2, 0.0, 3, 3.5);
   cheap.observe(2, 0);
-  for (int i = 0; i < AdaptiveK::kProbeAfter; ++i) {
-    cheap.observe_costs(0, 0.0, 1, 1.0);
-    cheap.observe(0, 0);
-  }
+  ASSERT_EQ(plain_steps_until_probe(cheap), AdaptiveK::kProbeAfter);
   ASSERT_EQ(cheap.k(), 1);
   cheap.observe_costs(1, 0.0, 2, 1.1);
   cheap.observe(1, 0);
   ASSERT_EQ(cheap.k(), 0);
-  int n = 0;
-  for (; cheap.k() == 0 && n < 1000; ++n) {
-    cheap.observe_costs(0, 0.0, 1, 1.0);
-    cheap.observe(0, 0);
-  }
-  EXPECT_EQ(n, AdaptiveK::kProbeAfter);
+  EXPECT_EQ(plain_steps_until_probe(cheap), AdaptiveK::kProbeAfter);
 }
 
 // alpha, k, c and v in units of the turn's own plain steps, and E(k) / (k c + v); worked by
