@@ -147,7 +147,7 @@ void add_cache_flags(CLI::App* cmd, CacheFlags& f, std::initializer_list<CacheFl
       }
       case CacheFlag::kMaxStepTokens:
         cmd->add_option("--max-step-tokens", f.max_step_tokens,
-                        "Prefill chunk; 0 = the model's (lowered to the narrowest window)")
+                        "Prefill chunk (may exceed a sliding window); 0 = the model's, else 512")
             ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))->capture_default_str();
         break;
       case CacheFlag::kWindows:

@@ -204,8 +204,8 @@ Runner add_inspect(CLI::App& app) {
                   "session-tokens")
       ->check(CLI::Range(int64_t{1}, kMaxCellsFlag))->excludes(capacity);
   sub->add_option("--max-write", args->max_write,
-                  "Most tokens per step (default: the file's max_step_tokens, else 512; lowered "
-                  "to the narrowest window)")
+                  "Most tokens per step (default: the file's max_step_tokens, else 512; may "
+                  "exceed a sliding window, whose ring then holds W + step - 1 rows)")
       ->check(CLI::Range(int64_t{1}, kMaxCellsFlag));
   sub->add_flag("--json", args->json, "Print one JSON object");
   refuse_beside_kv_memory(sub);

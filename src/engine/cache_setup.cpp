@@ -42,8 +42,6 @@ Result<CacheSetup> plan_at(const ModelGeometry& model, const CacheOptions& o, in
       model.max_step_tokens > 0 ? model.max_step_tokens : kDefaultStepTokens);
   if (step <= 0)
     return invalid_argument(str_cat("cache options: max_step_tokens = ", step, ", expected > 0"));
-  for (const LayerGeometry& l : s.geometry.layers)
-    if (l.sliding()) step = std::min<int64_t>(step, l.window);
   step = std::min({step, capacity, int64_t{1} << 30});
   s.step_tokens = step;
   s.config.capacity = capacity;

@@ -215,13 +215,8 @@ Result<ModelGeometry> with_windows(const ModelGeometry& g, std::span<const int32
       return invalid_argument(
           str_cat("windows[", i, "] = ", windows[i], ", expected >= 0 (0 = Full)"));
   ModelGeometry r = g;
-  int32_t narrowest = 0;
-  for (size_t c = 0; c < r.cache.layers.size(); ++c) {
-    const int32_t w = windows[c % windows.size()];
-    r.cache.layers[c].window = w;
-    if (w > 0 && (narrowest == 0 || w < narrowest)) narrowest = w;
-  }
-  if (narrowest > 0 && r.max_step_tokens > narrowest) r.max_step_tokens = narrowest;
+  for (size_t c = 0; c < r.cache.layers.size(); ++c)
+    r.cache.layers[c].window = windows[c % windows.size()];
   return r;
 }
 

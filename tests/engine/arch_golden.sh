@@ -61,7 +61,8 @@ PY
 fi
 
 if [ "$arch" = gemma3 ]; then
-  "$bin" inspect "$tmp/model.gguf" --json > "$tmp/inspect.json"
+  # --max-write 5: steps of the window (the default 512 would make every ring the capacity).
+  "$bin" inspect "$tmp/model.gguf" --max-write 5 --json > "$tmp/inspect.json"
   "$py" - "$tmp/inspect.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))

@@ -28,8 +28,9 @@ TEST_P(CachedVsReference, IncrementalLogitsEqualFullRecomputation) {
   o.capacity = 64;
   if (!windows) o.windows = {0};
   Built b = build(model, o);
-  // The default model has a Sliding(4) cache layer, so "max" is 4 there and 8 without.
-  EXPECT_EQ(b.setup.step_tokens, windows ? 4 : 8);
+  // The model's step is 8: with windows on, twice its Sliding(4) layer's window, so "max"
+  // writes steps wider than the window (that layer's ring holds 4 + 8 - 1 rows).
+  EXPECT_EQ(b.setup.step_tokens, 8);
   const std::vector<int32_t> tokens = some_tokens(21, model.hparams().vocab);
   std::vector<float> got = cached_logits(b, tokens, chunk == 0 ? b.setup.step_tokens : chunk);
   std::vector<double> want = reference_logits(model, tokens, &b.setup.geometry);

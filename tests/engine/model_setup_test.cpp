@@ -87,25 +87,29 @@ TEST(CacheSetup, WindowOverrideChangesOnlyPolicies) {
     want.window = s.geometry.layers[i].window;
     EXPECT_EQ(s.geometry.layers[i], want);
   }
-  EXPECT_EQ(s.step_tokens, 6);  // the model's 8 drops to the narrowest window
-  EXPECT_EQ(s.config.max_write, 6);
+  EXPECT_EQ(s.step_tokens, 8);  // the model's 8, wider than the Sliding(6) layer
+  EXPECT_EQ(s.config.max_write, 8);
 }
 
-TEST(CacheSetup, WindowNarrowerThanStepLowersIt) {
+// A step wider than a window is kept (a 128-token window must not hold a prefill to 128-token
+// steps); the window's ring widens to W + step - 1 slots instead.
+TEST(CacheSetup, AStepWiderThanAWindowIsKeptAndWidensTheRing) {
   Model m = tiny_model(TinySpec{});
   CacheOptions o;
   o.windows = {2};
   o.max_step_tokens = 16;
   CacheSetup s = *plan_cache(m, o);
-  EXPECT_EQ(s.step_tokens, 2);
-  EXPECT_EQ(*s.config.max_write, 2);
+  EXPECT_EQ(s.step_tokens, 16);
+  EXPECT_EQ(*s.config.max_write, 16);
+  EXPECT_EQ(sequence_slots(s.geometry.layers[0], s.config), 2 + 16 - 1);
+  EXPECT_TRUE(build_cache(s).ok());
 }
 
 TEST(CacheSetup, DefaultsComeFromTheModel) {
   Model m = tiny_model(TinySpec{});
   CacheSetup s = *plan_cache(m, CacheOptions{});
   EXPECT_EQ(s.config.capacity, 256);  // min(max_context 256, 4096)
-  EXPECT_EQ(s.step_tokens, 4);        // the model's 8 lowered to its Sliding(4) layer
+  EXPECT_EQ(s.step_tokens, 8);        // the model's, though its Sliding(4) layer is narrower
   EXPECT_EQ(s.kind, "sequence");
 }
 

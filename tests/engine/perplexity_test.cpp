@@ -81,7 +81,7 @@ TEST(ScoreWindow, ScoresTheSecondHalfWithTheReferenceDistributions) {
     for (size_t i = 0; i < want.size(); ++i)
       worst = std::max(worst, std::abs(double{logp[i]} - want[i]));
   };
-  ASSERT_EQ(b.setup.step_tokens, 4);  // the narrowest window: chunks of 4 cross the halves
+  ASSERT_EQ(b.setup.step_tokens, 8);  // the model's: chunks of 8 cross the halves (12)
   // Twice: the second run starts from the first's full sequence (score_window rewinds it).
   for (int run = 0; run < 2; ++run) {
     seen.clear();

@@ -31,8 +31,13 @@ for args in "--cache cell" "--max-step-tokens 1" "--max-step-tokens 3 --cache ce
   [ "$got" = "$want" ] || fail "greedy tokens differ with $args: $got vs $want"
 done
 
-step=$(json --windows 8,0 | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["step_tokens"])')
-[ "$step" = 8 ] || fail "--windows 8,0 should lower the step to 8, got $step"
+# The model's 16-token step is kept over Sliding(8) layers (their rings widen to 8 + 16 - 1)
+# and gives the greedy tokens of one-token steps: a 16-token prompt is one step twice the window.
+ids=73,110,32,116,104,101,32,98,101,103,105,110,110,105,110,103
+narrow=$(json --windows 8,0 --prompt-ids $ids --max-step-tokens 1 | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])')
+read -r step wide < <(json --windows 8,0 --prompt-ids $ids | /usr/bin/python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["step_tokens"], j["tokens"])')
+[ "$step" = 16 ] || fail "--windows 8,0 should keep the model's step 16, got $step"
+[ "$wide" = "$narrow" ] || fail "16-token steps over an 8-token window: $wide vs one-token steps $narrow"
 
 expect_error() {  # expect_error CODE PATTERN args...: exit CODE (1 refused, 2 usage), PATTERN
   local code=$1 pattern=$2 rc=0; shift 2

@@ -28,7 +28,7 @@ TEST(Runtime, OpensModelBytesWithTheirTokenizerAndBuildsTheCache) {
   EXPECT_EQ(r->tokenizer->kind(), text::Tokenizer::Kind::kBytes);  // the tiny file has no vocabulary
   EXPECT_EQ(r->setup.kind, "sequence");
   EXPECT_EQ(r->setup.config.capacity, 64);
-  EXPECT_EQ(r->setup.step_tokens, 4);  // the file's 8, lowered to its Sliding(4) layer
+  EXPECT_EQ(r->setup.step_tokens, 8);  // the file's, wider than its Sliding(4) layer
   EXPECT_EQ(r->seq, 0);
   EXPECT_EQ(&r->engine->model(), r->model.get());
   EXPECT_EQ(r->engine->shared_cache(), r->cache);

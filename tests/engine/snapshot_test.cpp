@@ -36,7 +36,7 @@ std::vector<int32_t> greedy_turn(Session& s, const std::vector<int32_t>& prompt,
 }
 
 // A conversation of 11 prompt tokens and 6 generated ones (16 positions: the sliding layer's
-// ring of 4 + 4 - 1 = 7 slots has wrapped) and its snapshot.
+// ring of 4 + 8 - 1 = 11 slots has wrapped) and its snapshot.
 struct Captured {
   Built built;
   std::unique_ptr<Session> session;
@@ -72,8 +72,9 @@ TEST(Snapshot, RestoredConversationContinuesWithTheOriginalsGreedyTokens) {
         EXPECT_EQ(back->tokens.size(), 17u);  // 16 positions + the held-back token
         EXPECT_EQ(back->layers[0].n, 16);     // full layers: every position
         EXPECT_EQ(back->layers[2].n, 16);
-        // The ring holds its 7 slots' positions; the cell layout's pool the last W - 1 = 3.
-        EXPECT_EQ(back->layers[1].n, std::string(from) == "sequence" ? 7 : 3);
+        // The ring holds its W + step - 1 = 4 + 8 - 1 slots' positions; the cell layout's
+        // pool the last W - 1 = 3.
+        EXPECT_EQ(back->layers[1].n, std::string(from) == "sequence" ? 11 : 3);
         EXPECT_EQ(back->layers[1].k, a.snapshot.layers[1].k);
 
         Built b = build(model, options(to, dt));

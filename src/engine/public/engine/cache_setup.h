@@ -1,8 +1,9 @@
 // Turns a model's published geometry plus the run-time choices (layout kind, capacity or a K/V
 // memory budget, dtype, step size, window override) into a cache geometry + config, and builds
 // the cpu cache. Also the one sizing rule of a cell pool shared by sessions (the executor's,
-// which `inspect` reports too). Layer: engine. The window override changes only the policies;
-// the step size drops to the narrowest window when larger. Byte counts come from core
+// which `inspect` reports too). Layer: engine. The window override changes only the policies.
+// A step may be wider than a sliding window: such a layer's ring holds W + step - 1 rows (SPEC
+// §2), so a model with a 128-token window still prefills 512 tokens a step. Byte counts come from core
 // (kv_bytes_at_capacity); nothing here allocates K/V.
 #pragma once
 

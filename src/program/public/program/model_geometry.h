@@ -57,8 +57,8 @@ Result<ModelGeometry> share_kv_layers(const std::vector<LayerGeometry>& per_laye
 bool sliding_by_period(int64_t layer, int64_t period);
 
 // The one window override (run, inspect, the engine's cache plan): replaces only the
-// policies, cache layer c gets windows[c % windows.size()] (0 = Full); max_step_tokens drops
-// to the narrowest window when larger. InvalidArgument naming the field ("windows = {}",
+// policies, cache layer c gets windows[c % windows.size()] (0 = Full); max_step_tokens stays
+// (a step may be wider than a window). InvalidArgument naming the field ("windows = {}",
 // "windows[1] = -2") for an empty list or a negative entry.
 Result<ModelGeometry> with_windows(const ModelGeometry& g, std::span<const int32_t> windows);
 
