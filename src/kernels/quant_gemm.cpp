@@ -45,6 +45,16 @@ detail::IntGemmForm detail::int_gemm_form(gguf::TensorType type) {
           type == T::kQ4_1 || type == T::kQ5_1 || type == T::kQ4_K || type == T::kQ5_K};
 }
 
+int detail::avx2_code_bias(gguf::TensorType type) {
+  using T = gguf::TensorType;
+  switch (type) {
+    case T::kQ4_0: return 8;
+    case T::kQ5_0: return 16;
+    case T::kMXFP4: return 12;
+    default: return 0;
+  }
+}
+
 namespace {
 // The level whose kernel multiplies w at `isa`: AVX-512 VNNI has Q8_0 and MXFP4 kernels;
 // every other integer block type runs the AVX2 kernel there too (on this AMD EPYC, Q4_K_M
@@ -69,7 +79,8 @@ void q8_gemm(const Weight& w, const float* x, float* y, int64_t t, bool accumula
              cpu::Isa isa) {
   if (w.rows == 0 || t <= 0) return;
   assert(q8_gemm_available(w, isa));
-  const Q8GemmKernel kernel = q8_gemm_kernel(gemm_isa(w, isa));
+  const cpu::Isa at = gemm_isa(w, isa);
+  const Q8GemmKernel kernel = q8_gemm_kernel(at);
   const detail::Q8QuantizeFn quantize = kernel.quantize;
   const detail::Q8GemmRowsFn rows = kernel.rows;
   thread_local detail::Q8GemmActs acts;
@@ -79,7 +90,10 @@ void q8_gemm(const Weight& w, const float* x, float* y, int64_t t, bool accumula
   a.blocks = w.cols / 32;
   a.xu.resize(static_cast<size_t>(t * w.cols));
   a.d.resize(static_cast<size_t>(t * a.blocks));
-  const bool offset = detail::int_gemm_form(w.type).offset;  // AVX2 only: xu holds q
+  // The block sums of q, for the offset term or the AVX2 kernel's code bias (AVX2 only:
+  // its xu holds q; offset types always run there).
+  const bool offset = detail::int_gemm_form(w.type).offset ||
+                      (at == cpu::Isa::kAvx2 && detail::avx2_code_bias(w.type) > 0);
   a.sum.resize(offset ? static_cast<size_t>(t * a.blocks) : 0);
   cpu::ThreadPool& pool = cpu::global_pool();
   pool.run_tasks((t + kTokenTile - 1) / kTokenTile, [&](int64_t i) {

@@ -52,6 +52,12 @@ struct IntGemmForm {
   bool split = false, offset = false;
 };
 IntGemmForm int_gemm_form(gguf::TensorType type);
+// The AVX2 kernel's bias for a type whose codes are signed but few: it multiplies the
+// unsigned codes w + bias (vpmaddubsw takes them as they are, no sign step) and takes
+// bias x the activation block's sum back off the int32 dot, which stays exact. 8 for Q4_0,
+// 16 for Q5_0, 12 for MXFP4 (doubled E2M1, |w| <= 12); 0 for the others (Q8_0's codes span
+// the whole byte; the offset types have no negative codes; Q6_K's halves have no sums).
+int avx2_code_bias(gguf::TensorType type);
 // Fills rows [j0, j1) of `a` (sized by the caller) from x.
 using Q8QuantizeFn = void (*)(const float* x, int64_t j0, int64_t j1, Q8GemmActs& a);
 // y[j * w.rows + r] for weight rows [r0, r1) and every row j of `a`.

@@ -7,13 +7,17 @@
 // that, pairs summed to int16) and vpmaddwd with ones (pairs to int32). Codes of at most 5 bits
 // let 4 or 8 steps add in int16 before one vpmaddwd, and the types with an offset have no
 // negative codes and skip vpsignb: Q4_K products 1.4x, Q6_K 1.2x, Q4_K_M prefill 1.15x
-// (kvcache_quant_bench / kvcache_file_bench on Zen 4, AVX2 and AVX-512 alike). Entered only
-// through q8_gemm's dispatch (AVX2+FMA+F16C checked).
+// (kvcache_quant_bench / kvcache_file_bench on Zen 4, AVX2 and AVX-512 alike). Q4_0, Q5_0 and
+// MXFP4 codes are signed but small: they are stored plus a bias (avx2_code_bias), which skips
+// vpsignb too, and bias x the activation's block sum comes off the int32 dot. With panels
+// packed in registers (not value by value) that took the gpt-oss-shaped file's AVX2 prefill
+// from 248 to ~390 tok/s. Entered only through q8_gemm's dispatch (AVX2+FMA+F16C checked).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
+#include "core/half.h"
 #include "cpu/simd_target.h"
 #include "kernels/quant_gemm.h"
 #include "kernels/quant_matvec.h"
@@ -31,41 +35,115 @@ using detail::Q8GemmActs;
 
 using detail::IntGemmForm;
 
+#include "kernels/int_panel_simd.inc"
+
 constexpr int kLanes = 8;   // weight rows per vector
 constexpr int kTokens = 6;  // activation rows per micro-tile: 6 int32 sums + 6 = 12 ymm
+
+// Sub-block b (32 values) of one weight row in integer form, into w[32] and its scales: the
+// types of one sub-block per block whose codes are bytes or nibbles (Q8_0, Q4_0, MXFP4)
+// decoded with vector steps, bitwise int_block's; the others through int_blocks, a whole
+// block at a time (kept until the row's next block).
+class RowDecoder {
+ public:
+  void start(gguf::TensorType type) { type_ = type; }
+
+  // Sub-block sb of the block at blk.
+  void sub_block(const uint8_t* blk, int sb, int8_t* w, float& s0, float& s1, float& c) {
+    switch (type_) {
+      case gguf::TensorType::kQ8_0:
+        std::memcpy(w, blk + 2, 32);
+        s0 = s1 = f16_to_f32(load_u16(blk));
+        c = 0.0f;
+        return;
+      case gguf::TensorType::kQ4_0:
+        store32(w, panel_nibbles(blk + 2, _mm256_set1_epi8(8), nullptr));
+        s0 = s1 = f16_to_f32(load_u16(blk));
+        c = 0.0f;
+        return;
+      case gguf::TensorType::kMXFP4:
+        store32(w, panel_nibbles(blk + 1, _mm256_setzero_si256(), gguf::kMxfp4Doubled));
+        s0 = s1 = gguf::mxfp4_half_scale(blk[0]);
+        c = 0.0f;
+        return;
+      default: {
+        if (sb == 0) detail::int_blocks(type_, blk, ibs_);
+        const detail::IntBlock& ib = ibs_[sb];
+        std::memcpy(w, ib.w, 32);
+        s0 = ib.s[0];
+        s1 = ib.s[1];
+        c = ib.c;
+      }
+    }
+  }
+
+ private:
+  static uint16_t load_u16(const uint8_t* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return h;
+  }
+  static void store32(int8_t* w, __m256i v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(w), v);
+  }
+  gguf::TensorType type_ = gguf::TensorType::kQ8_0;
+  detail::IntBlock ibs_[8];
+};
 
 // Rows r0 .. r0 + 8 (fewer at the end: zero rows) of a block-type weight in integer form
 // (IntBlock), per sub-block b of 32 columns: q[b][k][i] = the 4 int8 of columns 32 b + 4 k
 // .. + 3 of row r0 + i (as one int32), u[b][k][i] their magnitudes (|-128| = 128 as an
-// unsigned byte), s0/s1/c[b][i] the IntBlock's scales and offset.
+// unsigned byte) — or, for a type with a code bias (avx2_code_bias), the codes plus the bias
+// and no q — and s0/s1/c[b][i] the IntBlock's scales and offset. A sub-block's 8 rows are
+// decoded side by side and transposed in registers (packing was 35 % of an MXFP4 expert
+// product when it went value by value).
 struct Panel {
   std::vector<int32_t> q, u;
   std::vector<float> s0, s1, c;
   void pack(const Weight& w, int64_t r0, int64_t n, int64_t blocks) {
-    const gguf::BlockGeometry g = *gguf::block_geometry(w.type);
-    const int64_t per_block = g.elements / 32;
-    q.assign(static_cast<size_t>(blocks * 8 * kLanes), 0);
-    u.assign(q.size(), 0);
+    bias = detail::avx2_code_bias(w.type);
+    q.resize(bias != 0 ? 0 : static_cast<size_t>(blocks * 8 * kLanes));
+    u.resize(static_cast<size_t>(blocks * 8 * kLanes));
     for (std::vector<float>* v : {&s0, &s1, &c})
       v->assign(static_cast<size_t>(blocks * kLanes), 0.0f);
-    detail::IntBlock ibs[8];
+    const uint8_t* row[kLanes];
     for (int64_t i = 0; i < n; ++i) {
-      const uint8_t* row = w.row_data(r0 + i);
-      for (int64_t b = 0; b < blocks; ++b) {
-        if (b % per_block == 0) detail::int_blocks(w.type, row + (b / per_block) * g.bytes, ibs);
-        const detail::IntBlock& ib = ibs[b % per_block];
-        s0[b * kLanes + i] = ib.s[0];
-        s1[b * kLanes + i] = ib.s[1];
-        c[b * kLanes + i] = ib.c;
-        for (int k = 0; k < 8; ++k) std::memcpy(&q[(b * 8 + k) * kLanes + i], ib.w + 4 * k, 4);
-      }
+      rows[i].start(w.type);
+      row[i] = w.row_data(r0 + i);
     }
+    const __m256i bias_v = _mm256_set1_epi8(static_cast<char>(bias));
+    alignas(32) int8_t codes[kLanes][32] = {};
     __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
-    for (size_t v = 0; v < q.size(); v += kLanes) {
-      const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(&q[v]));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(&u[v]), _mm256_abs_epi8(qv));
-      lo = _mm256_min_epi8(lo, qv);
-      hi = _mm256_max_epu8(hi, _mm256_abs_epi8(qv));
+    const gguf::BlockGeometry g = *gguf::block_geometry(w.type);
+    const int per_block = static_cast<int>(g.elements / 32);
+    int64_t offset = 0;  // of sub-block b's block in a row
+    for (int64_t b = 0, sb = 0; b < blocks; ++b) {
+      const int64_t at = b * kLanes;
+      for (int64_t i = 0; i < n; ++i)
+        rows[i].sub_block(row[i] + offset, static_cast<int>(sb), codes[i], s0[at + i], s1[at + i],
+                          c[at + i]);
+      if (++sb == per_block) {
+        sb = 0;
+        offset += g.bytes;
+      }
+      __m256i v[kLanes];
+      for (int i = 0; i < kLanes; ++i)
+        v[i] = _mm256_load_si256(reinterpret_cast<const __m256i*>(codes[i]));
+      panel_transpose8(v);
+      for (int k = 0; k < 8; ++k) {
+        const size_t o = static_cast<size_t>((b * 8 + k) * kLanes);
+        if (bias != 0) {  // w + bias: no code is negative, so no sign step and no q
+          const __m256i biased = _mm256_add_epi8(v[k], bias_v);
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(&u[o]), biased);
+          hi = _mm256_max_epu8(hi, biased);
+          continue;
+        }
+        const __m256i mag = _mm256_abs_epi8(v[k]);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(&q[o]), v[k]);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(&u[o]), mag);
+        lo = _mm256_min_epi8(lo, v[k]);
+        hi = _mm256_max_epu8(hi, mag);
+      }
     }
     alignas(32) uint8_t lo_b[32], hi_b[32];
     _mm256_store_si256(reinterpret_cast<__m256i*>(lo_b), lo);
@@ -82,6 +160,8 @@ struct Panel {
   }
   bool signed_codes = true;  // some code is negative: the activation takes the weight's sign
   int group = 1;             // k steps summed in int16 before one widening to int32
+  int bias = 0;              // u holds w + bias (avx2_code_bias); the dot takes it back off
+  RowDecoder rows[kLanes];   // each row's decoder (a K type's block stays decoded)
 };
 
 // dot[t] = the int32 dots of columns 32 b + 4 k0 .. 32 b + 4 k1 for the panel's 8 rows and
@@ -89,8 +169,8 @@ struct Panel {
 // quantize_activations rounds x / (amax / 127), which never reaches 128), so each int16 pair
 // sum is at most 2 * 128 * 127 = 32512 < 32767 and never saturates; kGroup such sums are added
 // in int16 (the panel's `group` keeps them below 32768) before vpmaddwd with ones widens them
-// to int32 exactly. Without negative codes (kSigned false: the types with an offset) w = |w|
-// and the sign step is skipped.
+// to int32 exactly. Without negative codes (kSigned false: the types with an offset, and the
+// biased codes w + bias) w = |w| and the sign step is skipped.
 template <int kT, bool kSigned, int kGroup>
 [[gnu::always_inline]] inline void block_dots(const Panel& panel, const uint8_t* const* xq,
                                               int64_t b, int k0, int k1, __m256i* dot) {
@@ -126,12 +206,21 @@ void scale_into(const __m256i* dot, const float* s, const float* const* dx, int6
                              _mm256_mul_ps(sv, _mm256_set1_ps(dx[t][b])), acc[t]);
 }
 
+// A kernel's form: the sub-block scaling (q8_gemm's split halves, an offset term), whether codes
+// are signed, the int16 group, and whether u holds codes plus a bias (Panel::bias).
+template <bool kSplitF, bool kOffsetF, bool kSignedF, int kGroupF, bool kBiasF = false>
+struct Form {
+  static constexpr bool kSplit = kSplitF, kOffset = kOffsetF, kSigned = kSignedF;
+  static constexpr int kGroup = kGroupF;
+  static constexpr bool kBias = kBiasF;
+};
+
 // Activation rows j .. j + kT against a packed panel of n rows: y[(j + t) * y_stride + i],
 // i < n, in q8_gemm's order per sub-block (whole dot or halves, then the offset term).
 // (One row vector by 6 tokens measured ~1.3x two vectors by 4 on Zen 4 for Q8_0: GCC keeps
 // fewer values in registers.)
-template <int kT, bool kSplit, bool kOffset, bool kSigned, int kGroup>
-void micro_tile(const Panel& panel, int64_t n, const Q8GemmActs& a, int64_t j, float* y,
+template <int kT, class F>
+[[gnu::noinline]] void micro_tile(const Panel& panel, int64_t n, const Q8GemmActs& a, int64_t j, float* y,
                 int64_t y_stride, bool accumulate) {
   __m256 acc[kT];
   for (int t = 0; t < kT; ++t) acc[t] = _mm256_setzero_ps();
@@ -143,16 +232,20 @@ void micro_tile(const Panel& panel, int64_t n, const Q8GemmActs& a, int64_t j, f
   }
   for (int64_t b = 0; b < a.blocks; ++b) {
     __m256i dot[kT];
-    if (kSplit) {
-      block_dots<kT, kSigned, kGroup>(panel, xq, b, 0, 4, dot);
+    if (F::kSplit) {
+      block_dots<kT, F::kSigned, F::kGroup>(panel, xq, b, 0, 4, dot);
       scale_into<kT>(dot, panel.s0.data() + b * kLanes, dx, b, acc);
-      block_dots<kT, kSigned, kGroup>(panel, xq, b, 4, 8, dot);
+      block_dots<kT, F::kSigned, F::kGroup>(panel, xq, b, 4, 8, dot);
       scale_into<kT>(dot, panel.s1.data() + b * kLanes, dx, b, acc);
     } else {
-      block_dots<kT, kSigned, kGroup>(panel, xq, b, 0, 8, dot);
+      block_dots<kT, F::kSigned, F::kGroup>(panel, xq, b, 0, 8, dot);
+      if (F::kBias)  // the dot of w + bias, less bias x the block's sum of q: the dot of w
+        for (int t = 0; t < kT; ++t)
+          dot[t] = _mm256_sub_epi32(
+              dot[t], _mm256_set1_epi32(panel.bias * a.sum[(j + t) * a.blocks + b]));
       scale_into<kT>(dot, panel.s0.data() + b * kLanes, dx, b, acc);
     }
-    if (kOffset) {
+    if (F::kOffset) {
       for (int t = 0; t < kT; ++t) dot[t] = _mm256_set1_epi32(a.sum[(j + t) * a.blocks + b]);
       scale_into<kT>(dot, panel.c.data() + b * kLanes, dx, b, acc);
     }
@@ -167,49 +260,44 @@ void micro_tile(const Panel& panel, int64_t n, const Q8GemmActs& a, int64_t j, f
   }
 }
 
+// The last a.t - j (at most kT) activation rows from j, as one micro-tile.
+template <int kT, class F>
+void tail_tile(const Panel& panel, int64_t n, const Q8GemmActs& a, int64_t j, float* yr,
+               int64_t stride, bool accumulate) {
+  if constexpr (kT > 0) {
+    if (a.t - j == kT) return micro_tile<kT, F>(panel, n, a, j, yr, stride, accumulate);
+    tail_tile<kT - 1, F>(panel, n, a, j, yr, stride, accumulate);
+  }
+}
+
 // Every activation row against one packed panel, 6 tokens a micro-tile, then the tail.
-template <bool kSplit, bool kOffset, bool kSigned, int kGroup>
+template <class F>
 void panel_tokens(const Panel& panel, int64_t n, const Q8GemmActs& a, float* yr, int64_t stride,
                   bool accumulate) {
   int64_t j = 0;
   for (; j + kTokens <= a.t; j += kTokens)
-    micro_tile<kTokens, kSplit, kOffset, kSigned, kGroup>(panel, n, a, j, yr, stride, accumulate);
-  switch (a.t - j) {
-    case 5:
-      return micro_tile<5, kSplit, kOffset, kSigned, kGroup>(panel, n, a, j, yr, stride,
-                                                              accumulate);
-    case 4:
-      return micro_tile<4, kSplit, kOffset, kSigned, kGroup>(panel, n, a, j, yr, stride,
-                                                              accumulate);
-    case 3:
-      return micro_tile<3, kSplit, kOffset, kSigned, kGroup>(panel, n, a, j, yr, stride,
-                                                              accumulate);
-    case 2:
-      return micro_tile<2, kSplit, kOffset, kSigned, kGroup>(panel, n, a, j, yr, stride,
-                                                              accumulate);
-    case 1:
-      return micro_tile<1, kSplit, kOffset, kSigned, kGroup>(panel, n, a, j, yr, stride,
-                                                              accumulate);
-    default: return;
-  }
+    micro_tile<kTokens, F>(panel, n, a, j, yr, stride, accumulate);
+  tail_tile<kTokens - 1, F>(panel, n, a, j, yr, stride, accumulate);
 }
 
-// The panel's kernel: the type's form, then its codes' sign and int16 group (a split form's
-// halves are 4 steps, so at most 4 there). The codes of Q8_0 need group 1; Q6_K's 4; the
+// The panel's kernel: the type's form, then its codes' sign (or bias) and int16 group (a split
+// form's halves are 4 steps, so at most 4 there). The codes of Q8_0 need group 1; Q6_K's 4; the
 // 4- and 5-bit types' 4 or 8.
 template <bool kSplit, bool kOffset>
 void panel_kernel(const Panel& panel, int64_t n, const Q8GemmActs& a, float* yr, int64_t stride,
                   bool accumulate) {
   const int group = std::min(panel.group, kSplit ? 4 : 8);
-  if (!panel.signed_codes && group == 8)
-    return panel_tokens<kSplit, kOffset, false, 8>(panel, n, a, yr, stride, accumulate);
-  if (!panel.signed_codes && group >= 4)
-    return panel_tokens<kSplit, kOffset, false, 4>(panel, n, a, yr, stride, accumulate);
-  if (group == 8)
-    return panel_tokens<kSplit, kOffset, true, 8>(panel, n, a, yr, stride, accumulate);
-  if (group >= 4)
-    return panel_tokens<kSplit, kOffset, true, 4>(panel, n, a, yr, stride, accumulate);
-  panel_tokens<kSplit, kOffset, true, 1>(panel, n, a, yr, stride, accumulate);
+  const auto run = [&]<class F>(F) { panel_tokens<F>(panel, n, a, yr, stride, accumulate); };
+  if (!kSplit && !kOffset && panel.bias != 0) {  // the bias types' form is neither
+    if (group == 8) return run(Form<false, false, false, 8, true>{});
+    if (group >= 4) return run(Form<false, false, false, 4, true>{});
+    return run(Form<false, false, false, 1, true>{});
+  }
+  if (!panel.signed_codes && group == 8) return run(Form<kSplit, kOffset, false, 8>{});
+  if (!panel.signed_codes && group >= 4) return run(Form<kSplit, kOffset, false, 4>{});
+  if (group == 8) return run(Form<kSplit, kOffset, true, 8>{});
+  if (group >= 4) return run(Form<kSplit, kOffset, true, 4>{});
+  run(Form<kSplit, kOffset, true, 1>{});
 }
 
 // Rows [r0, r1), 8 at a time, against every activation row.

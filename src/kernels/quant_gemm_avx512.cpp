@@ -32,35 +32,56 @@ constexpr int64_t kQ8Bytes = 34, kMxfp4Bytes = 17;
 constexpr int kLanes = 16;  // weight rows per vector
 constexpr int kTokens = 6;  // activation rows per micro-tile
 
+#include "kernels/int_panel_simd.inc"
+
+// The signed sum of 32 int8: the unsigned sum of their bytes + 128, less 32 x 128.
+int32_t byte_sum(__m256i v) {
+  const __m256i s = _mm256_sad_epu8(_mm256_xor_si256(v, _mm256_set1_epi8(-128)),
+                                    _mm256_setzero_si256());
+  const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  return static_cast<int32_t>(_mm_cvtsi128_si64(_mm_add_epi64(h, _mm_unpackhi_epi64(h, h)))) -
+         32 * 128;
+}
+
 // Rows tile r0 .. r0 + 16 (fewer at the end: zero rows) of a Q8_0 or MXFP4 weight, per block
 // b: q[b][k][i] = the 4 int8 of columns 32 b + 4 k .. + 3 of row r0 + i (as one int32; MXFP4
 // in IntBlock form: the doubled E2M1 values), d[b][i] its scale, corr[b][i] = -128 x the sum
-// of its 32 values (undoes the activations' +128).
+// of its 32 values (undoes the activations' +128). A block's rows are decoded side by side and
+// transposed in registers, 8 rows at a time.
 struct Panel {
   std::vector<int32_t> q, corr;
   std::vector<float> d;
   void pack(const Weight& w, int64_t r0, int64_t n, int64_t blocks) {
-    q.assign(static_cast<size_t>(blocks * 8 * kLanes), 0);
+    q.resize(static_cast<size_t>(blocks * 8 * kLanes));
     corr.assign(static_cast<size_t>(blocks * kLanes), 0);
     d.assign(static_cast<size_t>(blocks * kLanes), 0.0f);
     const bool q8 = w.type == gguf::TensorType::kQ8_0;
-    detail::IntBlock ib;
-    for (int64_t i = 0; i < n; ++i) {
-      const uint8_t* row = w.row_data(r0 + i);
-      for (int64_t b = 0; b < blocks; ++b) {
-        const int8_t* v = ib.w;
+    const int64_t bytes = q8 ? kQ8Bytes : kMxfp4Bytes;
+    const uint8_t* row[kLanes];
+    for (int64_t i = 0; i < n; ++i) row[i] = w.row_data(r0 + i);
+    __m256i v[kLanes];
+    for (__m256i& x : v) x = _mm256_setzero_si256();  // rows past n stay zero
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t at = b * kLanes;
+      for (int64_t i = 0; i < n; ++i) {
+        const uint8_t* blk = row[i] + b * bytes;
         if (q8) {
-          const uint8_t* blk = row + b * kQ8Bytes;
-          d[b * kLanes + i] = _cvtsh_ss(static_cast<uint16_t>(blk[0] | blk[1] << 8));
-          v = reinterpret_cast<const int8_t*>(blk + 2);
+          d[at + i] = _cvtsh_ss(static_cast<uint16_t>(blk[0] | blk[1] << 8));
+          v[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
         } else {
-          detail::int_block(w.type, row + b * kMxfp4Bytes, 0, ib);
-          d[b * kLanes + i] = ib.s[0];
+          d[at + i] = gguf::mxfp4_half_scale(blk[0]);
+          v[i] = panel_nibbles(blk + 1, _mm256_setzero_si256(), gguf::kMxfp4Doubled);
         }
-        int32_t sum = 0;
-        for (int l = 0; l < 32; ++l) sum += v[l];
-        corr[b * kLanes + i] = -128 * sum;
-        for (int k = 0; k < 8; ++k) std::memcpy(&q[(b * 8 + k) * kLanes + i], v + 4 * k, 4);
+        corr[at + i] = -128 * byte_sum(v[i]);
+      }
+      __m256i t[kLanes];
+      std::copy(v, v + kLanes, t);
+      panel_transpose8(t);
+      panel_transpose8(t + 8);
+      for (int k = 0; k < 8; ++k) {
+        int32_t* out = q.data() + (b * 8 + k) * kLanes;
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), t[k]);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 8), t[8 + k]);
       }
     }
   }
