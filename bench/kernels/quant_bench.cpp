@@ -135,7 +135,8 @@ std::vector<uint8_t> huge_page_bytes(int64_t n) {
 // multiplied in turn, 64 / range(3) passes per iteration, on range(4) threads. 64 MiB is past
 // the last-level cache, as a decode step's weights are (bytes per second and the ratio to
 // the read probe as BM_Matvec); 1 MiB stays in L2 and times the kernel's arithmetic alone.
-// Shapes: the benchmark model's up (2048 x 768) and down (768 x 2048) projections.
+// Shapes: the benchmark model's up (2048 x 768) and down (768 x 2048) projections, and for
+// MXFP4 a gpt-oss-20b expert matrix (2880 x 2880).
 void BM_MatvecShape(benchmark::State& bs) {
   const auto type = static_cast<TensorType>(bs.range(0));
   const int64_t rows = bs.range(1), cols = bs.range(2), mib = bs.range(3);
@@ -179,6 +180,8 @@ void matvec_shape_args(benchmark::internal::Benchmark* b) {
       for (int threads : {1, 2}) {
         b->Args({static_cast<int64_t>(t), 2048, 768, mib, threads});
         b->Args({static_cast<int64_t>(t), 768, 2048, mib, threads});
+        if (t == TensorType::kMXFP4)  // a gpt-oss-20b expert: 90 blocks a row, 8 per step + 2
+          b->Args({static_cast<int64_t>(t), 2880, 2880, mib, threads});
       }
 }
 
