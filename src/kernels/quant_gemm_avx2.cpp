@@ -40,10 +40,11 @@ using detail::IntGemmForm;
 constexpr int kLanes = 8;   // weight rows per vector
 constexpr int kTokens = 6;  // activation rows per micro-tile: 6 int32 sums + 6 = 12 ymm
 
-// Sub-block b (32 values) of one weight row in integer form, into w[32] and its scales: the
-// types of one sub-block per block whose codes are bytes or nibbles (Q8_0, Q4_0, MXFP4)
-// decoded with vector steps, bitwise int_block's; the others through int_blocks, a whole
-// block at a time (kept until the row's next block).
+// Sub-block b (32 values) of one weight row in integer form, into w[32] and its scales,
+// bitwise int_block's: Q8_0, Q4_0 and MXFP4 (one sub-block per block) and the K types (a whole
+// block at a time, kept until the row's next block) decoded with vector steps, the others
+// through int_blocks. (Scalar K-type decoding took 2/3 of the time of the products it fed in
+// a Qwen3-30B-A3B-shaped prefill, ~32 tokens an expert.)
 class RowDecoder {
  public:
   void start(gguf::TensorType type) { type_ = type; }
@@ -67,7 +68,12 @@ class RowDecoder {
         c = 0.0f;
         return;
       default: {
-        if (sb == 0) detail::int_blocks(type_, blk, ibs_);
+        if (sb == 0) {
+          if (type_ == gguf::TensorType::kQ4_K || type_ == gguf::TensorType::kQ5_K)
+            k_block(blk, type_ == gguf::TensorType::kQ5_K);
+          else if (type_ == gguf::TensorType::kQ6_K) q6_block(blk);
+          else detail::int_blocks(type_, blk, ibs_);
+        }
         const detail::IntBlock& ib = ibs_[sb];
         std::memcpy(w, ib.w, 32);
         s0 = ib.s[0];
@@ -78,6 +84,62 @@ class RowDecoder {
   }
 
  private:
+  static __m256i load32(const uint8_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  }
+  static __m256i low_nibbles(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0F)); }
+  // Bits [shift, shift + width) of every byte (width 1 or 2), moved to bit 4.
+  static __m256i high_bits(__m256i v, int shift, int width) {
+    const __m256i mask = _mm256_set1_epi8(static_cast<char>((1 << width) - 1));
+    const __m256i shifted = _mm256_srl_epi16(v, _mm_cvtsi32_si128(shift));
+    return _mm256_slli_epi16(_mm256_and_si256(shifted, mask), 4);
+  }
+
+  // A Q4_K / Q5_K block's 8 sub-blocks into ibs_, as int_blocks decodes them: sub-blocks 2j
+  // and 2j + 1 are the low and high nibbles of the same 32 bytes (Q5_K: plus bit 2j or 2j + 1
+  // of qh as bit 4).
+  void k_block(const uint8_t* b, bool five) {
+    const float d = f16_to_f32(load_u16(b)), dmin = f16_to_f32(load_u16(b + 2));
+    const __m256i qh = load32(b + 16);
+    for (int j = 0; j < 4; ++j) {
+      const __m256i q = load32(b + (five ? 48 : 16) + 32 * j);
+      __m256i lo = low_nibbles(q), hi = low_nibbles(_mm256_srli_epi16(q, 4));
+      if (five) {
+        lo = _mm256_or_si256(lo, high_bits(qh, 2 * j, 1));
+        hi = _mm256_or_si256(hi, high_bits(qh, 2 * j + 1, 1));
+      }
+      store32(ibs_[2 * j].w, lo);
+      store32(ibs_[2 * j + 1].w, hi);
+    }
+    for (int sb = 0; sb < 8; ++sb) {
+      const gguf::ScaleMin sm = gguf::unpack_k_scale(b + 4, sb);
+      ibs_[sb].s[0] = ibs_[sb].s[1] = d * sm.scale;
+      ibs_[sb].c = -dmin * sm.min;
+    }
+  }
+
+  // A Q6_K block's 8 sub-blocks into ibs_, as int_blocks decodes them: sub-block 4h + g takes
+  // nibble g / 2 of ql's 32 bytes at 64 h + 32 (g % 2), bits 2g, 2g + 1 of qh's at 128 + 32 h as
+  // bits 4-5, less 32.
+  void q6_block(const uint8_t* b) {
+    const float d = f16_to_f32(load_u16(b + 208));
+    const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i qh = load32(b + 128 + 32 * h);
+      for (int g = 0; g < 4; ++g) {
+        const __m256i ql = load32(b + 64 * h + 32 * (g % 2));
+        const __m256i lo = g < 2 ? low_nibbles(ql) : low_nibbles(_mm256_srli_epi16(ql, 4));
+        store32(ibs_[4 * h + g].w, _mm256_sub_epi8(_mm256_or_si256(lo, high_bits(qh, 2 * g, 2)),
+                                                   _mm256_set1_epi8(32)));
+      }
+    }
+    for (int sb = 0; sb < 8; ++sb) {
+      ibs_[sb].c = 0.0f;
+      ibs_[sb].s[0] = d * sc[2 * sb];
+      ibs_[sb].s[1] = d * sc[2 * sb + 1];
+    }
+  }
+
   static uint16_t load_u16(const uint8_t* p) {
     uint16_t h;
     std::memcpy(&h, p, 2);
@@ -219,9 +281,9 @@ struct Form {
 // i < n, in q8_gemm's order per sub-block (whole dot or halves, then the offset term).
 // (One row vector by 6 tokens measured ~1.3x two vectors by 4 on Zen 4 for Q8_0: GCC keeps
 // fewer values in registers.)
-template <int kT, class F>
-[[gnu::noinline]] void micro_tile(const Panel& panel, int64_t n, const Q8GemmActs& a, int64_t j, float* y,
-                int64_t y_stride, bool accumulate) {
+template <int kT, class F>  // out of line: inlined into gemm_rows, Q4_K ran ~8 % slower
+[[gnu::noinline]] void micro_tile(const Panel& panel, int64_t n, const Q8GemmActs& a, int64_t j,
+                                  float* y, int64_t y_stride, bool accumulate) {
   __m256 acc[kT];
   for (int t = 0; t < kT; ++t) acc[t] = _mm256_setzero_ps();
   const uint8_t* xq[kT];
