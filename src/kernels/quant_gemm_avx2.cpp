@@ -155,8 +155,8 @@ class RowDecoder {
 // Rows r0 .. r0 + 8 (fewer at the end: zero rows) of a block-type weight in integer form
 // (IntBlock), per sub-block b of 32 columns: q[b][k][i] = the 4 int8 of columns 32 b + 4 k
 // .. + 3 of row r0 + i (as one int32), u[b][k][i] their magnitudes (|-128| = 128 as an
-// unsigned byte) — or, for a type with a code bias (avx2_code_bias), the codes plus the bias
-// and no q — and s0/s1/c[b][i] the IntBlock's scales and offset. A sub-block's 8 rows are
+// unsigned byte) — or, for a type whose codes are never negative (the offset types) or have
+// a code bias (avx2_code_bias), the codes plus the bias and no q — and s0/s1/c[b][i] the IntBlock's scales and offset. A sub-block's 8 rows are
 // decoded side by side and transposed in registers (packing was 35 % of an MXFP4 expert
 // product when it went value by value).
 struct Panel {
@@ -164,7 +164,10 @@ struct Panel {
   std::vector<float> s0, s1, c;
   void pack(const Weight& w, int64_t r0, int64_t n, int64_t blocks) {
     bias = detail::avx2_code_bias(w.type);
-    q.resize(bias != 0 ? 0 : static_cast<size_t>(blocks * 8 * kLanes));
+    // Codes that are never negative (the offset types') or made so by the bias: u = w + bias
+    // and no q.
+    const bool no_sign = bias != 0 || detail::int_gemm_form(w.type).offset;
+    q.resize(no_sign ? 0 : static_cast<size_t>(blocks * 8 * kLanes));
     u.resize(static_cast<size_t>(blocks * 8 * kLanes));
     for (std::vector<float>* v : {&s0, &s1, &c})
       v->assign(static_cast<size_t>(blocks * kLanes), 0.0f);
@@ -194,7 +197,7 @@ struct Panel {
       panel_transpose8(v);
       for (int k = 0; k < 8; ++k) {
         const size_t o = static_cast<size_t>((b * 8 + k) * kLanes);
-        if (bias != 0) {  // w + bias: no code is negative, so no sign step and no q
+        if (no_sign) {
           const __m256i biased = _mm256_add_epi8(v[k], bias_v);
           _mm256_storeu_si256(reinterpret_cast<__m256i*>(&u[o]), biased);
           hi = _mm256_max_epu8(hi, biased);
