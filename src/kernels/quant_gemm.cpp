@@ -92,14 +92,14 @@ void q8_gemm(const Weight& w, const float* x, float* y, int64_t t, bool accumula
   a.d.resize(static_cast<size_t>(t * a.blocks));
   // The block sums of q, for the offset term or the AVX2 kernel's code bias (AVX2 only:
   // its xu holds q; offset types always run there).
-  const bool offset = detail::int_gemm_form(w.type).offset ||
-                      (at == cpu::Isa::kAvx2 && detail::avx2_code_bias(w.type) > 0);
-  a.sum.resize(offset ? static_cast<size_t>(t * a.blocks) : 0);
+  const bool sums = detail::int_gemm_form(w.type).offset ||
+                    (at == cpu::Isa::kAvx2 && detail::avx2_code_bias(w.type) > 0);
+  a.sum.resize(sums ? static_cast<size_t>(t * a.blocks) : 0);
   cpu::ThreadPool& pool = cpu::global_pool();
   pool.run_tasks((t + kTokenTile - 1) / kTokenTile, [&](int64_t i) {
     const int64_t j0 = i * kTokenTile, j1 = std::min(t, (i + 1) * kTokenTile);
     quantize(x, j0, j1, a);
-    if (!offset) return;
+    if (!sums) return;
     for (int64_t k = j0 * a.blocks; k < j1 * a.blocks; ++k) {
       int32_t sum = 0;
       for (int l = 0; l < 32; ++l)
