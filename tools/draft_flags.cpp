@@ -28,8 +28,13 @@ std::optional<int32_t> ngram_width(std::string_view mode) {
 
 // "self:q8_0" / "self:q4_0" -> the type; nullopt otherwise.
 std::optional<gguf::TensorType> self_type(std::string_view mode) {
-  if (mode == "self:q8_0") return gguf::TensorType::kQ8_0;
-  if (mode == "self:q4_0") return gguf::TensorType::kQ4_0;
+  using gguf::TensorType;
+  static constexpr std::pair<std::string_view, TensorType> kTypes[] = {
+      {"self:q8_0", TensorType::kQ8_0}, {"self:q4_0", TensorType::kQ4_0},
+      {"self:q4_k", TensorType::kQ4_K}, {"self:q5_k", TensorType::kQ5_K},
+      {"self:q6_k", TensorType::kQ6_K}};
+  for (const auto& [name, type] : kTypes)
+    if (mode == name) return type;
   return std::nullopt;
 }
 
@@ -75,7 +80,8 @@ void add_draft_flags(CLI::App* cmd, DraftFlags& f) {
                 return ngram_width(v) || self_type(v)
                            ? std::string()
                            : str_cat("'", v, "' is not a drafter, expected ngram, ngram:N with N "
-                                     "in 1..", engine::kMaxNgram, ", self:q8_0 or self:q4_0");
+                                     "in 1..", engine::kMaxNgram, ", self:q8_0, self:q4_0, self:q4_k, "
+                                     "self:q5_k or self:q6_k");
               },
               "ngram[:N]|self:TYPE", "draft mode"));
   CLI::Option* model = cmd->add_option(

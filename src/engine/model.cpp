@@ -535,8 +535,11 @@ Result<Model> Model::load(const GgufFile& f, const LoadOptions& options) {
 
 namespace {
 
+// A matrix whose rows are not whole blocks of `type` (a K-quant's 256 values) is encoded Q8_0
+// instead when they are whole blocks of 32, else kept as it is.
 Weight requantize(const Weight& w, gguf::TensorType type) {
-  const std::optional<int64_t> rb = gguf::row_bytes(type, w.cols);
+  std::optional<int64_t> rb = gguf::row_bytes(type, w.cols);
+  if (!rb) rb = gguf::row_bytes(type = gguf::TensorType::kQ8_0, w.cols);
   if (w.empty() || w.type == type || !rb) return w;
   std::vector<uint8_t> data(static_cast<size_t>(w.rows * *rb));
   std::vector<float> row(static_cast<size_t>(w.cols));
@@ -550,9 +553,11 @@ Weight requantize(const Weight& w, gguf::TensorType type) {
 }  // namespace
 
 Result<Model> Model::requantized(gguf::TensorType type) const {
-  if (type != gguf::TensorType::kQ8_0 && type != gguf::TensorType::kQ4_0)
+  using gguf::TensorType;
+  if (type != TensorType::kQ8_0 && type != TensorType::kQ4_0 && type != TensorType::kQ4_K &&
+      type != TensorType::kQ5_K && type != TensorType::kQ6_K)
     return invalid_argument(str_cat("requantize model: type ", gguf::to_string(type),
-                                    ", expected q8_0 or q4_0"));
+                                    ", expected q8_0, q4_0, q4_k, q5_k or q6_k"));
   Model m;
   m.hp_ = hp_;
   m.geometry_ = geometry_;

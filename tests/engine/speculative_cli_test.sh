@@ -19,14 +19,14 @@ prompt="the cat sat on the mat. the dog sat on the log. the cat sat on the mat. 
 tokens() { "$bin" run --json --prompt "$prompt" --max-new-tokens 80 "$@" 2>"$tmp/err" |
              /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])'; }
 check_draft_line() {
-  grep -Eq "draft (ngram:[0-9]+|model:tiny|self:q[48]_0): acceptance [0-9.]+% \([0-9]+/[0-9]+\), [0-9.]+ tokens/step" "$tmp/err" ||
+  grep -Eq "draft (ngram:[0-9]+|model:tiny|self:q[48]_0|self:q[456]_k): acceptance [0-9.]+% \([0-9]+/[0-9]+\), [0-9.]+ tokens/step" "$tmp/err" ||
     { cat "$tmp/err" >&2; fail "$*: no draft figures on the timing line"; }
 }
 for cache in sequence cell; do
   for kv in f32 q8_0; do
     want=$(tokens --cache "$cache" --kv-dtype "$kv")
     for draft in "--draft ngram" "--draft ngram:1 --draft-max 3" "--draft ngram:5 --draft-max 15" \
-                 "--draft-model $repo/models/tiny.gguf" "--draft self:q8_0" "--draft self:q4_0" \
+                 "--draft-model $repo/models/tiny.gguf" "--draft self:q8_0" "--draft self:q4_0" "--draft self:q4_k" \
                  "--draft-model $repo/models/tiny.gguf --draft-k acceptance"; do
       got=$(tokens --cache "$cache" --kv-dtype "$kv" $draft)
       [ "$got" = "$want" ] || fail "$cache $kv $draft: greedy tokens differ: $got vs $want"
@@ -57,7 +57,7 @@ expect_error() {  # expect_error CODE PATTERN args...
 }
 expect_error 2 "--draft: 'foo' is not a drafter" --draft foo
 expect_error 2 "--draft: 'ngram:0' is not a drafter" --draft ngram:0
-expect_error 2 "--draft: 'self:f16' is not a drafter, expected .* self:q8_0 or self:q4_0" --draft self:f16
+expect_error 2 "--draft: 'self:f16' is not a drafter, expected .* self:q8_0, self:q4_0, self:q4_k, self:q5_k or self:q6_k" --draft self:f16
 expect_error 2 "--draft-max: Value 0 not in range" --draft ngram --draft-max 0
 expect_error 2 "--draft-max 16: a verification step is 17 tokens .* step width .* is 16; expected --draft-max <= 15" \
   --draft ngram --draft-max 16

@@ -13,6 +13,7 @@
 #include "engine/session.h"
 #include "engine/speculative.h"
 #include "engine_test_util.h"
+#include "program/gguf_quant.h"
 
 namespace kvcache::engine::testing {
 namespace {
@@ -275,11 +276,19 @@ TEST_F(Speculative, TheTargetsOwnWeightsReencodedDraftForIt) {
   const Model& model = *loaded_.model;
   EXPECT_EQ(model.requantized(gguf::TensorType::kF16).status().code(),
             StatusCode::kInvalidArgument);
-  for (gguf::TensorType type : {gguf::TensorType::kQ8_0, gguf::TensorType::kQ4_0}) {
+  EXPECT_EQ(model.requantized(gguf::TensorType::kQ4_1).status().code(),
+            StatusCode::kInvalidArgument);
+  for (gguf::TensorType type : {gguf::TensorType::kQ8_0, gguf::TensorType::kQ4_0,
+                                gguf::TensorType::kQ4_K, gguf::TensorType::kQ6_K}) {
     Result<Model> cheap = model.requantized(type);
     ASSERT_TRUE(cheap.ok()) << cheap.status().to_string();
-    EXPECT_EQ(cheap->layers()[0].wq.type, type);
-    EXPECT_EQ(cheap->output().type, type);
+    // Rows of whole K-quant blocks (256 values) take the K type, narrower ones Q8_0.
+    const auto as_encoded = [&](const kernels::Weight& w) {
+      return gguf::row_bytes(type, w.cols) ? type : gguf::TensorType::kQ8_0;
+    };
+    EXPECT_EQ(cheap->layers()[0].wq.type, as_encoded(model.layers()[0].wq));
+    EXPECT_EQ(cheap->layers()[0].w_down.type, as_encoded(model.layers()[0].w_down));
+    EXPECT_EQ(cheap->output().type, as_encoded(model.output()));
     // A tied output gets its own encoded copy: counted once more (vocab x d).
     EXPECT_FALSE(cheap->tied());
     EXPECT_EQ(cheap->n_params(),
