@@ -153,7 +153,7 @@ std::optional<ApiError> check_fields(const json& obj, bool chat,
                                      const std::vector<std::string>& also) {
   static const std::set<std::string> kActed = {
       "model", "max_tokens", "temperature", "top_p", "top_k", "seed", "n", "stream",
-      "stream_options", "stop", "ignore_eos", "response_format", "logit_bias",
+      "stream_options", "stop", "ignore_eos", "draft", "response_format", "logit_bias",
       "presence_penalty", "frequency_penalty", "logprobs", "top_logprobs"};
   // API fields that ask for nothing at these values (null is always nothing).
   static const std::map<std::string, json> kInert = {
@@ -263,6 +263,7 @@ std::optional<ApiError> parse_sampling(const json& obj, const ApiLimits& lim, Ap
   if (auto e = number_field(obj, "n", 1, lim.max_sessions, p.n)) return e;
   if (auto e = bool_field(obj, "stream", r.stream)) return e;
   if (auto e = bool_field(obj, "ignore_eos", p.ignore_eos)) return e;
+  if (auto e = bool_field(obj, "draft", p.draft)) return e;
   if (auto e = stop_strings(obj, "stop", /*single=*/true, p.stop)) return e;
   auto so = obj.find("stream_options");
   if (so != obj.end() && !so->is_null()) {
