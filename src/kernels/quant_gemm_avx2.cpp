@@ -40,11 +40,81 @@ using detail::IntGemmForm;
 constexpr int kLanes = 8;   // weight rows per vector
 constexpr int kTokens = 6;  // activation rows per micro-tile: 6 int32 sums + 6 = 12 ymm
 
+inline __m256i load32(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+inline __m256i low_nibbles(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0F)); }
+// Bits [shift, shift + width) of every byte (width 1 or 2), moved to bit 4.
+inline __m256i high_bits(__m256i v, int shift, int width) {
+  const __m256i mask = _mm256_set1_epi8(static_cast<char>((1 << width) - 1));
+  const __m256i shifted = _mm256_srl_epi16(v, _mm_cvtsi32_si128(shift));
+  return _mm256_slli_epi16(_mm256_and_si256(shifted, mask), 4);
+}
+inline uint16_t load_u16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return h;
+}
+
+// Where one row's decoded K block goes: sub-block sb's 32 codes at w + sb * kStride, its
+// scales and offset at s0 / s1 / c [sb * kLanes] (a panel's layout: 8 rows a sub-block).
+struct KOut {
+  static constexpr int kStride = kLanes * 32;
+  int8_t* w;
+  float *s0, *s1, *c;
+};
+
+// A Q4_K / Q5_K block's 8 sub-blocks, bitwise as int_blocks decodes them: sub-blocks 2j and
+// 2j + 1 are the low and high nibbles of the same 32 bytes (Q5_K: plus bit 2j or 2j + 1 of
+// qh as bit 4); scale d x the 6-bit scale, offset -dmin x the 6-bit min.
+void k_block(const uint8_t* b, bool five, const KOut& o) {
+  const float d = f16_to_f32(load_u16(b)), dmin = f16_to_f32(load_u16(b + 2));
+  const __m256i qh = load32(b + 16);
+  for (int j = 0; j < 4; ++j) {
+    const __m256i q = load32(b + (five ? 48 : 16) + 32 * j);
+    __m256i lo = low_nibbles(q), hi = low_nibbles(_mm256_srli_epi16(q, 4));
+    if (five) {
+      lo = _mm256_or_si256(lo, high_bits(qh, 2 * j, 1));
+      hi = _mm256_or_si256(hi, high_bits(qh, 2 * j + 1, 1));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.w + 2 * j * KOut::kStride), lo);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.w + (2 * j + 1) * KOut::kStride), hi);
+  }
+  uint64_t sc, mn;
+  gguf::unpack_k_scales8(b + 4, sc, mn);
+  for (int sb = 0; sb < 8; ++sb) {
+    o.s0[sb * kLanes] = o.s1[sb * kLanes] = d * static_cast<float>((sc >> (8 * sb)) & 0xFF);
+    o.c[sb * kLanes] = -dmin * static_cast<float>((mn >> (8 * sb)) & 0xFF);
+  }
+}
+
+// A Q6_K block's 8 sub-blocks, bitwise as int_blocks decodes them: sub-block 4h + g takes
+// nibble g / 2 of ql's 32 bytes at 64 h + 32 (g % 2), bits 2g, 2g + 1 of qh's at 128 + 32 h as
+// bits 4-5, less 32; two int8 scales a sub-block (one per 16 values), no offset.
+void q6_block(const uint8_t* b, const KOut& o) {
+  const float d = f16_to_f32(load_u16(b + 208));
+  const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i qh = load32(b + 128 + 32 * h);
+    for (int g = 0; g < 4; ++g) {
+      const __m256i ql = load32(b + 64 * h + 32 * (g % 2));
+      const __m256i lo = g < 2 ? low_nibbles(ql) : low_nibbles(_mm256_srli_epi16(ql, 4));
+      _mm256_storeu_si256(
+          reinterpret_cast<__m256i*>(o.w + (4 * h + g) * KOut::kStride),
+          _mm256_sub_epi8(_mm256_or_si256(lo, high_bits(qh, 2 * g, 2)), _mm256_set1_epi8(32)));
+    }
+  }
+  for (int sb = 0; sb < 8; ++sb) {
+    o.c[sb * kLanes] = 0.0f;
+    o.s0[sb * kLanes] = d * sc[2 * sb];
+    o.s1[sb * kLanes] = d * sc[2 * sb + 1];
+  }
+}
+
 // Sub-block b (32 values) of one weight row in integer form, into w[32] and its scales,
-// bitwise int_block's: Q8_0, Q4_0 and MXFP4 (one sub-block per block) and the K types (a whole
-// block at a time, kept until the row's next block) decoded with vector steps, the others
-// through int_blocks. (Scalar K-type decoding took 2/3 of the time of the products it fed in
-// a Qwen3-30B-A3B-shaped prefill, ~32 tokens an expert.)
+// bitwise int_block's: Q8_0, Q4_0 and MXFP4 (one sub-block per block) decoded with vector
+// steps, Q4_1, Q5_0 and Q5_1 through int_blocks (a block kept until the row's next). The K
+// types are decoded a whole block at a time by k_block / q6_block (Panel::pack_k_rows).
 class RowDecoder {
  public:
   void start(gguf::TensorType type) { type_ = type; }
@@ -67,13 +137,8 @@ class RowDecoder {
         s0 = s1 = gguf::mxfp4_half_scale(blk[0]);
         c = 0.0f;
         return;
-      default: {
-        if (sb == 0) {
-          if (type_ == gguf::TensorType::kQ4_K || type_ == gguf::TensorType::kQ5_K)
-            k_block(blk, type_ == gguf::TensorType::kQ5_K);
-          else if (type_ == gguf::TensorType::kQ6_K) q6_block(blk);
-          else detail::int_blocks(type_, blk, ibs_);
-        }
+      default: {  // Q4_1, Q5_0, Q5_1 (the K types go through pack_k_rows)
+        if (sb == 0) detail::int_blocks(type_, blk, ibs_);
         const detail::IntBlock& ib = ibs_[sb];
         std::memcpy(w, ib.w, 32);
         s0 = ib.s[0];
@@ -84,67 +149,6 @@ class RowDecoder {
   }
 
  private:
-  static __m256i load32(const uint8_t* p) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  }
-  static __m256i low_nibbles(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0F)); }
-  // Bits [shift, shift + width) of every byte (width 1 or 2), moved to bit 4.
-  static __m256i high_bits(__m256i v, int shift, int width) {
-    const __m256i mask = _mm256_set1_epi8(static_cast<char>((1 << width) - 1));
-    const __m256i shifted = _mm256_srl_epi16(v, _mm_cvtsi32_si128(shift));
-    return _mm256_slli_epi16(_mm256_and_si256(shifted, mask), 4);
-  }
-
-  // A Q4_K / Q5_K block's 8 sub-blocks into ibs_, as int_blocks decodes them: sub-blocks 2j
-  // and 2j + 1 are the low and high nibbles of the same 32 bytes (Q5_K: plus bit 2j or 2j + 1
-  // of qh as bit 4).
-  void k_block(const uint8_t* b, bool five) {
-    const float d = f16_to_f32(load_u16(b)), dmin = f16_to_f32(load_u16(b + 2));
-    const __m256i qh = load32(b + 16);
-    for (int j = 0; j < 4; ++j) {
-      const __m256i q = load32(b + (five ? 48 : 16) + 32 * j);
-      __m256i lo = low_nibbles(q), hi = low_nibbles(_mm256_srli_epi16(q, 4));
-      if (five) {
-        lo = _mm256_or_si256(lo, high_bits(qh, 2 * j, 1));
-        hi = _mm256_or_si256(hi, high_bits(qh, 2 * j + 1, 1));
-      }
-      store32(ibs_[2 * j].w, lo);
-      store32(ibs_[2 * j + 1].w, hi);
-    }
-    for (int sb = 0; sb < 8; ++sb) {
-      const gguf::ScaleMin sm = gguf::unpack_k_scale(b + 4, sb);
-      ibs_[sb].s[0] = ibs_[sb].s[1] = d * sm.scale;
-      ibs_[sb].c = -dmin * sm.min;
-    }
-  }
-
-  // A Q6_K block's 8 sub-blocks into ibs_, as int_blocks decodes them: sub-block 4h + g takes
-  // nibble g / 2 of ql's 32 bytes at 64 h + 32 (g % 2), bits 2g, 2g + 1 of qh's at 128 + 32 h as
-  // bits 4-5, less 32.
-  void q6_block(const uint8_t* b) {
-    const float d = f16_to_f32(load_u16(b + 208));
-    const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
-    for (int h = 0; h < 2; ++h) {
-      const __m256i qh = load32(b + 128 + 32 * h);
-      for (int g = 0; g < 4; ++g) {
-        const __m256i ql = load32(b + 64 * h + 32 * (g % 2));
-        const __m256i lo = g < 2 ? low_nibbles(ql) : low_nibbles(_mm256_srli_epi16(ql, 4));
-        store32(ibs_[4 * h + g].w, _mm256_sub_epi8(_mm256_or_si256(lo, high_bits(qh, 2 * g, 2)),
-                                                   _mm256_set1_epi8(32)));
-      }
-    }
-    for (int sb = 0; sb < 8; ++sb) {
-      ibs_[sb].c = 0.0f;
-      ibs_[sb].s[0] = d * sc[2 * sb];
-      ibs_[sb].s[1] = d * sc[2 * sb + 1];
-    }
-  }
-
-  static uint16_t load_u16(const uint8_t* p) {
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    return h;
-  }
   static void store32(int8_t* w, __m256i v) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(w), v);
   }
@@ -156,9 +160,12 @@ class RowDecoder {
 // (IntBlock), per sub-block b of 32 columns: q[b][k][i] = the 4 int8 of columns 32 b + 4 k
 // .. + 3 of row r0 + i (as one int32), u[b][k][i] their magnitudes (|-128| = 128 as an
 // unsigned byte) — or, for a type whose codes are never negative (the offset types) or have
-// a code bias (avx2_code_bias), the codes plus the bias and no q — and s0/s1/c[b][i] the IntBlock's scales and offset. A sub-block's 8 rows are
-// decoded side by side and transposed in registers (packing was 35 % of an MXFP4 expert
-// product when it went value by value).
+// a code bias (avx2_code_bias), the codes plus the bias and no q — and s0/s1/c[b][i] the
+// IntBlock's scales and offset. A sub-block's 8 rows are decoded side by side and transposed in
+// registers (packing was 35 % of an MXFP4 expert product when it went value by value). The
+// smallest code and largest magnitude stay in registers while packing: kept in the (thread-
+// local) panel, every sub-block's update went through memory, and a Qwen3-30B-A3B-shaped
+// Q4_K_M prefill (~32 tokens an expert, AVX2) ran 0.91-0.95x llama.cpp; now 1.02x.
 struct Panel {
   std::vector<int32_t> q, u;
   std::vector<float> s0, s1, c;
@@ -166,53 +173,20 @@ struct Panel {
     bias = detail::avx2_code_bias(w.type);
     // Codes that are never negative (the offset types') or made so by the bias: u = w + bias
     // and no q.
-    const bool no_sign = bias != 0 || detail::int_gemm_form(w.type).offset;
-    q.resize(no_sign ? 0 : static_cast<size_t>(blocks * 8 * kLanes));
+    no_sign_ = bias != 0 || detail::int_gemm_form(w.type).offset;
+    q.resize(no_sign_ ? 0 : static_cast<size_t>(blocks * 8 * kLanes));
     u.resize(static_cast<size_t>(blocks * 8 * kLanes));
     for (std::vector<float>* v : {&s0, &s1, &c})
       v->assign(static_cast<size_t>(blocks * kLanes), 0.0f);
-    const uint8_t* row[kLanes];
-    for (int64_t i = 0; i < n; ++i) {
-      rows[i].start(w.type);
-      row[i] = w.row_data(r0 + i);
-    }
-    const __m256i bias_v = _mm256_set1_epi8(static_cast<char>(bias));
-    alignas(32) int8_t codes[kLanes][32] = {};
-    __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
-    const gguf::BlockGeometry g = *gguf::block_geometry(w.type);
-    const int per_block = static_cast<int>(g.elements / 32);
-    int64_t offset = 0;  // of sub-block b's block in a row
-    for (int64_t b = 0, sb = 0; b < blocks; ++b) {
-      const int64_t at = b * kLanes;
-      for (int64_t i = 0; i < n; ++i)
-        rows[i].sub_block(row[i] + offset, static_cast<int>(sb), codes[i], s0[at + i], s1[at + i],
-                          c[at + i]);
-      if (++sb == per_block) {
-        sb = 0;
-        offset += g.bytes;
-      }
-      __m256i v[kLanes];
-      for (int i = 0; i < kLanes; ++i)
-        v[i] = _mm256_load_si256(reinterpret_cast<const __m256i*>(codes[i]));
-      panel_transpose8(v);
-      for (int k = 0; k < 8; ++k) {
-        const size_t o = static_cast<size_t>((b * 8 + k) * kLanes);
-        if (no_sign) {
-          const __m256i biased = _mm256_add_epi8(v[k], bias_v);
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(&u[o]), biased);
-          hi = _mm256_max_epu8(hi, biased);
-          continue;
-        }
-        const __m256i mag = _mm256_abs_epi8(v[k]);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(&q[o]), v[k]);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(&u[o]), mag);
-        lo = _mm256_min_epi8(lo, v[k]);
-        hi = _mm256_max_epu8(hi, mag);
-      }
-    }
+    lo_ = hi_ = _mm256_setzero_si256();
+    if (w.type == gguf::TensorType::kQ4_K || w.type == gguf::TensorType::kQ5_K ||
+        w.type == gguf::TensorType::kQ6_K)
+      pack_k_rows(w, r0, n, blocks);
+    else
+      pack_sub_blocks(w, r0, n, blocks);
     alignas(32) uint8_t lo_b[32], hi_b[32];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(lo_b), lo);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(hi_b), hi);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lo_b), lo_);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(hi_b), hi_);
     signed_codes = false;
     int largest = 0;
     for (int i = 0; i < 32; ++i) {
@@ -226,7 +200,91 @@ struct Panel {
   bool signed_codes = true;  // some code is negative: the activation takes the weight's sign
   int group = 1;             // k steps summed in int16 before one widening to int32
   int bias = 0;              // u holds w + bias (avx2_code_bias); the dot takes it back off
-  RowDecoder rows[kLanes];   // each row's decoder (a K type's block stays decoded)
+
+ private:
+  // Sub-block b of the 8 rows (codes[i]: row i's 32 codes) transposed into q / u; lo / hi
+  // gather the smallest code and the largest magnitude per byte.
+  template <bool kNoSign>
+  void put(int64_t b, int8_t (*codes)[32], __m256i& lo, __m256i& hi) {
+    __m256i v[kLanes];
+    for (int i = 0; i < kLanes; ++i)
+      v[i] = _mm256_load_si256(reinterpret_cast<const __m256i*>(codes[i]));
+    panel_transpose8(v);
+    for (int k = 0; k < 8; ++k) {
+      const size_t o = static_cast<size_t>((b * 8 + k) * kLanes);
+      if (kNoSign) {
+        const __m256i biased = _mm256_add_epi8(v[k], _mm256_set1_epi8(static_cast<char>(bias)));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(&u[o]), biased);
+        hi = _mm256_max_epu8(hi, biased);
+        continue;
+      }
+      const __m256i mag = _mm256_abs_epi8(v[k]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(&q[o]), v[k]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(&u[o]), mag);
+      lo = _mm256_min_epi8(lo, v[k]);
+      hi = _mm256_max_epu8(hi, mag);
+    }
+  }
+  void put(int64_t b, int8_t (*codes)[32], __m256i& lo, __m256i& hi) {
+    if (no_sign_) put<true>(b, codes, lo, hi);
+    else put<false>(b, codes, lo, hi);
+  }
+
+  // One sub-block of each row at a time through its RowDecoder.
+  void pack_sub_blocks(const Weight& w, int64_t r0, int64_t n, int64_t blocks) {
+    const uint8_t* row[kLanes];
+    for (int64_t i = 0; i < n; ++i) {
+      rows_[i].start(w.type);
+      row[i] = w.row_data(r0 + i);
+    }
+    alignas(32) int8_t codes[kLanes][32] = {};
+    const gguf::BlockGeometry g = *gguf::block_geometry(w.type);
+    const int per_block = static_cast<int>(g.elements / 32);
+    int64_t offset = 0;  // of sub-block b's block in a row
+    __m256i lo = lo_, hi = hi_;
+    for (int64_t b = 0, sb = 0; b < blocks; ++b) {
+      const int64_t at = b * kLanes;
+      for (int64_t i = 0; i < n; ++i)
+        rows_[i].sub_block(row[i] + offset, static_cast<int>(sb), codes[i], s0[at + i],
+                           s1[at + i], c[at + i]);
+      if (++sb == per_block) {
+        sb = 0;
+        offset += g.bytes;
+      }
+      put(b, codes, lo, hi);
+    }
+    lo_ = lo, hi_ = hi;
+  }
+
+  // The K types a whole block (8 sub-blocks) of each row at a time, decoded in place into the
+  // 8 sub-blocks' code tiles and the panel's scales, then the 8 tiles transposed. (Going
+  // through RowDecoder a sub-block at a time, the per-call dispatch and the scales unpacked
+  // one at a time cost about as much as the transposes.)
+  void pack_k_rows(const Weight& w, int64_t r0, int64_t n, int64_t blocks) {
+    if (no_sign_) pack_k_rows<true>(w, r0, n, blocks);
+    else pack_k_rows<false>(w, r0, n, blocks);
+  }
+  template <bool kNoSign>
+  void pack_k_rows(const Weight& w, int64_t r0, int64_t n, int64_t blocks) {
+    alignas(32) int8_t codes[8][kLanes][32] = {};
+    const int64_t block_bytes = gguf::block_geometry(w.type)->bytes;
+    __m256i lo = lo_, hi = hi_;
+    for (int64_t kb = 0; kb < blocks / 8; ++kb) {
+      for (int64_t i = 0; i < n; ++i) {
+        const uint8_t* blk = w.row_data(r0 + i) + kb * block_bytes;
+        const int64_t at = kb * 8 * kLanes + i;
+        const KOut out{&codes[0][i][0], &s0[at], &s1[at], &c[at]};
+        if (w.type == gguf::TensorType::kQ6_K) q6_block(blk, out);
+        else k_block(blk, w.type == gguf::TensorType::kQ5_K, out);
+      }
+      for (int sb = 0; sb < 8; ++sb) put<kNoSign>(kb * 8 + sb, codes[sb], lo, hi);
+    }
+    lo_ = lo, hi_ = hi;
+  }
+
+  bool no_sign_ = false;
+  __m256i lo_, hi_;          // the smallest code and the largest magnitude so far, per byte
+  RowDecoder rows_[kLanes];  // each row's decoder (Q4_1, Q5_0, Q5_1: a block stays decoded)
 };
 
 // dot[t] = the int32 dots of columns 32 b + 4 k0 .. 32 b + 4 k1 for the panel's 8 rows and

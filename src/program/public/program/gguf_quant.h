@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <span>
 
@@ -51,6 +52,17 @@ struct ScaleMin {
   uint8_t scale = 0, min = 0;
 };
 ScaleMin unpack_k_scale(const uint8_t* packed12, int j);
+// All eight at once (unpack_k_scale's rule on four bytes at a time): byte j of `scales` /
+// `mins` is sub-block j's. Bytes 0-3 / 4-7 hold scales / mins 0-3 in their low 6 bits and the
+// top 2 bits of scales / mins 4-7; bytes 8-11 the low nibbles of 4-7.
+inline void unpack_k_scales8(const uint8_t* packed12, uint64_t& scales, uint64_t& mins) {
+  uint32_t w[3];
+  std::memcpy(w, packed12, 12);
+  const uint32_t sc_hi = (w[2] & 0x0F0F0F0Fu) | (((w[0] >> 6) & 0x03030303u) << 4);
+  const uint32_t mn_hi = ((w[2] >> 4) & 0x0F0F0F0Fu) | (((w[1] >> 6) & 0x03030303u) << 4);
+  scales = (w[0] & 0x3F3F3F3Fu) | (uint64_t{sc_hi} << 32);
+  mins = (w[1] & 0x3F3F3F3Fu) | (uint64_t{mn_hi} << 32);
+}
 void pack_k_scales(const uint8_t scale[8], const uint8_t min[8], uint8_t* packed12);
 
 }  // namespace kvcache::gguf
