@@ -26,7 +26,8 @@ std::optional<int32_t> ngram_width(std::string_view mode) {
   return v;
 }
 
-// "self:q8_0" / "self:q4_0" -> the type; nullopt otherwise.
+// "self:q8_0", "self:q4_0", "self:q4_k", "self:q5_k", "self:q6_k" -> the type; nullopt
+// otherwise.
 std::optional<gguf::TensorType> self_type(std::string_view mode) {
   using gguf::TensorType;
   static constexpr std::pair<std::string_view, TensorType> kTypes[] = {
@@ -80,8 +81,8 @@ void add_draft_flags(CLI::App* cmd, DraftFlags& f) {
                 return ngram_width(v) || self_type(v)
                            ? std::string()
                            : str_cat("'", v, "' is not a drafter, expected ngram, ngram:N with N "
-                                     "in 1..", engine::kMaxNgram, ", self:q8_0, self:q4_0, self:q4_k, "
-                                     "self:q5_k or self:q6_k");
+                                     "in 1..", engine::kMaxNgram,
+                                     ", self:q8_0, self:q4_0, self:q4_k, self:q5_k or self:q6_k");
               },
               "ngram[:N]|self:TYPE", "draft mode"));
   CLI::Option* model = cmd->add_option(

@@ -538,8 +538,8 @@ namespace {
 // A matrix whose rows are not whole blocks of `type` (a K-quant's 256 values) is encoded Q8_0
 // instead when they are whole blocks of 32, else kept as it is.
 Weight requantize(const Weight& w, gguf::TensorType type) {
-  std::optional<int64_t> rb = gguf::row_bytes(type, w.cols);
-  if (!rb) rb = gguf::row_bytes(type = gguf::TensorType::kQ8_0, w.cols);
+  if (!gguf::row_bytes(type, w.cols)) type = gguf::TensorType::kQ8_0;
+  const std::optional<int64_t> rb = gguf::row_bytes(type, w.cols);
   if (w.empty() || w.type == type || !rb) return w;
   std::vector<uint8_t> data(static_cast<size_t>(w.rows * *rb));
   std::vector<float> row(static_cast<size_t>(w.cols));

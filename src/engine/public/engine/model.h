@@ -123,8 +123,9 @@ class Model {
   // re-encoded in memory as `type` (Q8_0, Q4_0, Q4_K, Q5_K or Q6_K): a cheaper drafter from
   // the same weights. A matrix whose width is not a whole number of the type's blocks (256 for
   // the K types) is encoded Q8_0 instead; one already of that type, or not of whole blocks of
-  // 32 either, is shared as it is. InvalidArgument naming the type otherwise. Cost: decodes and encodes every
-  // matrix once. The copy shares nothing mutable with this model (both are immutable).
+  // 32 either, is shared as it is. InvalidArgument naming the type otherwise. Cost: decodes
+  // and encodes every matrix once. The copy shares nothing mutable with this model (both are
+  // immutable).
   Result<Model> requantized(gguf::TensorType type) const;
   // program/fingerprint.h of the file the model was loaded from (keys cached K/V by model).
   uint64_t fingerprint() const { return fingerprint_; }
