@@ -173,20 +173,17 @@ struct Panel {
     bias = detail::avx2_code_bias(w.type);
     // Codes that are never negative (the offset types') or made so by the bias: u = w + bias
     // and no q.
-    no_sign_ = bias != 0 || detail::int_gemm_form(w.type).offset;
-    q.resize(no_sign_ ? 0 : static_cast<size_t>(blocks * 8 * kLanes));
+    const bool no_sign = bias != 0 || detail::int_gemm_form(w.type).offset;
+    q.resize(no_sign ? 0 : static_cast<size_t>(blocks * 8 * kLanes));
     u.resize(static_cast<size_t>(blocks * 8 * kLanes));
     for (std::vector<float>* v : {&s0, &s1, &c})
       v->assign(static_cast<size_t>(blocks * kLanes), 0.0f);
-    lo_ = hi_ = _mm256_setzero_si256();
-    if (w.type == gguf::TensorType::kQ4_K || w.type == gguf::TensorType::kQ5_K ||
-        w.type == gguf::TensorType::kQ6_K)
-      pack_k_rows(w, r0, n, blocks);
-    else
-      pack_sub_blocks(w, r0, n, blocks);
+    __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+    if (no_sign) pack_rows<true>(w, r0, n, blocks, lo, hi);
+    else pack_rows<false>(w, r0, n, blocks, lo, hi);
     alignas(32) uint8_t lo_b[32], hi_b[32];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(lo_b), lo_);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(hi_b), hi_);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lo_b), lo);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(hi_b), hi);
     signed_codes = false;
     int largest = 0;
     for (int i = 0; i < 32; ++i) {
@@ -225,13 +222,22 @@ struct Panel {
       hi = _mm256_max_epu8(hi, mag);
     }
   }
-  void put(int64_t b, int8_t (*codes)[32], __m256i& lo, __m256i& hi) {
-    if (no_sign_) put<true>(b, codes, lo, hi);
-    else put<false>(b, codes, lo, hi);
+  // The K types a whole block of each row at a time, the others a sub-block at a time; lo / hi
+  // as in put (each loop keeps them in locals: see the comment above Panel).
+  template <bool kNoSign>
+  void pack_rows(const Weight& w, int64_t r0, int64_t n, int64_t blocks, __m256i& lo,
+                 __m256i& hi) {
+    if (w.type == gguf::TensorType::kQ4_K || w.type == gguf::TensorType::kQ5_K ||
+        w.type == gguf::TensorType::kQ6_K)
+      pack_k_rows<kNoSign>(w, r0, n, blocks, lo, hi);
+    else
+      pack_sub_blocks<kNoSign>(w, r0, n, blocks, lo, hi);
   }
 
   // One sub-block of each row at a time through its RowDecoder.
-  void pack_sub_blocks(const Weight& w, int64_t r0, int64_t n, int64_t blocks) {
+  template <bool kNoSign>
+  void pack_sub_blocks(const Weight& w, int64_t r0, int64_t n, int64_t blocks, __m256i& lo_out,
+                       __m256i& hi_out) {
     const uint8_t* row[kLanes];
     for (int64_t i = 0; i < n; ++i) {
       rows_[i].start(w.type);
@@ -241,7 +247,7 @@ struct Panel {
     const gguf::BlockGeometry g = *gguf::block_geometry(w.type);
     const int per_block = static_cast<int>(g.elements / 32);
     int64_t offset = 0;  // of sub-block b's block in a row
-    __m256i lo = lo_, hi = hi_;
+    __m256i lo = lo_out, hi = hi_out;
     for (int64_t b = 0, sb = 0; b < blocks; ++b) {
       const int64_t at = b * kLanes;
       for (int64_t i = 0; i < n; ++i)
@@ -251,24 +257,21 @@ struct Panel {
         sb = 0;
         offset += g.bytes;
       }
-      put(b, codes, lo, hi);
+      put<kNoSign>(b, codes, lo, hi);
     }
-    lo_ = lo, hi_ = hi;
+    lo_out = lo, hi_out = hi;
   }
 
   // The K types a whole block (8 sub-blocks) of each row at a time, decoded in place into the
   // 8 sub-blocks' code tiles and the panel's scales, then the 8 tiles transposed. (Going
   // through RowDecoder a sub-block at a time, the per-call dispatch and the scales unpacked
   // one at a time cost about as much as the transposes.)
-  void pack_k_rows(const Weight& w, int64_t r0, int64_t n, int64_t blocks) {
-    if (no_sign_) pack_k_rows<true>(w, r0, n, blocks);
-    else pack_k_rows<false>(w, r0, n, blocks);
-  }
   template <bool kNoSign>
-  void pack_k_rows(const Weight& w, int64_t r0, int64_t n, int64_t blocks) {
+  void pack_k_rows(const Weight& w, int64_t r0, int64_t n, int64_t blocks, __m256i& lo_out,
+                   __m256i& hi_out) {
     alignas(32) int8_t codes[8][kLanes][32] = {};
     const int64_t block_bytes = gguf::block_geometry(w.type)->bytes;
-    __m256i lo = lo_, hi = hi_;
+    __m256i lo = lo_out, hi = hi_out;
     for (int64_t kb = 0; kb < blocks / 8; ++kb) {
       for (int64_t i = 0; i < n; ++i) {
         const uint8_t* blk = w.row_data(r0 + i) + kb * block_bytes;
@@ -279,11 +282,9 @@ struct Panel {
       }
       for (int sb = 0; sb < 8; ++sb) put<kNoSign>(kb * 8 + sb, codes[sb], lo, hi);
     }
-    lo_ = lo, hi_ = hi;
+    lo_out = lo, hi_out = hi;
   }
 
-  bool no_sign_ = false;
-  __m256i lo_, hi_;          // the smallest code and the largest magnitude so far, per byte
   RowDecoder rows_[kLanes];  // each row's decoder (Q4_1, Q5_0, Q5_1: a block stays decoded)
 };
 
