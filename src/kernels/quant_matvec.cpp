@@ -274,12 +274,32 @@ void detail::product_rows(const Weight& w, const ProductInput& in, int64_t r0, i
                              : isa == cpu::Isa::kAvx2 ? avx2_half_batch(w.type)
                                                       : nullptr;
   if (hb != nullptr) return hb(w, r0, r1, in.x, in.t, y + r0, w.rows, accumulate);
-  // Chunks of about kRowChunkBytes of weight rows stay in L2 while every activation row passes.
+  // Chunks of about kRowChunkBytes of weight rows stay in L2 while every activation row
+  // passes, four or two at a time where the type has group kernels.
+  auto group = [&](int n) -> RowGroupKernel {
+    return isa == cpu::Isa::kAvx512 ? avx512_group_kernel(w.type, n)
+           : isa == cpu::Isa::kAvx2 ? avx2_group_kernel(w.type, n)
+                                    : nullptr;
+  };
+  const RowGroupKernel quad = group(4), pair = group(2);
   const int64_t chunk = std::max<int64_t>(4, kRowChunkBytes / std::max<int64_t>(1, w.row_bytes()));
   for (int64_t c0 = r0; c0 < r1; c0 += chunk) {
     const int64_t c1 = std::min(r1, c0 + chunk);
-    for (int64_t j = 0; j < in.t; ++j)
-      fn(w, c0, c1, acts(j), in.x + j * w.cols, y + j * w.rows + c0, accumulate);
+    for (int64_t j = 0; j < in.t;) {
+      const int n = in.t - j >= 4 && quad != nullptr ? 4 : in.t - j >= 2 && pair != nullptr ? 2 : 1;
+      if (n == 1) {
+        fn(w, c0, c1, acts(j), in.x + j * w.cols, y + j * w.rows + c0, accumulate);
+      } else {
+        const Q8Activations* a[4];
+        float* ys[4];
+        for (int i = 0; i < n; ++i) {
+          a[i] = &acts(j + i);
+          ys[i] = y + (j + i) * w.rows + c0;
+        }
+        (n == 4 ? quad : pair)(w, c0, c1, a, ys, accumulate);
+      }
+      j += n;
+    }
   }
 }
 

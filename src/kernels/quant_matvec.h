@@ -94,6 +94,13 @@ using HalfBatchKernel = void (*)(const Weight& w, int64_t r0, int64_t r1, const 
                                  int64_t t, float* y, int64_t y_stride, bool accumulate);
 HalfBatchKernel avx2_half_batch(gguf::TensorType type);
 HalfBatchKernel avx512_half_batch(gguf::TensorType type);
+// Block rows [r0, r1) against n quantized activation rows at once (each row's codes opened
+// once for all n): y[j][r - r0] from a[j], each bitwise what the ISA's RowKernel gives that
+// activation alone; nullptr for the types (or widths n) without one.
+using RowGroupKernel = void (*)(const Weight& w, int64_t r0, int64_t r1,
+                                const Q8Activations* const* a, float* const* y, bool accumulate);
+RowGroupKernel avx2_group_kernel(gguf::TensorType type, int n);
+RowGroupKernel avx512_group_kernel(gguf::TensorType type, int n);
 RowKernel avx2_kernel(gguf::TensorType type);
 // quantize_activations one value at a time, and the AVX2 form (nullptr without it).
 void quantize_activations_scalar(const float* x, int64_t cols, Q8Activations& out);

@@ -111,6 +111,9 @@ void quantize_simd(const float* x, int64_t cols, Q8Activations& out) {
 detail::QuantizeFn detail::avx2_quantize() { return quantize_simd; }
 
 detail::RowKernel detail::avx2_kernel(gguf::TensorType type) { return pick(type); }
+detail::RowGroupKernel detail::avx2_group_kernel(gguf::TensorType type, int n) {
+  return pick_group(type, n);
+}
 detail::HalfBatchKernel detail::avx2_half_batch(gguf::TensorType type) {
   if (type == gguf::TensorType::kF16) return half_rows_batch<false>;
   if (type == gguf::TensorType::kBF16) return half_rows_batch<true>;
@@ -124,6 +127,7 @@ KVCACHE_SIMD_END()
 #else
 namespace kvcache::kernels {
 detail::RowKernel detail::avx2_kernel(gguf::TensorType) { return nullptr; }
+detail::RowGroupKernel detail::avx2_group_kernel(gguf::TensorType, int) { return nullptr; }
 detail::QuantizeFn detail::avx2_quantize() { return nullptr; }
 detail::HalfBatchKernel detail::avx2_half_batch(gguf::TensorType) { return nullptr; }
 }  // namespace kvcache::kernels

@@ -216,8 +216,8 @@ void half_rows_512(const Weight& w, int64_t r0, int64_t r1, const Q8Activations&
 
 // MXFP4 with 512-bit vectors: four blocks' codes in one vector (16 bytes each), so one byte
 // shuffle per nibble half looks up 64 values and two vpdpbusd take four blocks, where the
-// 256-bit kernel (mxfp4_pair) takes two; the activation's 16-value halves are regrouped to
-// match by one 128-bit shuffle each. The same integer sums, finished by mxfp4_finish.
+// 256-bit kernel (mxfp4_codes) takes two; the activation's 16-value halves are regrouped to
+// match by one 128-bit shuffle each. The same integer sums, finished by mxfp4_add.
 inline __m512i mxfp4_quad(const uint8_t* row, const Q8Activations& a, int64_t xb,
                           __m512i table) {
   auto codes = [&](int k) {
@@ -259,7 +259,7 @@ void mxfp4_rows_512(const Weight& w, int64_t r0, int64_t r1, const Q8Activations
     for (; xb + 8 <= a.blocks; xb += 8) {
       const __m256i sums =
           mxfp4_block_sums(mxfp4_quad(row, a, xb, table), mxfp4_quad(row, a, xb + 4, table));
-      acc = mxfp4_finish(row, a, xb, sums, acc);
+      acc = mxfp4_add(a, xb, sums, mxfp4_scales8(row, xb), acc);
     }
     if (xb < a.blocks) acc = mxfp4_tail(row, a, xb, static_cast<int>(a.blocks - xb), acc);
     const float v = hsum(acc);
@@ -280,6 +280,9 @@ detail::HalfBatchKernel detail::avx512_half_batch(gguf::TensorType type) {
   if (type == gguf::TensorType::kBF16) return half_rows_batch_512<true>;
   return nullptr;
 }
+detail::RowGroupKernel detail::avx512_group_kernel(gguf::TensorType type, int n) {
+  return pick_group(type, n);
+}
 
 }  // namespace kvcache::kernels
 
@@ -289,5 +292,6 @@ KVCACHE_SIMD_END()
 namespace kvcache::kernels {
 detail::RowKernel detail::avx512_kernel(gguf::TensorType) { return nullptr; }
 detail::HalfBatchKernel detail::avx512_half_batch(gguf::TensorType) { return nullptr; }
+detail::RowGroupKernel detail::avx512_group_kernel(gguf::TensorType, int) { return nullptr; }
 }  // namespace kvcache::kernels
 #endif

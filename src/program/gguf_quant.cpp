@@ -254,13 +254,6 @@ void encode_mxfp4(const float* x, uint8_t* b) {
 
 }  // namespace
 
-// Built from the bits (the packers call it per block): 2^(e - 128) is the normal float with
-// exponent field e - 1 from e = 2 on, and the subnormals 2^21 << e (2^-128, 2^-127) below.
-float mxfp4_half_scale(uint8_t e) {
-  const uint32_t bits = e < 2 ? uint32_t{1} << (21 + e) : uint32_t{e - 1u} << 23;
-  return std::bit_cast<float>(bits);
-}
-
 std::optional<BlockGeometry> block_geometry(TensorType type) {
   switch (type) {
     case TensorType::kF32: case TensorType::kI32: return BlockGeometry{1, 4};

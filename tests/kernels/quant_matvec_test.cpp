@@ -355,14 +355,15 @@ TEST(QuantMatvec, PairedActivationsHoldTheHalvesOfBlocksKAndKPlusFour) {
 }
 
 // A batched decode step (2..kSmallBatch rows) gives every row bitwise what its product alone
-// gives, on every ISA: the same row sums over chunks of weight rows shared by the batch. F16 /
+// gives, on every ISA: the same row sums over chunks of weight rows shared by the batch (Q8_0,
+// the K types and MXFP4 four or two activation rows at a time, an odd count's last alone). F16 /
 // BF16 also run column counts with a tail after the last 16 (100, 17) and a row count that is
 // not a multiple of the 4-row tiles (301); 32-value block types a row of 10 blocks (the SIMD
 // kernels take 8 at a time, then the last 2), K types one and three super-blocks.
 TEST(QuantMatvec, BatchedDecodeRowsEqualTheirSingleRowProducts) {
-  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K,
-                          TensorType::kBF16, TensorType::kQ5_1, TensorType::kF16,
-                          TensorType::kMXFP4})
+  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ5_K,
+                          TensorType::kQ6_K, TensorType::kBF16, TensorType::kQ5_1,
+                          TensorType::kF16, TensorType::kMXFP4})
     for (int64_t cols : gguf::block_geometry(type)->elements == 1
                             ? std::vector<int64_t>{256, 100, 17}
                             : std::vector<int64_t>{256, gguf::block_geometry(type)->elements == 32

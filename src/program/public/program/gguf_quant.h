@@ -5,6 +5,7 @@
 // Not here: fast kernels (engine/quant_matvec.h) and any choice of which tensor gets which type.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -45,7 +46,13 @@ bool quantize(TensorType type, std::span<const float> src, std::span<uint8_t> ds
 // e = 255 (NaN in the OCP format) decodes as 2^127 like every other byte: files never hold it.
 inline constexpr int8_t kMxfp4Doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12,
                                              0, -1, -2, -3, -4, -6, -8, -12};
-float mxfp4_half_scale(uint8_t e);  // 2^(e - 128), exact for every byte (e < 2: subnormal)
+// 2^(e - 128), exact for every byte, built from the bits (inline: the kernels' row tails call
+// it per block): the normal float with exponent field e - 1 from e = 2 on, and the subnormals
+// 2^21 << e (2^-128, 2^-127) below.
+inline float mxfp4_half_scale(uint8_t e) {
+  const uint32_t bits = e < 2 ? uint32_t{1} << (21 + e) : uint32_t{e - 1u} << 23;
+  return std::bit_cast<float>(bits);
+}
 
 // Q4_K / Q5_K pack eight 6-bit scales and eight 6-bit mins into 12 bytes; sub-block j's pair.
 struct ScaleMin {
