@@ -82,7 +82,12 @@ Status Engine::run_layer(int32_t i, int64_t t, std::span<const int64_t> position
   const int64_t kd = w.kv_heads * dk, vd = w.kv_heads * dv;
   const kernels::RopeParams& rp = w.sliding ? rope_swa_ : rope_;
   kernels::rmsnorm_rows(x_, w.attn_norm, h_, t, d, hp.rms_eps);
-  kernels::matmul(h_, w.wq, q_, t);
+  if (w.kv_shared) {
+    kernels::matmul(h_, w.wq, q_, t);
+  } else {
+    const kernels::SharedProduct qkv[] = {{&w.wq, q_}, {&w.wk, k_}, {&w.wv, v_}};
+    kernels::matmul_shared(h_, t, qkv);
+  }
   add_bias(q_, w.bq, t);
   head_norm(q_, w.q_norm, t * hq, hp.head_dim, hp.rms_eps);
   kernels::rope(q_, positions, hp.q_heads, rp);
@@ -94,8 +99,6 @@ Status Engine::run_layer(int32_t i, int64_t t, std::span<const int64_t> position
   args.positions = positions;
   args.q = std::span<const float>(q_.data(), t * hq * dk);
   if (!w.kv_shared) {
-    kernels::matmul(h_, w.wk, k_, t);
-    kernels::matmul(h_, w.wv, v_, t);
     add_bias(k_, w.bk, t);
     add_bias(v_, w.bv, t);
     head_norm(k_, w.k_norm, t * w.kv_heads, hp.head_dim, hp.rms_eps);
@@ -126,8 +129,8 @@ Status Engine::run_layer(int32_t i, int64_t t, std::span<const int64_t> position
     add_residual(y, w.post_ffn_norm, t);
     return ok_status();
   }
-  kernels::matmul(h_, w.w_gate, gate_, t);
-  kernels::matmul(h_, w.w_up, up_, t);
+  const kernels::SharedProduct gate_up[] = {{&w.w_gate, gate_}, {&w.w_up, up_}};
+  kernels::matmul_shared(h_, t, gate_up);
   const std::span<float> gate(gate_.data(), t * hp.d_ff);
   if (hp.ffn_act == FfnActivation::kGeluTanh) kernels::gelu_tanh_gated(gate, up_);
   else kernels::swiglu(gate, up_);

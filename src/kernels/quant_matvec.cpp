@@ -165,19 +165,36 @@ bool is_block_type(TensorType t) {
   return t != TensorType::kF32 && t != TensorType::kF16 && t != TensorType::kBF16;
 }
 
-// Calls fn(r0, r1) over rows [0, rows) on the global pool, in chunks of about a quarter of a
-// thread's share (at least kMinRows, a multiple of 4) claimed dynamically: when the OS parks a
-// thread mid-product (a shared machine), the others take its remaining chunks instead of
-// waiting for it. Every row is computed by one call whatever the split, so results do not
-// depend on it. One thread runs everything when `small`.
+// Rows per task when products are shared out on a pool of `threads`: about a quarter of a
+// thread's share of `rows` (at least kMinShareRows, a multiple of 4), claimed dynamically: when
+// the OS parks a thread mid-product (a shared machine), the others take its remaining chunks
+// instead of waiting for it. Every row is computed by one call whatever the split, so results
+// do not depend on it.
+constexpr int64_t kMinShareRows = 64;
+int64_t rows_per_task(int64_t rows, int threads) {
+  return std::max<int64_t>(kMinShareRows, rows / (4 * int64_t{threads})) & ~int64_t{3};
+}
+
+// Whether a product of t rows against a [rows, cols] weight is too small to share out.
+bool small_product(int64_t t, int64_t rows, int64_t cols) {
+  return t * rows * cols < (int64_t{1} << 15) || rows < 2 * kMinShareRows;
+}
+
+// Calls fn(r0, r1) over rows [0, rows) on the global pool in chunks of rows_per_task; one
+// thread runs everything when `small`.
 void share_rows(int64_t rows, bool small, const std::function<void(int64_t, int64_t)>& fn) {
-  constexpr int64_t kMinRows = 64;
   cpu::ThreadPool& pool = cpu::global_pool();
-  if (pool.size() == 1 || small || rows < 2 * kMinRows) return fn(0, rows);
-  const int64_t per = std::max<int64_t>(kMinRows, rows / (4 * int64_t{pool.size()})) & ~int64_t{3};
+  if (pool.size() == 1 || small) return fn(0, rows);
+  const int64_t per = rows_per_task(rows, pool.size());
   const int64_t n = (rows + per - 1) / per;
   pool.run_tasks(n, [&](int64_t i) { fn(i * per, std::min(rows, (i + 1) * per)); });
 }
+
+// One chunk of a matmul_shared call: rows [r0, r1) of product p.
+struct SharedTask {
+  int32_t p;
+  int64_t r0, r1;
+};
 
 }  // namespace
 
@@ -321,9 +338,53 @@ void matvec_batch(const Weight& w, const float* x, float* y, int64_t t, bool acc
   thread_local ProductInput in;
   in.set(x, t, w.cols, is_block_type(w.type));
   const ProductInput& shared = in;  // the workers read the caller's thread_local
-  share_rows(w.rows, t * w.rows * w.cols < (int64_t{1} << 15), [&](int64_t r0, int64_t r1) {
+  share_rows(w.rows, small_product(t, w.rows, w.cols), [&](int64_t r0, int64_t r1) {
     detail::product_rows(w, shared, r0, r1, y, accumulate, isa);
   });
+}
+
+void matmul_shared(std::span<const float> x, int64_t t, std::span<const SharedProduct> products) {
+  const auto fusable = [&](const SharedProduct& p) {
+    return p.w->type != TensorType::kF32 && p.w->cols == products[0].w->cols && p.w->rows > 0;
+  };
+  if (t < 1 || t > kSmallBatch || products.empty() ||
+      !std::all_of(products.begin(), products.end(), fusable)) {
+    for (const SharedProduct& p : products) matmul(x, *p.w, p.y, t, p.accumulate);
+    return;
+  }
+  const int64_t cols = products[0].w->cols;
+  assert(static_cast<int64_t>(x.size()) >= t * cols);
+  const cpu::Isa isa = matvec_isa();  // one level for every range of every product
+  bool quantize = false;
+  for (const SharedProduct& p : products) quantize = quantize || is_block_type(p.w->type);
+  thread_local ProductInput in;
+  in.set(x.data(), t, cols, quantize);
+  cpu::ThreadPool& pool = cpu::global_pool();
+  thread_local std::vector<SharedTask> tasks;
+  tasks.clear();
+  int64_t macs = 0;
+  for (const SharedProduct& p : products) macs += t * p.w->rows * cols;
+  for (size_t i = 0; i < products.size(); ++i) {
+    const Weight& w = *products[i].w;
+    assert(static_cast<int64_t>(products[i].y.size()) >= t * w.rows);
+    const int64_t per = pool.size() == 1 || small_product(t, w.rows, cols)
+                            ? w.rows
+                            : rows_per_task(w.rows, pool.size());
+    for (int64_t r0 = 0; r0 < w.rows; r0 += per)
+      tasks.push_back({static_cast<int32_t>(i), r0, std::min(w.rows, r0 + per)});
+  }
+  const ProductInput& shared = in;  // the workers read the caller's thread_locals
+  const std::vector<SharedTask>& work = tasks;
+  const auto run = [&](int64_t k) {
+    const SharedTask& task = work[static_cast<size_t>(k)];
+    const SharedProduct& p = products[static_cast<size_t>(task.p)];
+    detail::product_rows(*p.w, shared, task.r0, task.r1, p.y.data(), p.accumulate, isa);
+  };
+  if (pool.size() == 1 || work.size() < 2 || macs < (int64_t{1} << 15)) {
+    for (size_t k = 0; k < work.size(); ++k) run(static_cast<int64_t>(k));
+    return;
+  }
+  pool.run_tasks(static_cast<int64_t>(work.size()), run);
 }
 
 void matvec(const Weight& w, const float* x, float* y, bool accumulate, cpu::Isa isa) {

@@ -391,6 +391,46 @@ TEST(QuantMatvec, BatchedDecodeRowsEqualTheirSingleRowProducts) {
   cpu::set_global_threads(2);
 }
 
+// A layer's q/k/v or gate/up products through matmul_shared: each output bitwise what matmul
+// gives that weight alone, with weights of different types and row counts in one dispatch
+// (one of them too small to share out alone), accumulation kept per product, for t from 1 to
+// past kSmallBatch (where each product goes through matmul: the GEMM) and with an F32 weight
+// (BLAS: matmul per product); 1 and 2 threads.
+TEST(QuantMatvec, SharedInputProductsEqualEachProductAlone) {
+  const int64_t cols = 256;
+  const std::vector<std::vector<std::pair<TensorType, int64_t>>> groups = {
+      {{TensorType::kQ8_0, 300}, {TensorType::kQ6_K, 76}, {TensorType::kQ4_K, 140}},
+      {{TensorType::kF16, 200}, {TensorType::kMXFP4, 64}},
+      {{TensorType::kQ8_0, 96}, {TensorType::kF32, 130}}};
+  for (int threads : {1, 2})
+    for (const auto& group : groups)
+      for (int64_t t : {int64_t{1}, int64_t{3}, kSmallBatch, kSmallBatch + 3}) {
+        cpu::set_global_threads(threads);
+        const std::vector<float> x = rnd(static_cast<size_t>(t * cols), 31);
+        std::vector<Weight> ws;
+        std::vector<std::vector<float>> shared, alone;
+        for (size_t i = 0; i < group.size(); ++i) {
+          ws.push_back(quantized(group[i].first, group[i].second, cols, 40 + i));
+          const std::vector<float> start = rnd(static_cast<size_t>(t * group[i].second), 50 + i);
+          shared.push_back(start);
+          alone.push_back(start);
+        }
+        std::vector<SharedProduct> products;
+        for (size_t i = 0; i < ws.size(); ++i) {
+          const bool accumulate = i == 1;
+          products.push_back({&ws[i], shared[i], accumulate});
+          matmul(x, ws[i], alone[i], t, accumulate);
+        }
+        matmul_shared(x, t, products);
+        for (size_t i = 0; i < ws.size(); ++i)
+          for (size_t k = 0; k < alone[i].size(); ++k)
+            ASSERT_EQ(shared[i][k], alone[i][k])
+                << gguf::to_string(group[i].first) << " t " << t << " threads " << threads
+                << " value " << k;
+      }
+  cpu::set_global_threads(2);
+}
+
 // The 512-bit F16/BF16 kernels hold the 256-bit kernel's two accumulators in the halves of one
 // register and reduce them the same way: every product is bitwise the AVX2 one, alone or
 // batched, so a session's numbers do not depend on which kernel ran them either.

@@ -54,6 +54,21 @@ inline constexpr int64_t kSmallBatch = 16;
 void matmul(std::span<const float> x, const Weight& w, std::span<float> y, int64_t t,
             bool accumulate = false);
 
+// One product of matmul_shared: y[T, w->rows] = x W^T (+ y when accumulate).
+struct SharedProduct {
+  const Weight* w = nullptr;
+  std::span<float> y;
+  bool accumulate = false;
+};
+
+// The products of several weights that read the same x[t, cols] (a layer's q, k and v; its
+// gate and up), each bitwise what matmul gives it. For 1 <= t <= kSmallBatch and no F32
+// weight: x quantized once for all of them and every product's rows shared out in one pool
+// dispatch, so a decode step pays one hand-off for the group instead of one per weight (a
+// chunk of rows is split by the same rule as matmul's, so a thread that finishes one weight
+// goes on to the next). Otherwise matmul for each in turn.
+void matmul_shared(std::span<const float> x, int64_t t, std::span<const SharedProduct> products);
+
 struct Q8Activations;  // quant_matvec.h: a row of x as int8 blocks
 
 // The input side of a product split into row ranges: x's t rows [t, cols] borrowed as f32 and,
