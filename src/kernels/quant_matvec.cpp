@@ -165,27 +165,32 @@ bool is_block_type(TensorType t) {
   return t != TensorType::kF32 && t != TensorType::kF16 && t != TensorType::kBF16;
 }
 
-// Rows per task when products are shared out on a pool of `threads`: about a quarter of a
-// thread's share of `rows` (at least kMinShareRows, a multiple of 4), claimed dynamically: when
-// the OS parks a thread mid-product (a shared machine), the others take its remaining chunks
-// instead of waiting for it. Every row is computed by one call whatever the split, so results
-// do not depend on it.
-constexpr int64_t kMinShareRows = 64;
-int64_t rows_per_task(int64_t rows, int threads) {
-  return std::max<int64_t>(kMinShareRows, rows / (4 * int64_t{threads})) & ~int64_t{3};
+// Rows per task when a product's rows are shared out on a pool of `threads`, claimed
+// dynamically: 1 to 4 tasks per thread, as many as keep each task at least kShareTaskBytes of
+// weight rows (a multiple of 4 rows). Several tasks per thread let the others take a parked
+// thread's rest on a shared machine; each task is a new stream for the prefetcher (the
+// measurements are at kShareTaskBytes). Every row is computed by one call whatever the split,
+// so results do not depend on it.
+int64_t rows_per_task(int64_t rows, int64_t row_bytes, int threads) {
+  const int64_t per_thread =
+      std::clamp<int64_t>(rows * row_bytes / (threads * kShareTaskBytes), 1, 4);
+  const int64_t n = threads * per_thread;
+  return std::max<int64_t>(4, ((rows + n - 1) / n + 3) & ~int64_t{3});
 }
 
 // Whether a product of t rows against a [rows, cols] weight is too small to share out.
+constexpr int64_t kMinShareRows = 64;
 bool small_product(int64_t t, int64_t rows, int64_t cols) {
   return t * rows * cols < (int64_t{1} << 15) || rows < 2 * kMinShareRows;
 }
 
 // Calls fn(r0, r1) over rows [0, rows) on the global pool in chunks of rows_per_task; one
 // thread runs everything when `small`.
-void share_rows(int64_t rows, bool small, const std::function<void(int64_t, int64_t)>& fn) {
+void share_rows(int64_t rows, int64_t row_bytes, bool small,
+                const std::function<void(int64_t, int64_t)>& fn) {
   cpu::ThreadPool& pool = cpu::global_pool();
   if (pool.size() == 1 || small) return fn(0, rows);
-  const int64_t per = rows_per_task(rows, pool.size());
+  const int64_t per = rows_per_task(rows, row_bytes, pool.size());
   const int64_t n = (rows + per - 1) / per;
   pool.run_tasks(n, [&](int64_t i) { fn(i * per, std::min(rows, (i + 1) * per)); });
 }
@@ -328,7 +333,7 @@ void matmul_rows(const Weight& w, const ProductInput& x, int64_t r0, int64_t r1,
 }
 
 int64_t row_chunk(const Weight& w) {
-  return std::max<int64_t>(4, kRowChunkBytes / std::max<int64_t>(1, w.row_bytes())) & ~int64_t{3};
+  return std::max<int64_t>(4, kShareTaskBytes / std::max<int64_t>(1, w.row_bytes())) & ~int64_t{3};
 }
 
 void matvec_batch(const Weight& w, const float* x, float* y, int64_t t, bool accumulate,
@@ -338,7 +343,7 @@ void matvec_batch(const Weight& w, const float* x, float* y, int64_t t, bool acc
   thread_local ProductInput in;
   in.set(x, t, w.cols, is_block_type(w.type));
   const ProductInput& shared = in;  // the workers read the caller's thread_local
-  share_rows(w.rows, small_product(t, w.rows, w.cols), [&](int64_t r0, int64_t r1) {
+  share_rows(w.rows, w.row_bytes(), small_product(t, w.rows, w.cols), [&](int64_t r0, int64_t r1) {
     detail::product_rows(w, shared, r0, r1, y, accumulate, isa);
   });
 }
@@ -369,7 +374,7 @@ void matmul_shared(std::span<const float> x, int64_t t, std::span<const SharedPr
     assert(static_cast<int64_t>(products[i].y.size()) >= t * w.rows);
     const int64_t per = pool.size() == 1 || small_product(t, w.rows, cols)
                             ? w.rows
-                            : rows_per_task(w.rows, pool.size());
+                            : rows_per_task(w.rows, w.row_bytes(), pool.size());
     for (int64_t r0 = 0; r0 < w.rows; r0 += per)
       tasks.push_back({static_cast<int32_t>(i), r0, std::min(w.rows, r0 + per)});
   }

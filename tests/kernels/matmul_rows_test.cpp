@@ -81,13 +81,13 @@ TEST(MatmulRows, OneQuantizedInputServesSeveralWeightsOfTheSameWidth) {
   }
 }
 
-TEST(MatmulRows, RowChunkIsAboutSixtyFourKibOfRowsInMultiplesOfFour) {
-  // Q8_0 at 2048 columns: 64 blocks of 34 bytes = 2176 bytes a row; 65536 / 2176 = 30 -> 28.
-  EXPECT_EQ(row_chunk(testing::random_weight(TensorType::kQ8_0, 8, 2048, 1)), 28);
-  // Q4_0 at 2048: 64 x 18 = 1152 bytes; 65536 / 1152 = 56.
-  EXPECT_EQ(row_chunk(testing::random_weight(TensorType::kQ4_0, 8, 2048, 1)), 56);
-  // F32 rows of 32768 values (128 KiB) are wider than the chunk: at least 4 rows.
-  EXPECT_EQ(row_chunk(testing::random_weight(TensorType::kF32, 4, 32768, 1)), 4);
+TEST(MatmulRows, RowChunkIsAboutAQuarterMibOfRowsInMultiplesOfFour) {
+  // Q8_0 at 2048 columns: 64 blocks of 34 bytes = 2176 bytes a row; 262144 / 2176 = 120.
+  EXPECT_EQ(row_chunk(testing::random_weight(TensorType::kQ8_0, 8, 2048, 1)), 120);
+  // Q4_0 at 2048: 64 x 18 = 1152 bytes; 262144 / 1152 = 227 -> 224.
+  EXPECT_EQ(row_chunk(testing::random_weight(TensorType::kQ4_0, 8, 2048, 1)), 224);
+  // F32 rows of 131072 values (512 KiB) are wider than the chunk: at least 4 rows.
+  EXPECT_EQ(row_chunk(testing::random_weight(TensorType::kF32, 4, 131072, 1)), 4);
 }
 
 }  // namespace

@@ -100,7 +100,7 @@ bool product_quantizes(gguf::TensorType type);
 void matmul_rows(const Weight& w, const ProductInput& x, int64_t r0, int64_t r1, float* y,
                  bool accumulate = false);
 // Rows per work item for a caller that splits products into row ranges itself (the
-// mixture-of-experts layer): about 64 KiB of w's rows, a multiple of 4, at least 4. Depends on
+// mixture-of-experts layer): about 256 KiB of w's rows, a multiple of 4, at least 4. Depends on
 // the shape alone, so a split by it never depends on the thread count.
 int64_t row_chunk(const Weight& w);
 
