@@ -251,7 +251,7 @@ void mxfp4_rows_512(const Weight& w, int64_t r0, int64_t r1, const Q8Activations
                     const float*, float* y, bool accumulate) {
   const int64_t stride = w.row_bytes();
   const __m512i table = _mm512_broadcast_i32x4(
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Plus12)));
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Plus16)));
   const uint8_t* row = w.row_data(r0);
   for (int64_t r = r0; r < r1; ++r, row += stride) {
     __m256 acc = _mm256_setzero_ps();
