@@ -201,6 +201,21 @@ struct SharedTask {
   int64_t r0, r1;
 };
 
+// Every product's rows in chunks of rows_per_task (a product too small to share: one chunk).
+void shared_tasks(std::span<const SharedProduct> products, int64_t t, int threads,
+                  std::vector<SharedTask>& tasks) {
+  tasks.clear();
+  for (size_t i = 0; i < products.size(); ++i) {
+    const Weight& w = *products[i].w;
+    assert(static_cast<int64_t>(products[i].y.size()) >= t * w.rows);
+    const int64_t per = threads == 1 || small_product(t, w.rows, w.cols)
+                            ? w.rows
+                            : rows_per_task(w.rows, w.row_bytes(), threads);
+    for (int64_t r0 = 0; r0 < w.rows; r0 += per)
+      tasks.push_back({static_cast<int32_t>(i), r0, std::min(w.rows, r0 + per)});
+  }
+}
+
 }  // namespace
 
 void detail::quantize_activations_scalar(const float* x, int64_t cols,
@@ -366,18 +381,9 @@ void matmul_shared(std::span<const float> x, int64_t t, std::span<const SharedPr
   in.set(x.data(), t, cols, quantize);
   cpu::ThreadPool& pool = cpu::global_pool();
   thread_local std::vector<SharedTask> tasks;
-  tasks.clear();
+  shared_tasks(products, t, pool.size(), tasks);
   int64_t macs = 0;
   for (const SharedProduct& p : products) macs += t * p.w->rows * cols;
-  for (size_t i = 0; i < products.size(); ++i) {
-    const Weight& w = *products[i].w;
-    assert(static_cast<int64_t>(products[i].y.size()) >= t * w.rows);
-    const int64_t per = pool.size() == 1 || small_product(t, w.rows, cols)
-                            ? w.rows
-                            : rows_per_task(w.rows, w.row_bytes(), pool.size());
-    for (int64_t r0 = 0; r0 < w.rows; r0 += per)
-      tasks.push_back({static_cast<int32_t>(i), r0, std::min(w.rows, r0 + per)});
-  }
   const ProductInput& shared = in;  // the workers read the caller's thread_locals
   const std::vector<SharedTask>& work = tasks;
   const auto run = [&](int64_t k) {
