@@ -49,7 +49,7 @@ inline cpu::Isa matvec_isa(cpu::Isa isa = cpu::Isa::kAuto) {
 inline constexpr int64_t kRowChunkBytes = int64_t{64} << 10;
 // The least bytes of weight rows a task on the pool reads, where the product allows: each task
 // is a new stream for the hardware prefetcher. Work items of 64 KiB decoded the Qwen3-MoE- and
-// gpt-oss-shaped files 10-15 % slower than items of 256 KiB, and dense Q4_K_M 12-15 %
+// gpt-oss-shaped files 10-22 % slower than items of 256 KiB, and dense Q4_K_M 12-15 %
 // slower in tasks of 41 KB (2 cores, AVX2). row_chunk (weight.h) and matvec's split use it.
 inline constexpr int64_t kShareTaskBytes = int64_t{256} << 10;
 
