@@ -6,7 +6,6 @@
 #include <cassert>
 #include <cmath>
 #include <cstring>
-#include <functional>
 
 #include "cpu/thread_pool.h"
 #include "kernels/kernels.h"
@@ -184,17 +183,6 @@ bool small_product(int64_t t, int64_t rows, int64_t cols) {
   return t * rows * cols < (int64_t{1} << 15) || rows < 2 * kMinShareRows;
 }
 
-// Calls fn(r0, r1) over rows [0, rows) on the global pool in chunks of rows_per_task; one
-// thread runs everything when `small`.
-void share_rows(int64_t rows, int64_t row_bytes, bool small,
-                const std::function<void(int64_t, int64_t)>& fn) {
-  cpu::ThreadPool& pool = cpu::global_pool();
-  if (pool.size() == 1 || small) return fn(0, rows);
-  const int64_t per = rows_per_task(rows, row_bytes, pool.size());
-  const int64_t n = (rows + per - 1) / per;
-  pool.run_tasks(n, [&](int64_t i) { fn(i * per, std::min(rows, (i + 1) * per)); });
-}
-
 // One chunk of a matmul_shared call: rows [r0, r1) of product p.
 struct SharedTask {
   int32_t p;
@@ -214,6 +202,37 @@ void shared_tasks(std::span<const SharedProduct> products, int64_t t, int thread
     for (int64_t r0 = 0; r0 < w.rows; r0 += per)
       tasks.push_back({static_cast<int32_t>(i), r0, std::min(w.rows, r0 + per)});
   }
+}
+
+// The products (none F32, all of width cols) of x[t, cols] at level `isa`: x quantized once
+// when any weight is a block type, then every product's rows in one pool dispatch (on the
+// calling thread when the work is small): matvec_batch's one product and matmul_shared's
+// several.
+void share_products(const float* x, int64_t t, int64_t cols,
+                    std::span<const SharedProduct> products, cpu::Isa isa) {
+  bool quantize = false;
+  int64_t macs = 0;
+  for (const SharedProduct& p : products) {
+    quantize = quantize || is_block_type(p.w->type);
+    macs += t * p.w->rows * cols;
+  }
+  thread_local ProductInput in;
+  in.set(x, t, cols, quantize);
+  cpu::ThreadPool& pool = cpu::global_pool();
+  thread_local std::vector<SharedTask> tasks;
+  shared_tasks(products, t, pool.size(), tasks);
+  const ProductInput& shared = in;  // the workers read the caller's thread_locals
+  const std::vector<SharedTask>& work = tasks;
+  const auto run = [&](int64_t k) {
+    const SharedTask& task = work[static_cast<size_t>(k)];
+    const SharedProduct& p = products[static_cast<size_t>(task.p)];
+    detail::product_rows(*p.w, shared, task.r0, task.r1, p.y.data(), p.accumulate, isa);
+  };
+  if (pool.size() == 1 || work.size() < 2 || macs < (int64_t{1} << 15)) {
+    for (size_t k = 0; k < work.size(); ++k) run(static_cast<int64_t>(k));
+    return;
+  }
+  pool.run_tasks(static_cast<int64_t>(work.size()), run);
 }
 
 }  // namespace
@@ -355,12 +374,9 @@ void matvec_batch(const Weight& w, const float* x, float* y, int64_t t, bool acc
                   cpu::Isa isa) {
   if (w.rows == 0 || t <= 0) return;
   isa = matvec_isa(isa);  // one level for every range
-  thread_local ProductInput in;
-  in.set(x, t, w.cols, is_block_type(w.type));
-  const ProductInput& shared = in;  // the workers read the caller's thread_local
-  share_rows(w.rows, w.row_bytes(), small_product(t, w.rows, w.cols), [&](int64_t r0, int64_t r1) {
-    detail::product_rows(w, shared, r0, r1, y, accumulate, isa);
-  });
+  const SharedProduct one[] = {{&w, std::span<float>(y, static_cast<size_t>(t * w.rows)),
+                                accumulate}};
+  share_products(x, t, w.cols, one, isa);
 }
 
 void matmul_shared(std::span<const float> x, int64_t t, std::span<const SharedProduct> products) {
@@ -372,30 +388,8 @@ void matmul_shared(std::span<const float> x, int64_t t, std::span<const SharedPr
     for (const SharedProduct& p : products) matmul(x, *p.w, p.y, t, p.accumulate);
     return;
   }
-  const int64_t cols = products[0].w->cols;
-  assert(static_cast<int64_t>(x.size()) >= t * cols);
-  const cpu::Isa isa = matvec_isa();  // one level for every range of every product
-  bool quantize = false;
-  for (const SharedProduct& p : products) quantize = quantize || is_block_type(p.w->type);
-  thread_local ProductInput in;
-  in.set(x.data(), t, cols, quantize);
-  cpu::ThreadPool& pool = cpu::global_pool();
-  thread_local std::vector<SharedTask> tasks;
-  shared_tasks(products, t, pool.size(), tasks);
-  int64_t macs = 0;
-  for (const SharedProduct& p : products) macs += t * p.w->rows * cols;
-  const ProductInput& shared = in;  // the workers read the caller's thread_locals
-  const std::vector<SharedTask>& work = tasks;
-  const auto run = [&](int64_t k) {
-    const SharedTask& task = work[static_cast<size_t>(k)];
-    const SharedProduct& p = products[static_cast<size_t>(task.p)];
-    detail::product_rows(*p.w, shared, task.r0, task.r1, p.y.data(), p.accumulate, isa);
-  };
-  if (pool.size() == 1 || work.size() < 2 || macs < (int64_t{1} << 15)) {
-    for (size_t k = 0; k < work.size(); ++k) run(static_cast<int64_t>(k));
-    return;
-  }
-  pool.run_tasks(static_cast<int64_t>(work.size()), run);
+  assert(static_cast<int64_t>(x.size()) >= t * products[0].w->cols);
+  share_products(x.data(), t, products[0].w->cols, products, matvec_isa());
 }
 
 void matvec(const Weight& w, const float* x, float* y, bool accumulate, cpu::Isa isa) {
